@@ -1,0 +1,66 @@
+//! The HTTP surface: one axum [`Router`] for every route, served by `serve` locally and by
+//! `lambda_http` behind API Gateway, plus the per-request tracing span.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::Request;
+use axum::http::StatusCode;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use shared::ingest::Ingestor;
+use tracing::Instrument as _;
+
+/// What the handlers share: built once per process, borrowed by every request.
+#[derive(Debug)]
+pub struct AppState {
+    /// The ingest service.
+    pub ingestor: Ingestor,
+}
+
+/// Every route Afterglow serves.
+pub fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/v1/events/{cluster}", post(crate::ingest::post_events))
+        .fallback(not_found)
+        .layer(middleware::from_fn(request_span))
+        .with_state(state)
+}
+
+/// A JSON error body: `{"error": "…"}`.
+pub fn error_response(status: StatusCode, message: impl Into<String>) -> Response {
+    let body = serde_json::json!({ "error": message.into() });
+    (status, axum::Json(body)).into_response()
+}
+
+async fn not_found() -> Response {
+    error_response(StatusCode::NOT_FOUND, "no such route")
+}
+
+/// Wraps each request in a span with an id (Lambda's request id there, a ULID locally), the
+/// method and the path. The query string is never recorded: it holds the ingest token.
+async fn request_span(request: Request, next: Next) -> Response {
+    let request_id = request
+        .extensions()
+        .get::<lambda_http::Context>()
+        .map_or_else(
+            || ulid::Ulid::new().to_string(),
+            |context| context.request_id.clone(),
+        );
+    let span = tracing::info_span!(
+        "request",
+        request_id = %request_id,
+        method = %request.method(),
+        path = %request.uri().path(),
+        status = tracing::field::Empty,
+    );
+    async move {
+        let response = next.run(request).await;
+        tracing::Span::current().record("status", response.status().as_u16());
+        tracing::debug!("answered");
+        response
+    }
+    .instrument(span)
+    .await
+}

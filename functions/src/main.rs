@@ -1,0 +1,44 @@
+//! The `afterglow` binary: a Lambda function when Lambda starts it, a CLI otherwise.
+
+use std::process::ExitCode;
+
+use clap::Parser as _;
+use shared::config::Config;
+
+fn main() -> ExitCode {
+    let config = Config::from_env();
+    // Outside Lambda, parse flags before reporting configuration errors so `--help` always works.
+    let cli = (!shared::config::running_in_lambda()).then(afterglow::cli::Cli::parse);
+    let config = match config {
+        Ok(config) => config,
+        Err(err) => {
+            eprintln!("afterglow: configuration error: {err}");
+            return ExitCode::from(2);
+        }
+    };
+    let lambda = config.lambda;
+    afterglow::telemetry::init(&config.log_filter, lambda.is_some());
+
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("afterglow: cannot start the async runtime: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let outcome = match (lambda, cli) {
+        (Some(function), _) => runtime.block_on(afterglow::lambda::run(function, config)),
+        (None, Some(cli)) => runtime.block_on(afterglow::cli::run(cli, config)),
+        (None, None) => Ok(()),
+    };
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("afterglow: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

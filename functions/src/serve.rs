@@ -1,0 +1,126 @@
+//! `afterglow serve`: the embedded default. Every function in one process on a local directory
+//! (or the configured bucket), listening on loopback.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use shared::auth::IngestToken;
+use shared::config::{Config, StorageConfig};
+use shared::ingest::{IngestAccess, IngestLimits, Ingestor};
+use shared::storage::{LocalDirStorage, S3Storage, Storage};
+use tokio::net::TcpListener;
+
+use crate::cli::ServeArgs;
+use crate::http::{AppState, router};
+
+/// What a running server needs, resolved from configuration and flags.
+#[derive(Debug)]
+pub struct ServeSettings {
+    /// Where objects go.
+    pub storage: Arc<dyn Storage>,
+    /// The ingest secret; `None` leaves ingest open, which only loopback listeners allow.
+    pub ingest_token: Option<IngestToken>,
+    /// Bounds on ingest requests.
+    pub ingest_limits: IngestLimits,
+}
+
+/// Opens the storage `config` names, with `data_dir` taking precedence.
+pub async fn open_storage(
+    config: &Config,
+    data_dir: Option<std::path::PathBuf>,
+) -> anyhow::Result<Arc<dyn Storage>> {
+    let local_dir = match (data_dir, &config.storage) {
+        (Some(dir), _) => dir,
+        (None, StorageConfig::LocalDir(dir)) => dir.clone(),
+        (None, StorageConfig::S3(settings)) => {
+            return Ok(Arc::new(S3Storage::connect(settings.clone()).await));
+        }
+    };
+    let storage = LocalDirStorage::open(&local_dir)
+        .with_context(|| format!("cannot use data directory {}", local_dir.display()))?;
+    let storage: Arc<dyn Storage> = Arc::new(storage);
+    Ok(storage)
+}
+
+/// Serves every route on `listener` until `shutdown` resolves.
+pub async fn run(
+    settings: ServeSettings,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let local = listener.local_addr().context("listener has no address")?;
+    let access = match settings.ingest_token {
+        Some(token) => IngestAccess::Token(token),
+        None if local.ip().is_loopback() => IngestAccess::Open,
+        None => anyhow::bail!(
+            "refusing to serve ingest without a token on {local}: set AFTERGLOW_INGEST_TOKEN, \
+             or listen on 127.0.0.1"
+        ),
+    };
+    let state = Arc::new(AppState {
+        ingestor: Ingestor::new(settings.storage, access, settings.ingest_limits),
+    });
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(shutdown)
+        .await
+        .context("server failed")
+}
+
+/// The `serve` subcommand: binds, prints how to point Ray here, and runs until Ctrl-C.
+pub async fn run_cli(args: ServeArgs, config: Config) -> anyhow::Result<()> {
+    if config.ingest_token.is_none() && !args.addr.ip().is_loopback() {
+        anyhow::bail!(
+            "refusing to listen on {} with open ingest: set AFTERGLOW_INGEST_TOKEN, or use \
+             --addr 127.0.0.1:PORT",
+            args.addr
+        );
+    }
+    let storage = open_storage(&config, args.data_dir.clone()).await?;
+    let listener = TcpListener::bind(args.addr)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.addr))?;
+    let local = listener.local_addr().context("listener has no address")?;
+    println!(
+        "{}",
+        banner(
+            local,
+            &args.cluster,
+            &storage.location(),
+            config.ingest_token.is_some()
+        )
+    );
+    let settings = ServeSettings {
+        storage,
+        ingest_token: config.ingest_token,
+        ingest_limits: config.ingest_limits,
+    };
+    run(settings, listener, async {
+        let _ = tokio::signal::ctrl_c().await;
+    })
+    .await
+}
+
+/// The startup text: where we listen and exactly what to export on the Ray cluster.
+fn banner(local: SocketAddr, cluster: &str, location: &str, has_token: bool) -> String {
+    let token = if has_token {
+        "?token=$AFTERGLOW_INGEST_TOKEN"
+    } else {
+        ""
+    };
+    let access = if has_token {
+        "Ingest requires the token in AFTERGLOW_INGEST_TOKEN."
+    } else {
+        "Ingest is open (AFTERGLOW_INGEST_TOKEN is not set), so Afterglow only listens on loopback."
+    };
+    format!(
+        "Afterglow listening on http://{local} (history in {location})\n\
+         {access}\n\
+         Point a Ray (>= 2.49) cluster here: export these before `ray start`:\n\
+         \x20 export RAY_enable_core_worker_ray_event_to_aggregator=1\n\
+         \x20 export RAY_enable_ray_event=1\n\
+         \x20 export RAY_DASHBOARD_AGGREGATOR_AGENT_EXPOSABLE_EVENT_TYPES=ALL\n\
+         \x20 export RAY_DASHBOARD_AGGREGATOR_AGENT_EVENTS_EXPORT_ADDR=\"http://{local}/v1/events/{cluster}{token}\""
+    )
+}

@@ -1,0 +1,97 @@
+//! The ingest secret. Ray cannot send headers, so the token travels in the export URL's query
+//! string and is compared in constant time. It never appears in `Debug` output or logs.
+
+use subtle::ConstantTimeEq;
+
+/// The shared secret that authorizes `POST /v1/events/{cluster}?token=…`.
+#[derive(Clone)]
+pub struct IngestToken(Box<str>);
+
+/// A token that is too short, or has characters that would need escaping in a URL.
+#[derive(Debug, thiserror::Error)]
+pub enum InvalidToken {
+    /// Guessable tokens are refused outright.
+    #[error("must be at least {min} characters long (got {len})")]
+    TooShort {
+        /// Minimum length.
+        min: usize,
+        /// Length given.
+        len: usize,
+    },
+    /// The token goes verbatim into Ray's export URL.
+    #[error("may only contain A-Z a-z 0-9 - _ . ~ (it goes into a URL unescaped)")]
+    BadCharacter,
+}
+
+impl IngestToken {
+    /// Shortest accepted token.
+    pub const MIN_LEN: usize = 16;
+
+    /// Checks and wraps a secret.
+    pub fn new(secret: &str) -> Result<Self, InvalidToken> {
+        if secret.len() < Self::MIN_LEN {
+            return Err(InvalidToken::TooShort {
+                min: Self::MIN_LEN,
+                len: secret.len(),
+            });
+        }
+        if !secret
+            .bytes()
+            .all(|byte| byte.is_ascii_alphanumeric() || b"-_.~".contains(&byte))
+        {
+            return Err(InvalidToken::BadCharacter);
+        }
+        Ok(Self(secret.into()))
+    }
+
+    /// True if `presented` is the secret. The comparison time does not depend on where the two
+    /// differ (only on their lengths).
+    pub fn matches(&self, presented: &str) -> bool {
+        self.0.as_bytes().ct_eq(presented.as_bytes()).into()
+    }
+}
+
+impl std::fmt::Debug for IngestToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("IngestToken(<redacted>)")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn matches_only_the_exact_secret() -> Result<(), InvalidToken> {
+        let token = IngestToken::new("s3cret-token-0123456789")?;
+        assert!(token.matches("s3cret-token-0123456789"));
+        assert!(!token.matches("s3cret-token-012345678"));
+        assert!(!token.matches("s3cret-token-01234567890"));
+        assert!(!token.matches("S3cret-token-0123456789"));
+        assert!(!token.matches(""));
+        Ok(())
+    }
+
+    #[test]
+    fn refuses_short_or_url_unsafe_secrets() {
+        assert!(matches!(
+            IngestToken::new("short"),
+            Err(InvalidToken::TooShort { .. })
+        ));
+        assert!(matches!(
+            IngestToken::new("has spaces in it, sadly"),
+            Err(InvalidToken::BadCharacter)
+        ));
+        assert!(matches!(
+            IngestToken::new("ampersand&is&bad&here"),
+            Err(InvalidToken::BadCharacter)
+        ));
+    }
+
+    #[test]
+    fn debug_output_never_shows_the_secret() -> Result<(), InvalidToken> {
+        let token = IngestToken::new("s3cret-token-0123456789")?;
+        assert!(!format!("{token:?}").contains("s3cret"));
+        Ok(())
+    }
+}

@@ -1,0 +1,305 @@
+//! Configuration from the environment: the only place Afterglow reads environment variables.
+//!
+//! | variable | meaning | default |
+//! |---|---|---|
+//! | `AFTERGLOW_INGEST_TOKEN` | secret expected as `?token=` on ingest (≥ 16 of `A-Z a-z 0-9 - _ . ~`) | unset: ingest is open, allowed only for `serve` on loopback |
+//! | `AFTERGLOW_BUCKET` | S3 bucket; when set, storage is S3 | unset: local directory |
+//! | `AFTERGLOW_PREFIX` | key prefix inside the bucket | empty |
+//! | `AWS_ENDPOINT_URL_S3` | endpoint of an S3-compatible server (SeaweedFS, MinIO, moto) | AWS |
+//! | `AFTERGLOW_S3_FORCE_PATH_STYLE` | `true`/`false`: path-style S3 URLs | `true` when `AWS_ENDPOINT_URL_S3` is set |
+//! | `AFTERGLOW_DATA_DIR` | local data directory when no bucket is set | `./afterglow-data` |
+//! | `AFTERGLOW_MAX_BODY_BYTES` | largest ingest body | 5 MiB |
+//! | `AFTERGLOW_MAX_EVENTS_PER_REQUEST` | most events in one ingest body | 10000 |
+//! | `AFTERGLOW_LOG` | log filter (`info`, `afterglow=debug`, …) | `info` |
+//! | `AWS_LAMBDA_RUNTIME_API`, `_HANDLER` | set by Lambda: run as the function named by `_HANDLER` | unset: CLI |
+//!
+//! The AWS SDK itself also reads the standard AWS variables (credentials, region).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::auth::IngestToken;
+use crate::ingest::IngestLimits;
+use crate::storage::S3Settings;
+
+/// A variable that is set to something unusable, or missing where it is required.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// Set, but not to a usable value.
+    #[error("{variable}={shown} is invalid: {reason}")]
+    Invalid {
+        /// The variable's name.
+        variable: &'static str,
+        /// Its value, or `<redacted>` for secrets.
+        shown: String,
+        /// What was expected.
+        reason: String,
+    },
+    /// Required in this mode but not set.
+    #[error("{variable} must be set: {reason}")]
+    Missing {
+        /// The variable's name.
+        variable: &'static str,
+        /// Why it is needed.
+        reason: &'static str,
+    },
+}
+
+/// Which function a Lambda runtime runs, from `_HANDLER` (the template's `Handler`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LambdaFunction {
+    /// `ingest`: API Gateway → raw objects.
+    Ingest,
+}
+
+impl LambdaFunction {
+    /// Every `_HANDLER` value this build serves.
+    pub const ALL: &'static [&'static str] = &["ingest"];
+
+    fn parse(value: &str) -> Result<Self, ConfigError> {
+        match value {
+            "ingest" => Ok(Self::Ingest),
+            other => Err(ConfigError::Invalid {
+                variable: "_HANDLER",
+                shown: other.to_owned(),
+                reason: format!("expected one of: {}", Self::ALL.join(", ")),
+            }),
+        }
+    }
+}
+
+/// Where objects are stored.
+#[derive(Clone, Debug)]
+pub enum StorageConfig {
+    /// A local directory (the embedded default).
+    LocalDir(PathBuf),
+    /// An S3 bucket.
+    S3(S3Settings),
+}
+
+/// Everything Afterglow reads from its environment.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Where objects are stored.
+    pub storage: StorageConfig,
+    /// The ingest secret, if configured.
+    pub ingest_token: Option<IngestToken>,
+    /// Bounds on ingest requests.
+    pub ingest_limits: IngestLimits,
+    /// Log filter directive.
+    pub log_filter: String,
+    /// `Some` when running inside AWS Lambda.
+    pub lambda: Option<LambdaFunction>,
+}
+
+/// True inside AWS Lambda (`AWS_LAMBDA_RUNTIME_API` is set), even when the rest of the
+/// configuration is invalid: the binary then reports the error instead of parsing a command line.
+pub fn running_in_lambda() -> bool {
+    std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some_and(|value| !value.is_empty())
+}
+
+impl Config {
+    /// Reads the process environment.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    /// Reads configuration through `lookup` (tests pass a map).
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let get = |name: &str| lookup(name).filter(|value| !value.is_empty());
+
+        let ingest_token = get("AFTERGLOW_INGEST_TOKEN")
+            .map(|secret| {
+                IngestToken::new(&secret).map_err(|err| ConfigError::Invalid {
+                    variable: "AFTERGLOW_INGEST_TOKEN",
+                    shown: "<redacted>".to_owned(),
+                    reason: err.to_string(),
+                })
+            })
+            .transpose()?;
+
+        let endpoint_url = get("AWS_ENDPOINT_URL_S3");
+        let storage = match get("AFTERGLOW_BUCKET") {
+            Some(bucket) => StorageConfig::S3(S3Settings {
+                bucket,
+                prefix: get("AFTERGLOW_PREFIX").unwrap_or_default(),
+                force_path_style: parse_bool(
+                    "AFTERGLOW_S3_FORCE_PATH_STYLE",
+                    get("AFTERGLOW_S3_FORCE_PATH_STYLE"),
+                    endpoint_url.is_some(),
+                )?,
+                endpoint_url,
+                operation_timeout: None,
+            }),
+            None => StorageConfig::LocalDir(
+                get("AFTERGLOW_DATA_DIR")
+                    .map_or_else(|| PathBuf::from("./afterglow-data"), PathBuf::from),
+            ),
+        };
+
+        let defaults = IngestLimits::default();
+        let ingest_limits = IngestLimits {
+            max_body_bytes: parse_count(
+                "AFTERGLOW_MAX_BODY_BYTES",
+                get("AFTERGLOW_MAX_BODY_BYTES"),
+                defaults.max_body_bytes,
+            )?,
+            max_events: parse_count(
+                "AFTERGLOW_MAX_EVENTS_PER_REQUEST",
+                get("AFTERGLOW_MAX_EVENTS_PER_REQUEST"),
+                defaults.max_events,
+            )?,
+        };
+
+        let lambda = match get("AWS_LAMBDA_RUNTIME_API") {
+            None => None,
+            Some(_) => Some(LambdaFunction::parse(&get("_HANDLER").ok_or(
+                ConfigError::Missing {
+                    variable: "_HANDLER",
+                    reason: "Lambda sets it from the function's Handler (ingest)",
+                },
+            )?)?),
+        };
+
+        Ok(Self {
+            storage,
+            ingest_token,
+            ingest_limits,
+            log_filter: get("AFTERGLOW_LOG").unwrap_or_else(|| "info".to_owned()),
+            lambda,
+        })
+    }
+
+    /// Storage for a Lambda function: S3 is required, with a call timeout that keeps ingest
+    /// answers inside Ray's 3 s.
+    pub fn lambda_s3(&self, operation_timeout: Duration) -> Result<S3Settings, ConfigError> {
+        match &self.storage {
+            StorageConfig::S3(settings) => Ok(S3Settings {
+                operation_timeout: Some(operation_timeout),
+                ..settings.clone()
+            }),
+            StorageConfig::LocalDir(_) => Err(ConfigError::Missing {
+                variable: "AFTERGLOW_BUCKET",
+                reason: "the Lambda functions store everything in S3",
+            }),
+        }
+    }
+}
+
+fn parse_count(
+    variable: &'static str,
+    value: Option<String>,
+    default: usize,
+) -> Result<usize, ConfigError> {
+    match value {
+        None => Ok(default),
+        Some(text) => match text.parse::<usize>() {
+            Ok(count) if count > 0 => Ok(count),
+            _ => Err(ConfigError::Invalid {
+                variable,
+                shown: text,
+                reason: "expected a positive whole number".to_owned(),
+            }),
+        },
+    }
+}
+
+fn parse_bool(
+    variable: &'static str,
+    value: Option<String>,
+    default: bool,
+) -> Result<bool, ConfigError> {
+    match value.as_deref() {
+        None => Ok(default),
+        Some("true" | "1" | "yes") => Ok(true),
+        Some("false" | "0" | "no") => Ok(false),
+        Some(other) => Err(ConfigError::Invalid {
+            variable,
+            shown: other.to_owned(),
+            reason: "expected true or false".to_owned(),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    fn config(vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let vars: HashMap<String, String> = vars
+            .iter()
+            .map(|(name, value)| ((*name).to_owned(), (*value).to_owned()))
+            .collect();
+        Config::from_lookup(|name| vars.get(name).cloned())
+    }
+
+    #[test]
+    fn defaults_to_a_local_directory_and_open_cli() -> Result<(), ConfigError> {
+        let config = config(&[])?;
+        assert!(
+            matches!(&config.storage, StorageConfig::LocalDir(dir) if dir.ends_with("afterglow-data"))
+        );
+        assert!(config.ingest_token.is_none());
+        assert_eq!(config.lambda, None);
+        assert_eq!(config.ingest_limits, IngestLimits::default());
+        Ok(())
+    }
+
+    #[test]
+    fn a_bucket_selects_s3_with_path_style_for_local_endpoints() -> Result<(), ConfigError> {
+        let config = config(&[
+            ("AFTERGLOW_BUCKET", "history"),
+            ("AFTERGLOW_PREFIX", "team-a"),
+            ("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:8333"),
+        ])?;
+        let StorageConfig::S3(s3) = &config.storage else {
+            panic!("expected S3 storage");
+        };
+        assert_eq!(s3.bucket, "history");
+        assert_eq!(s3.prefix, "team-a");
+        assert!(s3.force_path_style);
+        Ok(())
+    }
+
+    #[test]
+    fn errors_name_the_variable_and_hide_secrets() {
+        let err = config(&[("AFTERGLOW_INGEST_TOKEN", "tiny")]).err();
+        let text = err.map(|err| err.to_string()).unwrap_or_default();
+        assert!(text.contains("AFTERGLOW_INGEST_TOKEN"), "{text}");
+        assert!(!text.contains("tiny"), "{text}");
+
+        let err = config(&[("AFTERGLOW_MAX_BODY_BYTES", "lots")]).err();
+        assert!(err.is_some_and(|err| err.to_string().contains("AFTERGLOW_MAX_BODY_BYTES=lots")));
+    }
+
+    #[test]
+    fn lambda_handler_must_name_a_known_function() {
+        let unknown = config(&[
+            ("AWS_LAMBDA_RUNTIME_API", "127.0.0.1:9001"),
+            ("_HANDLER", "bootstrap"),
+        ]);
+        let text = unknown.err().map(|err| err.to_string()).unwrap_or_default();
+        assert!(
+            text.contains("_HANDLER=bootstrap") && text.contains("ingest"),
+            "{text}"
+        );
+        let ingest = config(&[
+            ("AWS_LAMBDA_RUNTIME_API", "127.0.0.1:9001"),
+            ("_HANDLER", "ingest"),
+        ]);
+        assert!(matches!(
+            ingest.map(|c| c.lambda),
+            Ok(Some(LambdaFunction::Ingest))
+        ));
+    }
+
+    #[test]
+    fn lambda_requires_a_bucket() -> Result<(), ConfigError> {
+        let config = config(&[])?;
+        let err = config.lambda_s3(Duration::from_secs(2)).err();
+        assert!(err.is_some_and(|err| err.to_string().contains("AFTERGLOW_BUCKET")));
+        Ok(())
+    }
+}

@@ -1,0 +1,457 @@
+//! Protobuf-JSON encoding rules of Ray's exported events, as serde helpers.
+//!
+//! Ray's aggregator agent prints events with `MessageToJson`, so every value follows the proto3
+//! JSON mapping (reference §2.1): `bytes` are padded standard base64, 64-bit integers are strings,
+//! timestamps are RFC 3339 with 0–9 fractional digits, enums are their names. This module turns
+//! those into the forms the rest of Afterglow works with (hex IDs, integers, nanoseconds) and owns
+//! no knowledge of which field uses which rule.
+
+use std::fmt;
+
+use base64::Engine as _;
+use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
+use serde::de::{self, Deserializer, Visitor};
+use serde::{Deserialize, Serialize};
+
+/// Standard alphabet; padding is what Ray sends, but a missing pad costs nothing to accept.
+const BASE64: GeneralPurpose = GeneralPurpose::new(
+    &base64::alphabet::STANDARD,
+    GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent),
+);
+
+/// A Ray binary ID (task, job, actor, node, worker, placement group, event), held as lowercase
+/// hex: the form Ray's state API and dashboard print.
+///
+/// Deserializes from the base64 the wire carries. An empty string means "not set" and is read as
+/// `None` by [`opt_id`]; a bare `Id` is never empty.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
+pub struct Id(Box<str>);
+
+impl Id {
+    /// Decodes Ray's base64 form. Returns `None` for the empty string (an unset `bytes` field).
+    pub fn from_base64(text: &str) -> Result<Option<Self>, base64::DecodeError> {
+        if text.is_empty() {
+            return Ok(None);
+        }
+        let bytes = BASE64.decode(text)?;
+        Ok(Some(Self::from_bytes(&bytes)))
+    }
+
+    /// Builds an ID from raw bytes.
+    pub fn from_bytes(bytes: &[u8]) -> Self {
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        let mut hex = String::with_capacity(bytes.len() * 2);
+        for byte in bytes {
+            hex.push(char::from(DIGITS[usize::from(byte >> 4)]));
+            hex.push(char::from(DIGITS[usize::from(byte & 0x0f)]));
+        }
+        Self(hex.into_boxed_str())
+    }
+
+    /// Reads the lowercase hex form back; `None` unless it is non-empty, even-length lowercase
+    /// hex.
+    pub fn from_hex(hex: &str) -> Option<Self> {
+        let valid = !hex.is_empty()
+            && hex.len().is_multiple_of(2)
+            && hex
+                .bytes()
+                .all(|digit| matches!(digit, b'0'..=b'9' | b'a'..=b'f'));
+        valid.then(|| Self(hex.into()))
+    }
+
+    /// The lowercase hex form.
+    pub fn as_hex(&self) -> &str {
+        &self.0
+    }
+
+    /// True for Ray's nil IDs, which are all `0xff` bytes.
+    pub fn is_nil(&self) -> bool {
+        self.0.bytes().all(|digit| digit == b'f')
+    }
+
+    /// Number of bytes the ID encodes.
+    pub fn byte_len(&self) -> usize {
+        self.0.len() / 2
+    }
+}
+
+impl fmt::Debug for Id {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Id({})", self.0)
+    }
+}
+
+impl fmt::Display for Id {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Deserializes an optional `bytes` ID: absent, `null` and `""` are all `None`.
+pub fn opt_id<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Id>, D::Error> {
+    let text: Option<std::borrow::Cow<'de, str>> = Option::deserialize(deserializer)?;
+    match text {
+        None => Ok(None),
+        Some(text) => Id::from_base64(&text)
+            .map_err(|err| de::Error::custom(format_args!("invalid base64 ID {text:?}: {err}"))),
+    }
+}
+
+/// Deserializes a `map<string, bytes>` into hex IDs, dropping empty values.
+pub fn id_map<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<std::collections::BTreeMap<String, Id>, D::Error> {
+    let raw: Option<std::collections::BTreeMap<String, String>> =
+        Option::deserialize(deserializer)?;
+    let mut ids = std::collections::BTreeMap::new();
+    for (key, text) in raw.unwrap_or_default() {
+        let id = Id::from_base64(&text)
+            .map_err(|err| de::Error::custom(format_args!("invalid base64 ID {text:?}: {err}")))?;
+        if let Some(id) = id {
+            ids.insert(key, id);
+        }
+    }
+    Ok(ids)
+}
+
+/// Deserializes a protobuf `int64`/`uint64`: a JSON string of digits, or (leniently) a number.
+pub fn int64<'de, D: Deserializer<'de>>(deserializer: D) -> Result<i64, D::Error> {
+    struct Int64;
+    impl Visitor<'_> for Int64 {
+        type Value = i64;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a 64-bit integer as a string or number")
+        }
+        fn visit_i64<E: de::Error>(self, value: i64) -> Result<i64, E> {
+            Ok(value)
+        }
+        fn visit_u64<E: de::Error>(self, value: u64) -> Result<i64, E> {
+            i64::try_from(value).map_err(|_| E::custom(format_args!("{value} overflows int64")))
+        }
+        fn visit_f64<E: de::Error>(self, value: f64) -> Result<i64, E> {
+            if value.fract() == 0.0 && value.abs() < 9.0e15 {
+                #[allow(clippy::cast_possible_truncation)]
+                Ok(value as i64)
+            } else {
+                Err(E::custom(format_args!("{value} is not an integer")))
+            }
+        }
+        fn visit_str<E: de::Error>(self, text: &str) -> Result<i64, E> {
+            if let Ok(value) = text.parse::<i64>() {
+                return Ok(value);
+            }
+            // uint64 values above i64::MAX would only come from corrupt data; saturate rather
+            // than reject the whole event.
+            text.parse::<u64>()
+                .map(|_| i64::MAX)
+                .map_err(|_| E::custom(format_args!("{text:?} is not a 64-bit integer")))
+        }
+        fn visit_unit<E: de::Error>(self) -> Result<i64, E> {
+            Ok(0)
+        }
+    }
+    deserializer.deserialize_any(Int64)
+}
+
+/// Like [`int64`] but `None` when the field is absent or `null` (proto3 `optional int64`).
+pub fn opt_int64<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<i64>, D::Error> {
+    #[derive(Deserialize)]
+    struct Wrapper(#[serde(deserialize_with = "int64")] i64);
+    Option::<Wrapper>::deserialize(deserializer).map(|wrapped| wrapped.map(|Wrapper(value)| value))
+}
+
+/// A `google.protobuf.Timestamp`, as nanoseconds since the Unix epoch (UTC).
+///
+/// Ray prints RFC 3339 with 0, 3, 6 or 9 fractional digits (`…54Z`, `…54.627Z`,
+/// `…54.629442378Z`); any count from 0 to 9 and any UTC offset are accepted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
+pub struct Timestamp(i64);
+
+impl Timestamp {
+    /// From nanoseconds since the epoch.
+    pub const fn from_nanos(nanos: i64) -> Self {
+        Self(nanos)
+    }
+
+    /// Nanoseconds since the epoch.
+    pub const fn nanos(self) -> i64 {
+        self.0
+    }
+
+    /// Milliseconds since the epoch, rounded down, as Ray's state API reports them.
+    pub const fn millis(self) -> i64 {
+        self.0.div_euclid(1_000_000)
+    }
+
+    /// Parses an RFC 3339 timestamp.
+    pub fn parse_rfc3339(text: &str) -> Result<Self, TimestampError> {
+        let parsed =
+            chrono::DateTime::parse_from_rfc3339(text).map_err(|source| TimestampError {
+                text: text.to_owned(),
+                reason: source.to_string(),
+            })?;
+        parsed
+            .timestamp_nanos_opt()
+            .map(Self)
+            .ok_or_else(|| TimestampError {
+                text: text.to_owned(),
+                reason: "outside the range of 64-bit nanoseconds (years 1677–2262)".to_owned(),
+            })
+    }
+}
+
+/// A timestamp that is not RFC 3339.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid RFC 3339 timestamp {text:?}: {reason}")]
+pub struct TimestampError {
+    text: String,
+    reason: String,
+}
+
+impl<'de> Deserialize<'de> for Timestamp {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = std::borrow::Cow::<'de, str>::deserialize(deserializer)?;
+        Self::parse_rfc3339(&text).map_err(de::Error::custom)
+    }
+}
+
+/// Declares a protobuf enum as Ray prints it: by name, with the proto number kept so that the
+/// numeric forms (unknown-to-sender values, 2.49's `taskState` map keys) still map, and an
+/// `Unknown` variant so that names added by later Ray releases never fail an event.
+macro_rules! ray_enum {
+    (
+        $(#[$meta:meta])*
+        $vis:vis enum $name:ident { $( $(#[$vmeta:meta])* $variant:ident = $number:literal ),+ $(,)? }
+    ) => {
+        $(#[$meta])*
+        #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+        #[allow(non_camel_case_types, clippy::upper_case_acronyms)]
+        $vis enum $name {
+            $(
+                $(#[$vmeta])*
+                #[doc = concat!("`", stringify!($variant), "` (proto number ", stringify!($number), ").")]
+                $variant,
+            )+
+            /// A name (or number) this build does not know; kept verbatim.
+            Unknown(Box<str>),
+        }
+
+        impl $name {
+            /// The name Ray prints, or the unknown text as received.
+            pub fn as_str(&self) -> &str {
+                match self {
+                    $( Self::$variant => stringify!($variant), )+
+                    Self::Unknown(text) => text,
+                }
+            }
+
+            /// The proto number, where this build knows it.
+            pub fn number(&self) -> Option<i32> {
+                match self {
+                    $( Self::$variant => Some($number), )+
+                    Self::Unknown(_) => None,
+                }
+            }
+
+            /// Reads a name as Ray prints it.
+            pub fn from_name(name: &str) -> Self {
+                match name {
+                    $( stringify!($variant) => Self::$variant, )+
+                    other => Self::Unknown(other.into()),
+                }
+            }
+
+            /// Reads a proto number.
+            pub fn from_number(number: i64) -> Self {
+                match number {
+                    $( $number => Self::$variant, )+
+                    other => Self::Unknown(other.to_string().into_boxed_str()),
+                }
+            }
+        }
+
+        impl Default for $name {
+            /// Proto3's default is the variant numbered 0.
+            fn default() -> Self {
+                Self::from_number(0)
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl serde::Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                serializer.serialize_str(self.as_str())
+            }
+        }
+
+        impl<'de> serde::Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                $crate::event::encoding::deserialize_enum(deserializer, Self::from_name, Self::from_number)
+            }
+        }
+    };
+}
+pub(crate) use ray_enum;
+
+/// Shared body of every `ray_enum!` deserializer: a name string, a number, or `null` (default).
+pub(crate) fn deserialize_enum<'de, D, T>(
+    deserializer: D,
+    from_name: fn(&str) -> T,
+    from_number: fn(i64) -> T,
+) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+{
+    struct EnumVisitor<T> {
+        from_name: fn(&str) -> T,
+        from_number: fn(i64) -> T,
+    }
+    impl<T> Visitor<'_> for EnumVisitor<T> {
+        type Value = T;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("an enum name or number")
+        }
+        fn visit_str<E: de::Error>(self, name: &str) -> Result<T, E> {
+            Ok((self.from_name)(name))
+        }
+        fn visit_i64<E: de::Error>(self, number: i64) -> Result<T, E> {
+            Ok((self.from_number)(number))
+        }
+        fn visit_u64<E: de::Error>(self, number: u64) -> Result<T, E> {
+            Ok((self.from_number)(
+                i64::try_from(number).unwrap_or(i64::MAX),
+            ))
+        }
+        fn visit_unit<E: de::Error>(self) -> Result<T, E> {
+            Ok((self.from_number)(0))
+        }
+    }
+    deserializer.deserialize_any(EnumVisitor {
+        from_name,
+        from_number,
+    })
+}
+
+#[cfg(test)]
+#[allow(unreachable_pub)]
+mod tests {
+    use super::*;
+
+    #[derive(Deserialize)]
+    struct Ints {
+        #[serde(deserialize_with = "int64")]
+        value: i64,
+        #[serde(default, deserialize_with = "opt_int64")]
+        optional: Option<i64>,
+    }
+
+    #[derive(Deserialize)]
+    struct Ids {
+        #[serde(default, deserialize_with = "opt_id")]
+        id: Option<Id>,
+    }
+
+    ray_enum! {
+        enum Colour { RED = 0, GREEN = 1 }
+    }
+
+    #[test]
+    fn base64_ids_become_lowercase_hex() -> Result<(), Box<dyn std::error::Error>> {
+        // The driver-submitted parent task id from reference §2.1.
+        let id = Id::from_base64("//////////////////////////8BAAAA")?.ok_or("empty")?;
+        assert_eq!(
+            id.as_hex(),
+            "ffffffffffffffffffffffffffffffffffffffff01000000"
+        );
+        assert_eq!(id.byte_len(), 24);
+        let task = Id::from_base64("yO9FzNARJXH///////////////8BAAAA")?.ok_or("empty")?;
+        assert_eq!(
+            task.as_hex(),
+            "c8ef45ccd0112571ffffffffffffffffffffffff01000000"
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn empty_and_absent_ids_are_none() -> Result<(), serde_json::Error> {
+        assert_eq!(serde_json::from_str::<Ids>(r#"{"id": ""}"#)?.id, None);
+        assert_eq!(serde_json::from_str::<Ids>(r#"{}"#)?.id, None);
+        assert_eq!(serde_json::from_str::<Ids>(r#"{"id": null}"#)?.id, None);
+        Ok(())
+    }
+
+    #[test]
+    fn invalid_base64_is_an_error_naming_the_text() {
+        let err = serde_json::from_str::<Ids>(r#"{"id": "not base64!"}"#).err();
+        assert!(err.is_some_and(|err| err.to_string().contains("not base64!")));
+    }
+
+    #[test]
+    fn nil_ids_are_all_ff() -> Result<(), Box<dyn std::error::Error>> {
+        let nil_pg = Id::from_base64("////////////////////////")?.ok_or("empty")?;
+        assert!(nil_pg.is_nil());
+        assert_eq!(nil_pg.byte_len(), 18);
+        let job = Id::from_base64("AQAAAA==")?.ok_or("empty")?;
+        assert!(!job.is_nil());
+        assert_eq!(job.as_hex(), "01000000");
+        Ok(())
+    }
+
+    #[test]
+    fn int64_accepts_strings_and_numbers() -> Result<(), serde_json::Error> {
+        let ints: Ints = serde_json::from_str(r#"{"value": "1795328096960093697"}"#)?;
+        assert_eq!(ints.value, 1_795_328_096_960_093_697);
+        assert_eq!(ints.optional, None);
+        let ints: Ints = serde_json::from_str(r#"{"value": 15318, "optional": "-32"}"#)?;
+        assert_eq!(ints.value, 15318);
+        assert_eq!(ints.optional, Some(-32));
+        assert!(serde_json::from_str::<Ints>(r#"{"value": "12x"}"#).is_err());
+        assert!(serde_json::from_str::<Ints>(r#"{"value": 1.5}"#).is_err());
+        Ok(())
+    }
+
+    #[test]
+    fn timestamps_take_zero_to_nine_fraction_digits() -> Result<(), TimestampError> {
+        let whole = Timestamp::parse_rfc3339("2026-11-22T06:14:54Z")?;
+        for (text, extra_nanos) in [
+            ("2026-11-22T06:14:54.6Z", 600_000_000),
+            ("2026-11-22T06:14:54.627Z", 627_000_000),
+            ("2026-11-22T06:14:54.629442Z", 629_442_000),
+            ("2026-11-22T06:14:54.629442378Z", 629_442_378),
+            ("2026-11-22T06:14:54.000000001Z", 1),
+        ] {
+            assert_eq!(
+                Timestamp::parse_rfc3339(text)?.nanos() - whole.nanos(),
+                extra_nanos,
+                "{text}"
+            );
+        }
+        assert_eq!(whole.nanos(), 1_795_328_094_000_000_000);
+        assert_eq!(whole.millis(), 1_795_328_094_000);
+        let offset = Timestamp::parse_rfc3339("2026-11-22T07:14:54+01:00")?;
+        assert_eq!(offset, whole);
+        assert!(Timestamp::parse_rfc3339("2026-11-22 06:14:54").is_err());
+        assert!(Timestamp::parse_rfc3339("yesterday").is_err());
+        Ok(())
+    }
+
+    #[test]
+    fn enums_read_names_numbers_and_keep_unknown_names() -> Result<(), serde_json::Error> {
+        assert_eq!(serde_json::from_str::<Colour>(r#""GREEN""#)?, Colour::GREEN);
+        assert_eq!(serde_json::from_str::<Colour>("1")?, Colour::GREEN);
+        assert_eq!(serde_json::from_str::<Colour>("null")?, Colour::RED);
+        let future = serde_json::from_str::<Colour>(r#""ULTRAVIOLET""#)?;
+        assert_eq!(future, Colour::Unknown("ULTRAVIOLET".into()));
+        assert_eq!(future.as_str(), "ULTRAVIOLET");
+        assert_eq!(future.number(), None);
+        assert_eq!(Colour::default(), Colour::RED);
+        Ok(())
+    }
+}

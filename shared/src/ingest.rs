@@ -1,0 +1,240 @@
+//! The ingest function's logic: check a POST from Ray, and store its events as one raw object.
+//!
+//! Ray re-sends a batch on any status ≥ 400, on a connection error, or after 3 s, forever. So a
+//! batch is answered `Ok` only once its object is durable, and refused (4xx) only when it is not
+//! Ray traffic at all or exceeds the configured size: an array of unknown or malformed events is
+//! stored as received, for compaction to quarantine what it cannot read.
+
+use std::io::Write;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use flate2::Compression;
+use flate2::write::GzEncoder;
+use serde_json::value::RawValue;
+use ulid::Ulid;
+
+use crate::auth::IngestToken;
+use crate::event::{BatchError, split_batch};
+use crate::layout::{ClusterName, raw_object_key};
+use crate::storage::{InvalidKey, ObjectKey, PutMode, Storage, StorageError};
+
+/// The Ray setting that bounds events per POST, named in every size refusal.
+pub const RAY_BATCH_SIZE_VARIABLE: &str =
+    "RAY_DASHBOARD_AGGREGATOR_AGENT_MAX_EVENT_SEND_BATCH_SIZE";
+
+/// Size bounds of one ingest request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IngestLimits {
+    /// Largest accepted body. Lambda's synchronous payload limit is 6 MB, envelope included.
+    pub max_body_bytes: usize,
+    /// Most events accepted in one body (Ray sends at most 1000 since 2.55, 10 000 before).
+    pub max_events: usize,
+}
+
+impl Default for IngestLimits {
+    fn default() -> Self {
+        Self {
+            max_body_bytes: 5 * 1024 * 1024,
+            max_events: 10_000,
+        }
+    }
+}
+
+/// Who may post events.
+#[derive(Clone, Debug)]
+pub enum IngestAccess {
+    /// Only requests presenting this token.
+    Token(IngestToken),
+    /// Anyone who can reach the listener: only for `serve` bound to loopback.
+    Open,
+}
+
+/// Why a request was not stored.
+#[derive(Debug, thiserror::Error)]
+pub enum IngestError {
+    /// No `token` query parameter.
+    #[error("missing ingest token: add ?token=<AFTERGLOW_INGEST_TOKEN> to the export URL")]
+    MissingToken,
+    /// A token that is not the configured one.
+    #[error("wrong ingest token")]
+    WrongToken,
+    /// The body is larger than [`IngestLimits::max_body_bytes`].
+    #[error(
+        "request body of {bytes} bytes exceeds the limit of {limit} bytes: lower \
+         {RAY_BATCH_SIZE_VARIABLE} on the Ray cluster (1000 is Ray's default since 2.55)"
+    )]
+    BodyTooLarge {
+        /// Body size (or a lower bound of it, when reading stopped at the limit).
+        bytes: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// More events than [`IngestLimits::max_events`].
+    #[error(
+        "request carries {events} events, more than the limit of {limit}: set \
+         {RAY_BATCH_SIZE_VARIABLE}={limit} or lower on the Ray cluster"
+    )]
+    TooManyEvents {
+        /// Events in the body.
+        events: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// Not a JSON array: not Ray's export traffic.
+    #[error(transparent)]
+    NotABatch(#[from] BatchError),
+    /// The object key could not be formed (a bug, never the caller's fault).
+    #[error(transparent)]
+    Key(#[from] InvalidKey),
+    /// Compression failed (out of memory; never the caller's fault).
+    #[error("could not compress the batch: {0}")]
+    Encode(#[source] std::io::Error),
+    /// Storage refused or failed the write; the request should be retried.
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+}
+
+/// What was stored for one accepted request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IngestReceipt {
+    /// The raw object written; `None` for an empty batch, which stores nothing.
+    pub key: Option<ObjectKey>,
+    /// Events stored.
+    pub events: usize,
+    /// Compressed bytes written.
+    pub stored_bytes: usize,
+}
+
+/// The ingest service: configuration plus the storage it writes to.
+#[derive(Clone, Debug)]
+pub struct Ingestor {
+    storage: Arc<dyn Storage>,
+    access: IngestAccess,
+    limits: IngestLimits,
+}
+
+impl Ingestor {
+    /// An ingestor writing to `storage`.
+    pub fn new(storage: Arc<dyn Storage>, access: IngestAccess, limits: IngestLimits) -> Self {
+        Self {
+            storage,
+            access,
+            limits,
+        }
+    }
+
+    /// The size limits in force.
+    pub fn limits(&self) -> IngestLimits {
+        self.limits
+    }
+
+    /// Checks the token a request presented.
+    pub fn authorize(&self, presented: Option<&str>) -> Result<(), IngestError> {
+        match (&self.access, presented) {
+            (IngestAccess::Open, _) => Ok(()),
+            (IngestAccess::Token(_), None) => Err(IngestError::MissingToken),
+            (IngestAccess::Token(token), Some(presented)) if token.matches(presented) => Ok(()),
+            (IngestAccess::Token(_), Some(_)) => Err(IngestError::WrongToken),
+        }
+    }
+
+    /// Stores an authorized request body for `cluster` as one raw object, returning only once it
+    /// is durable.
+    #[tracing::instrument(name = "ingest", skip(self, body), fields(cluster = %cluster, bytes = body.len(), events))]
+    pub async fn ingest(
+        &self,
+        cluster: &ClusterName,
+        body: &[u8],
+    ) -> Result<IngestReceipt, IngestError> {
+        if body.len() > self.limits.max_body_bytes {
+            return Err(IngestError::BodyTooLarge {
+                bytes: body.len(),
+                limit: self.limits.max_body_bytes,
+            });
+        }
+        let events = split_batch(body)?;
+        tracing::Span::current().record("events", events.len());
+        if events.len() > self.limits.max_events {
+            return Err(IngestError::TooManyEvents {
+                events: events.len(),
+                limit: self.limits.max_events,
+            });
+        }
+        if events.is_empty() {
+            return Ok(IngestReceipt {
+                key: None,
+                events: 0,
+                stored_bytes: 0,
+            });
+        }
+        let object = encode_ndjson_gz(&events, body.len()).map_err(IngestError::Encode)?;
+        let stored_bytes = object.len();
+        let key = raw_object_key(cluster, Ulid::new())?;
+        // A fresh ULID never collides; `Create` makes sure a clash could never overwrite data.
+        self.storage
+            .put(&key, Bytes::from(object), PutMode::Create)
+            .await?;
+        tracing::info!(key = %key, stored_bytes, "stored raw batch");
+        Ok(IngestReceipt {
+            key: Some(key),
+            events: events.len(),
+            stored_bytes,
+        })
+    }
+}
+
+/// Encodes events as gzip-compressed NDJSON: one event per line, each exactly as received.
+///
+/// A raw newline can only be insignificant whitespace in valid JSON (inside strings it must be
+/// escaped), so replacing one with a space keeps every event byte-for-byte equivalent while
+/// keeping one event per line.
+pub fn encode_ndjson_gz(events: &[&RawValue], size_hint: usize) -> std::io::Result<Vec<u8>> {
+    let mut encoder = GzEncoder::new(Vec::with_capacity(size_hint / 6), Compression::fast());
+    let mut line = Vec::new();
+    for event in events {
+        let text = event.get().as_bytes();
+        if text.contains(&b'\n') || text.contains(&b'\r') {
+            line.clear();
+            line.extend(text.iter().map(|&byte| match byte {
+                b'\n' | b'\r' => b' ',
+                other => other,
+            }));
+            encoder.write_all(&line)?;
+        } else {
+            encoder.write_all(text)?;
+        }
+        encoder.write_all(b"\n")?;
+    }
+    encoder.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Read;
+
+    use super::*;
+
+    fn gunzip(bytes: &[u8]) -> std::io::Result<String> {
+        let mut text = String::new();
+        flate2::read::GzDecoder::new(bytes).read_to_string(&mut text)?;
+        Ok(text)
+    }
+
+    #[test]
+    fn ndjson_keeps_each_event_verbatim_on_its_own_line() -> Result<(), Box<dyn std::error::Error>>
+    {
+        let body = br#"[{"a": "x\ny", "b": 1},
+            {"c":
+              [2]}]"#;
+        let events = split_batch(body)?;
+        let text = gunzip(&encode_ndjson_gz(&events, body.len())?)?;
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 2);
+        assert_eq!(lines[0], r#"{"a": "x\ny", "b": 1}"#);
+        let second: serde_json::Value = serde_json::from_str(lines[1])?;
+        assert_eq!(second, serde_json::json!({"c": [2]}));
+        assert!(text.ends_with('\n'));
+        Ok(())
+    }
+}

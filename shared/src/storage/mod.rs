@@ -1,0 +1,131 @@
+//! Object storage: one small trait, two backends.
+//!
+//! Everything Afterglow keeps lives in a flat key space of immutable objects plus a few small
+//! objects replaced under a condition (manifests). [`Storage`] is that contract;
+//! [`S3Storage`] is the deployed backend and [`LocalDirStorage`] the embedded default of `serve`.
+//! Both pass the same conformance suite (`tests/storage.rs`). Nothing here knows what the
+//! objects contain.
+
+mod key;
+mod local;
+mod s3;
+
+use std::fmt;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+
+pub use self::key::{InvalidKey, ObjectKey};
+pub use self::local::LocalDirStorage;
+pub use self::s3::{S3Settings, S3Storage};
+
+/// An object version tag: opaque, compared only for equality.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ETag(String);
+
+impl ETag {
+    /// Wraps a backend's tag.
+    pub fn new(tag: impl Into<String>) -> Self {
+        Self(tag.into())
+    }
+
+    /// The tag as the backend wrote it.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// How a [`Storage::put`] treats an object that may already exist.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PutMode {
+    /// Write whatever is there.
+    Overwrite,
+    /// Write only if no object exists at the key (S3 `If-None-Match: *`).
+    Create,
+    /// Write only if the current object has this tag (S3 `If-Match`).
+    Update(ETag),
+}
+
+/// An object's bytes and version.
+#[derive(Clone, Debug)]
+pub struct StoredObject {
+    /// The whole object.
+    pub body: Bytes,
+    /// Its version, for a later [`PutMode::Update`].
+    pub etag: ETag,
+}
+
+/// What a listing says about one object.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObjectMeta {
+    /// The key, without any backend prefix.
+    pub key: ObjectKey,
+    /// Size in bytes.
+    pub size: u64,
+}
+
+/// Why a storage call failed. Every variant names the key involved.
+#[derive(Debug, thiserror::Error)]
+pub enum StorageError {
+    /// No object at the key.
+    #[error("no object at {key}")]
+    NotFound {
+        /// The key asked for.
+        key: ObjectKey,
+    },
+    /// A conditional put lost: the object exists ([`PutMode::Create`]) or changed or vanished
+    /// ([`PutMode::Update`]). Re-read and retry.
+    #[error("the object at {key} changed (conditional write refused)")]
+    Precondition {
+        /// The key written.
+        key: ObjectKey,
+    },
+    /// The backend failed (network, permissions, disk). Nothing is known to be written.
+    #[error("storage failed at {key}: {source}")]
+    Backend {
+        /// The key (or prefix) involved.
+        key: String,
+        /// What the backend said.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+impl StorageError {
+    pub(crate) fn backend(
+        key: impl fmt::Display,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
+        Self::Backend {
+            key: key.to_string(),
+            source: source.into(),
+        }
+    }
+}
+
+/// A flat store of objects addressed by [`ObjectKey`].
+///
+/// Contract, for every implementation:
+/// - `put` is atomic: no reader ever sees a partially written object, and when it returns `Ok`
+///   the object is durable (it survives a crash of this process).
+/// - Conditional puts are linearizable per key: of two racing `Update`s with the same tag, at
+///   most one succeeds; the loser gets [`StorageError::Precondition`].
+/// - `list` returns keys in lexicographic order.
+/// - `delete` of a missing key succeeds.
+#[async_trait]
+pub trait Storage: Send + Sync + fmt::Debug {
+    /// Writes `body` at `key` under `mode`, returning the new version's tag.
+    async fn put(&self, key: &ObjectKey, body: Bytes, mode: PutMode) -> Result<ETag, StorageError>;
+
+    /// Reads a whole object. [`StorageError::NotFound`] if absent.
+    async fn get(&self, key: &ObjectKey) -> Result<StoredObject, StorageError>;
+
+    /// Lists every object whose key starts with `prefix`, in key order.
+    async fn list(&self, prefix: &str) -> Result<Vec<ObjectMeta>, StorageError>;
+
+    /// Deletes an object; a missing one is not an error.
+    async fn delete(&self, key: &ObjectKey) -> Result<(), StorageError>;
+
+    /// Where the objects live, for people (`s3://bucket/prefix`, a directory path).
+    fn location(&self) -> String;
+}

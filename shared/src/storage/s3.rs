@@ -1,0 +1,207 @@
+//! The S3 backend (aws-sdk-s3), also used against S3-compatible servers such as SeaweedFS.
+//!
+//! Conditional puts map to S3's `If-None-Match: *` and `If-Match`; a `412 Precondition Failed`
+//! or `409 ConditionalRequestConflict` answer becomes [`StorageError::Precondition`].
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use aws_sdk_s3::Client;
+use aws_sdk_s3::config::http::HttpResponse;
+use aws_sdk_s3::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_s3::primitives::ByteStream;
+use bytes::Bytes;
+
+use super::{ETag, ObjectKey, ObjectMeta, PutMode, Storage, StorageError, StoredObject};
+
+/// Where and how to reach the bucket.
+#[derive(Clone, Debug)]
+pub struct S3Settings {
+    /// Bucket name.
+    pub bucket: String,
+    /// Key prefix inside the bucket (no leading or trailing `/`), or empty.
+    pub prefix: String,
+    /// Endpoint of an S3-compatible server; `None` for AWS.
+    pub endpoint_url: Option<String>,
+    /// Path-style addressing (`http://host/bucket/key`), which local servers need.
+    pub force_path_style: bool,
+    /// Upper bound on one whole call including retries; ingest must answer Ray within 3 s.
+    pub operation_timeout: Option<Duration>,
+}
+
+/// Objects in one S3 bucket under an optional prefix.
+#[derive(Clone, Debug)]
+pub struct S3Storage {
+    client: Client,
+    bucket: String,
+    prefix: String,
+}
+
+impl S3Storage {
+    /// Builds a client from the standard AWS configuration chain (environment, profile, IMDS,
+    /// Lambda role) plus `settings`.
+    pub async fn connect(settings: S3Settings) -> Self {
+        let shared = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+        let mut builder =
+            aws_sdk_s3::config::Builder::from(&shared).force_path_style(settings.force_path_style);
+        if let Some(endpoint) = &settings.endpoint_url {
+            builder = builder.endpoint_url(endpoint);
+        }
+        if let Some(timeout) = settings.operation_timeout {
+            builder = builder.timeout_config(
+                aws_sdk_s3::config::timeout::TimeoutConfig::builder()
+                    .operation_timeout(timeout)
+                    .connect_timeout(Duration::from_secs(1))
+                    .build(),
+            );
+        }
+        Self {
+            client: Client::from_conf(builder.build()),
+            bucket: settings.bucket,
+            prefix: settings.prefix.trim_matches('/').to_owned(),
+        }
+    }
+
+    fn full_key(&self, key: &str) -> String {
+        if self.prefix.is_empty() {
+            key.to_owned()
+        } else {
+            format!("{}/{key}", self.prefix)
+        }
+    }
+}
+
+/// The HTTP status of a failed call, when the server answered at all.
+fn status_of<E>(err: &SdkError<E, HttpResponse>) -> Option<u16> {
+    err.raw_response()
+        .map(|response| response.status().as_u16())
+}
+
+/// A readable message: the SDK's `Display` for service errors is only "service error".
+fn describe<E>(err: SdkError<E, HttpResponse>) -> Box<dyn std::error::Error + Send + Sync>
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+{
+    match err {
+        SdkError::ServiceError(service) => {
+            let inner = service.into_err();
+            let code = inner.code().unwrap_or("unknown");
+            let message = inner.message().unwrap_or("no message");
+            format!("S3 error {code}: {message}").into()
+        }
+        other => DisplayErrorContext(&other).to_string().into(),
+    }
+}
+
+#[async_trait]
+impl Storage for S3Storage {
+    #[tracing::instrument(name = "s3.put", skip(self, body), fields(bucket = %self.bucket, key = %key, bytes = body.len()))]
+    async fn put(&self, key: &ObjectKey, body: Bytes, mode: PutMode) -> Result<ETag, StorageError> {
+        let mut request = self
+            .client
+            .put_object()
+            .bucket(&self.bucket)
+            .key(self.full_key(key.as_str()))
+            .body(ByteStream::from(body));
+        request = match &mode {
+            PutMode::Overwrite => request,
+            PutMode::Create => request.if_none_match("*"),
+            PutMode::Update(etag) => request.if_match(etag.as_str()),
+        };
+        match request.send().await {
+            Ok(output) => Ok(ETag::new(output.e_tag.unwrap_or_default())),
+            Err(err)
+                if mode != PutMode::Overwrite && matches!(status_of(&err), Some(412 | 409)) =>
+            {
+                Err(StorageError::Precondition { key: key.clone() })
+            }
+            // S3 answers 404 to If-Match on a missing object; for Update that is a lost race.
+            Err(err) if matches!(mode, PutMode::Update(_)) && status_of(&err) == Some(404) => {
+                Err(StorageError::Precondition { key: key.clone() })
+            }
+            Err(err) => Err(StorageError::backend(key, describe(err))),
+        }
+    }
+
+    #[tracing::instrument(name = "s3.get", skip(self), fields(bucket = %self.bucket, key = %key))]
+    async fn get(&self, key: &ObjectKey) -> Result<StoredObject, StorageError> {
+        let output = self
+            .client
+            .get_object()
+            .bucket(&self.bucket)
+            .key(self.full_key(key.as_str()))
+            .send()
+            .await
+            .map_err(|err| {
+                if status_of(&err) == Some(404) {
+                    StorageError::NotFound { key: key.clone() }
+                } else {
+                    StorageError::backend(key, describe(err))
+                }
+            })?;
+        let etag = ETag::new(output.e_tag.clone().unwrap_or_default());
+        let body = output
+            .body
+            .collect()
+            .await
+            .map_err(|err| StorageError::backend(key, err))?
+            .into_bytes();
+        Ok(StoredObject { body, etag })
+    }
+
+    #[tracing::instrument(name = "s3.list", skip(self), fields(bucket = %self.bucket))]
+    async fn list(&self, prefix: &str) -> Result<Vec<ObjectMeta>, StorageError> {
+        let full_prefix = self.full_key(prefix);
+        let strip = if self.prefix.is_empty() {
+            0
+        } else {
+            self.prefix.len() + 1
+        };
+        let mut pages = self
+            .client
+            .list_objects_v2()
+            .bucket(&self.bucket)
+            .prefix(&full_prefix)
+            .into_paginator()
+            .send();
+        let mut found = Vec::new();
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(|err| StorageError::backend(prefix, describe(err)))?;
+            for object in page.contents.unwrap_or_default() {
+                let Some(relative) = object.key.as_deref().and_then(|key| key.get(strip..)) else {
+                    continue;
+                };
+                // Objects written by something else under our prefix are not ours to list.
+                if let Ok(key) = ObjectKey::new(relative) {
+                    let size = object.size.and_then(|size| u64::try_from(size).ok());
+                    found.push(ObjectMeta {
+                        key,
+                        size: size.unwrap_or(0),
+                    });
+                }
+            }
+        }
+        found.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(found)
+    }
+
+    #[tracing::instrument(name = "s3.delete", skip(self), fields(bucket = %self.bucket, key = %key))]
+    async fn delete(&self, key: &ObjectKey) -> Result<(), StorageError> {
+        self.client
+            .delete_object()
+            .bucket(&self.bucket)
+            .key(self.full_key(key.as_str()))
+            .send()
+            .await
+            .map_err(|err| StorageError::backend(key, describe(err)))?;
+        Ok(())
+    }
+
+    fn location(&self) -> String {
+        if self.prefix.is_empty() {
+            format!("s3://{}", self.bucket)
+        } else {
+            format!("s3://{}/{}", self.bucket, self.prefix)
+        }
+    }
+}

@@ -1,0 +1,189 @@
+//! The real `afterglow` binary, as a user runs it: help, configuration errors, and `serve`
+//! taking Ray's bodies on the URL it prints.
+
+use std::io::{BufRead as _, BufReader};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use afterglow_tests::{FixtureRun, raw_events, stored_raw_lines};
+use anyhow::{Context as _, ensure};
+use shared::storage::LocalDirStorage;
+
+/// `target/<profile>/afterglow`, built by `cargo build` before the tests (scripts/test does).
+fn binary() -> anyhow::Result<PathBuf> {
+    let exe = std::env::current_exe()?;
+    let profile_dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .context("test binary location")?;
+    let binary = profile_dir.join("afterglow");
+    ensure!(
+        binary.is_file(),
+        "{} is missing: run `cargo build --release` before the tests",
+        binary.display()
+    );
+    Ok(binary)
+}
+
+/// The binary with a clean Afterglow environment.
+fn afterglow() -> anyhow::Result<Command> {
+    let mut command = Command::new(binary()?);
+    for variable in [
+        "AFTERGLOW_BUCKET",
+        "AFTERGLOW_INGEST_TOKEN",
+        "AFTERGLOW_DATA_DIR",
+        "AWS_LAMBDA_RUNTIME_API",
+        "_HANDLER",
+    ] {
+        command.env_remove(variable);
+    }
+    Ok(command)
+}
+
+#[test]
+fn help_lists_the_commands_and_flags() -> anyhow::Result<()> {
+    let output = afterglow()?.arg("--help").output()?;
+    ensure!(output.status.success());
+    let text = String::from_utf8(output.stdout)?;
+    ensure!(text.contains("serve"), "{text}");
+    let output = afterglow()?.args(["serve", "--help"]).output()?;
+    ensure!(output.status.success());
+    let text = String::from_utf8(output.stdout)?;
+    for flag in ["--data-dir", "--addr", "--cluster"] {
+        ensure!(text.contains(flag), "serve --help lacks {flag}: {text}");
+    }
+    Ok(())
+}
+
+#[test]
+fn a_bad_variable_is_named_in_the_error() -> anyhow::Result<()> {
+    let output = afterglow()?
+        .args(["serve", "--addr", "127.0.0.1:0"])
+        .env("AFTERGLOW_MAX_BODY_BYTES", "lots")
+        .output()?;
+    ensure!(output.status.code() == Some(2));
+    let text = String::from_utf8(output.stderr)?;
+    ensure!(text.contains("AFTERGLOW_MAX_BODY_BYTES=lots"), "{text}");
+    Ok(())
+}
+
+#[test]
+fn an_unknown_lambda_handler_is_named_with_the_allowed_values() -> anyhow::Result<()> {
+    let output = afterglow()?
+        .env("AWS_LAMBDA_RUNTIME_API", "127.0.0.1:9")
+        .env("_HANDLER", "bootstrap")
+        .output()?;
+    ensure!(output.status.code() == Some(2));
+    let text = String::from_utf8(output.stderr)?;
+    ensure!(
+        text.contains("_HANDLER=bootstrap") && text.contains("ingest"),
+        "{text}"
+    );
+    Ok(())
+}
+
+#[test]
+fn open_ingest_refuses_a_non_loopback_address() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let output = afterglow()?
+        .args(["serve", "--addr", "0.0.0.0:0", "--data-dir"])
+        .arg(dir.path())
+        .output()?;
+    ensure!(!output.status.success());
+    let text = String::from_utf8(output.stderr)?;
+    ensure!(text.contains("AFTERGLOW_INGEST_TOKEN"), "{text}");
+    Ok(())
+}
+
+/// Kills the child process when the test ends, however it ends.
+struct Running(std::process::Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test]
+async fn serve_prints_the_ray_settings_and_stores_what_ray_posts() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let mut child = Running(
+        afterglow()?
+            .args([
+                "serve",
+                "--addr",
+                "127.0.0.1:0",
+                "--cluster",
+                "laptop",
+                "--data-dir",
+            ])
+            .arg(dir.path())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()?,
+    );
+    let stdout = child.0.stdout.take().context("stdout")?;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut printed = Vec::new();
+    let mut export_url = None;
+    for line in BufReader::new(stdout).lines() {
+        let line = line?;
+        printed.push(line.clone());
+        if let Some(value) = line
+            .trim()
+            .strip_prefix("export RAY_DASHBOARD_AGGREGATOR_AGENT_EVENTS_EXPORT_ADDR=")
+        {
+            export_url = Some(value.trim_matches('"').to_owned());
+            break;
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "no export line in time: {printed:?}"
+        );
+    }
+    let export_url = export_url.with_context(|| format!("no export line in {printed:?}"))?;
+    for variable in [
+        "RAY_enable_core_worker_ray_event_to_aggregator=1",
+        "RAY_enable_ray_event=1",
+        "RAY_DASHBOARD_AGGREGATOR_AGENT_EXPOSABLE_EVENT_TYPES=ALL",
+    ] {
+        ensure!(
+            printed.iter().any(|line| line.contains(variable)),
+            "{variable} not printed: {printed:?}"
+        );
+    }
+    ensure!(export_url.ends_with("/v1/events/laptop"), "{export_url}");
+
+    let run = FixtureRun::named("edge-cases")?;
+    let mut sent = Vec::new();
+    let client = reqwest::Client::new();
+    for request in run.requests()? {
+        let response = client
+            .post(&export_url)
+            .header("content-type", "application/json")
+            .body(request.body.clone())
+            .send()
+            .await?;
+        ensure!(
+            response.status() == 200,
+            "#{}: {}",
+            request.seq,
+            response.status()
+        );
+        sent.extend(raw_events(&request.body)?);
+    }
+    let storage = LocalDirStorage::open(dir.path())?;
+    let mut stored = stored_raw_lines(&storage, "raw/laptop/").await?;
+    stored.sort();
+    sent.sort();
+    ensure!(
+        stored == sent,
+        "stored {} events, sent {}",
+        stored.len(),
+        sent.len()
+    );
+    drop(child);
+    Ok(())
+}

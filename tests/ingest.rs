@@ -1,0 +1,398 @@
+//! Ingest: Ray's captured POST bodies replayed over HTTP (through `serve`'s router and through
+//! the Lambda adapter), read back from storage byte for byte, and every kind of bad request.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use afterglow::http::{AppState, router};
+use afterglow::serve::ServeSettings;
+use afterglow_tests::{
+    FixtureRun, TestServer, local_storage, open_settings, raw_events, stored_raw_lines,
+};
+use anyhow::{Context as _, ensure};
+use shared::auth::IngestToken;
+use shared::ingest::{IngestAccess, IngestLimits, Ingestor, RAY_BATCH_SIZE_VARIABLE};
+use shared::storage::{LocalDirStorage, S3Storage, Storage};
+use tower::ServiceExt as _;
+
+const TOKEN: &str = "test-token-0123456789abcdef";
+
+fn counts(lines: impl IntoIterator<Item = String>) -> BTreeMap<String, usize> {
+    let mut counts = BTreeMap::new();
+    for line in lines {
+        *counts.entry(line).or_insert(0) += 1;
+    }
+    counts
+}
+
+async fn post(url: &str, body: impl Into<reqwest::Body>) -> anyhow::Result<(u16, String)> {
+    let response = reqwest::Client::new()
+        .post(url)
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await?;
+    let status = response.status().as_u16();
+    Ok((status, response.text().await?))
+}
+
+/// Every request of every captured run, in arrival order and including the deliveries Ray
+/// retried, is answered 200, and storage then holds exactly those events, each line equal to
+/// the event's text in the body Ray sent.
+async fn replayed_fixture_bodies_are_stored_verbatim(
+    storage: Arc<dyn Storage>,
+) -> anyhow::Result<()> {
+    let server = TestServer::start(open_settings(Arc::clone(&storage))).await?;
+    for run in FixtureRun::all()? {
+        let mut sent = Vec::new();
+        for request in run.requests()? {
+            let (status, text) = post(
+                &format!("{}/v1/events/{}", server.url, run.name),
+                request.body.clone(),
+            )
+            .await?;
+            ensure!(
+                status == 200,
+                "{} #{}: {status} {text}",
+                run.name,
+                request.seq
+            );
+            sent.extend(raw_events(&request.body)?);
+        }
+        let stored = stored_raw_lines(&*storage, &format!("raw/{}/", run.name)).await?;
+        ensure!(
+            counts(stored.clone()) == counts(sent.clone()),
+            "{}: stored {} lines, sent {} events; they differ",
+            run.name,
+            stored.len(),
+            sent.len()
+        );
+    }
+    server.stop().await
+}
+
+/// A batch of events Afterglow cannot read (unknown types, missing fields) is Ray traffic all
+/// the same: stored, not refused, since Ray would re-send a refused batch forever.
+async fn unknown_and_malformed_events_are_stored_not_refused(
+    storage: Arc<dyn Storage>,
+) -> anyhow::Result<()> {
+    let server = TestServer::start(open_settings(Arc::clone(&storage))).await?;
+    let body = r#"[{"eventType": "FROM_THE_FUTURE_EVENT", "x": 1}, {"eventType": "TASK_LIFECYCLE_EVENT"}, 42, "text"]"#;
+    let (status, text) = post(&format!("{}/v1/events/odd", server.url), body).await?;
+    ensure!(status == 200, "{status} {text}");
+    let stored = stored_raw_lines(&*storage, "raw/odd/").await?;
+    ensure!(stored == raw_events(body.as_bytes())?, "stored {stored:?}");
+    server.stop().await
+}
+
+afterglow_tests::for_each_backend!(
+    replayed_fixture_bodies_are_stored_verbatim,
+    unknown_and_malformed_events_are_stored_not_refused,
+);
+
+fn token_settings(storage: Arc<dyn Storage>) -> anyhow::Result<ServeSettings> {
+    Ok(ServeSettings {
+        storage,
+        ingest_token: Some(IngestToken::new(TOKEN)?),
+        ingest_limits: IngestLimits::default(),
+    })
+}
+
+async fn body_of(run: &str) -> anyhow::Result<Vec<u8>> {
+    Ok(FixtureRun::named(run)?
+        .requests()?
+        .into_iter()
+        .next()
+        .context("no requests")?
+        .body)
+}
+
+#[tokio::test]
+async fn missing_token_answers_401_and_stores_nothing() -> anyhow::Result<()> {
+    let (_guard, storage) = local_storage()?;
+    let storage: Arc<dyn Storage> = Arc::new(storage);
+    let server = TestServer::start(token_settings(Arc::clone(&storage))?).await?;
+    let (status, text) = post(
+        &format!("{}/v1/events/c", server.url),
+        body_of("basic-workload").await?,
+    )
+    .await?;
+    ensure!(status == 401, "{status} {text}");
+    ensure!(text.contains("token"), "{text}");
+    ensure!(storage.list("raw/").await?.is_empty());
+    server.stop().await
+}
+
+#[tokio::test]
+async fn wrong_token_answers_403_and_stores_nothing() -> anyhow::Result<()> {
+    let (_guard, storage) = local_storage()?;
+    let storage: Arc<dyn Storage> = Arc::new(storage);
+    let server = TestServer::start(token_settings(Arc::clone(&storage))?).await?;
+    let url = format!(
+        "{}/v1/events/c?token=test-token-0123456789abcdeX",
+        server.url
+    );
+    let (status, text) = post(&url, body_of("basic-workload").await?).await?;
+    ensure!(status == 403, "{status} {text}");
+    ensure!(
+        !text.contains(TOKEN),
+        "the answer must not echo the secret: {text}"
+    );
+    ensure!(storage.list("raw/").await?.is_empty());
+    let (status, _) = post(
+        &format!("{}/v1/events/c?token={TOKEN}", server.url),
+        body_of("basic-workload").await?,
+    )
+    .await?;
+    ensure!(status == 200, "the right token must work: {status}");
+    ensure!(storage.list("raw/c/").await?.len() == 1);
+    server.stop().await
+}
+
+#[tokio::test]
+async fn bodies_that_are_not_json_arrays_answer_400_and_store_nothing() -> anyhow::Result<()> {
+    let (_guard, storage) = local_storage()?;
+    let storage: Arc<dyn Storage> = Arc::new(storage);
+    let server = TestServer::start(open_settings(Arc::clone(&storage))).await?;
+    for body in [
+        "",
+        "not json",
+        r#"{"eventType": "TASK_LIFECYCLE_EVENT"}"#,
+        r#"[{"truncated": "#,
+        "[1, 2] trailing",
+    ] {
+        let (status, text) = post(&format!("{}/v1/events/c", server.url), body).await?;
+        ensure!(status == 400, "{body:?}: {status} {text}");
+        ensure!(
+            text.contains("not a JSON array of Ray events"),
+            "{body:?}: {text}"
+        );
+    }
+    ensure!(storage.list("raw/").await?.is_empty());
+    server.stop().await
+}
+
+#[tokio::test]
+async fn deeply_nested_bodies_are_refused_or_stored_without_crashing() -> anyhow::Result<()> {
+    let (_guard, storage) = local_storage()?;
+    let storage: Arc<dyn Storage> = Arc::new(storage);
+    let server = TestServer::start(open_settings(Arc::clone(&storage))).await?;
+    let depth = 200_000;
+    let nested = format!("[{}{}]", "[".repeat(depth), "]".repeat(depth));
+    let (status, _) = post(&format!("{}/v1/events/c", server.url), nested).await?;
+    ensure!(status == 200 || status == 400, "got {status}");
+    // The server is still alive and serving.
+    let (status, _) = post(&format!("{}/v1/events/c", server.url), "[]").await?;
+    ensure!(status == 200);
+    server.stop().await
+}
+
+#[tokio::test]
+async fn oversized_bodies_answer_413_naming_the_ray_variable() -> anyhow::Result<()> {
+    let (_guard, storage) = local_storage()?;
+    let storage: Arc<dyn Storage> = Arc::new(storage);
+    let body = body_of("basic-workload").await?;
+    let settings = ServeSettings {
+        ingest_limits: IngestLimits {
+            max_body_bytes: body.len() - 1,
+            max_events: 10_000,
+        },
+        ..open_settings(Arc::clone(&storage))
+    };
+    let server = TestServer::start(settings).await?;
+    let (status, text) = post(&format!("{}/v1/events/c", server.url), body).await?;
+    ensure!(status == 413, "{status} {text}");
+    ensure!(text.contains(RAY_BATCH_SIZE_VARIABLE), "{text}");
+    ensure!(storage.list("raw/").await?.is_empty());
+    server.stop().await
+}
+
+#[tokio::test]
+async fn batches_with_too_many_events_answer_413_naming_the_ray_variable() -> anyhow::Result<()> {
+    let (_guard, storage) = local_storage()?;
+    let storage: Arc<dyn Storage> = Arc::new(storage);
+    let body = body_of("basic-workload").await?;
+    let events = raw_events(&body)?.len();
+    ensure!(events > 1, "need a multi-event body");
+    let settings = ServeSettings {
+        ingest_limits: IngestLimits {
+            max_body_bytes: 5 * 1024 * 1024,
+            max_events: events - 1,
+        },
+        ..open_settings(Arc::clone(&storage))
+    };
+    let server = TestServer::start(settings).await?;
+    let (status, text) = post(&format!("{}/v1/events/c", server.url), body).await?;
+    ensure!(status == 413, "{status} {text}");
+    ensure!(text.contains(RAY_BATCH_SIZE_VARIABLE), "{text}");
+    ensure!(storage.list("raw/").await?.is_empty());
+    server.stop().await
+}
+
+#[tokio::test]
+async fn an_empty_batch_is_accepted_and_stores_nothing() -> anyhow::Result<()> {
+    let (_guard, storage) = local_storage()?;
+    let storage: Arc<dyn Storage> = Arc::new(storage);
+    let server = TestServer::start(open_settings(Arc::clone(&storage))).await?;
+    let (status, text) = post(&format!("{}/v1/events/c", server.url), "[]").await?;
+    ensure!(status == 200, "{status} {text}");
+    ensure!(storage.list("raw/").await?.is_empty());
+    server.stop().await
+}
+
+#[tokio::test]
+async fn invalid_cluster_names_answer_400() -> anyhow::Result<()> {
+    let (_guard, storage) = local_storage()?;
+    let storage: Arc<dyn Storage> = Arc::new(storage);
+    let server = TestServer::start(open_settings(Arc::clone(&storage))).await?;
+    let (status, text) = post(&format!("{}/v1/events/.hidden", server.url), "[]").await?;
+    ensure!(status == 400, "{status} {text}");
+    ensure!(text.contains("invalid cluster name"), "{text}");
+    server.stop().await
+}
+
+/// A local directory whose staging area has been replaced by a file: every write really fails.
+#[tokio::test]
+async fn a_failing_local_disk_answers_503_so_ray_retries() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let storage = LocalDirStorage::open(dir.path())?;
+    std::fs::remove_dir(dir.path().join("~staging"))?;
+    std::fs::write(dir.path().join("~staging"), b"not a directory")?;
+    let server = TestServer::start(open_settings(Arc::new(storage))).await?;
+    let (status, text) = post(
+        &format!("{}/v1/events/c", server.url),
+        body_of("edge-cases").await?,
+    )
+    .await?;
+    ensure!(status == 503, "{status} {text}");
+    ensure!(text.contains("storage failed"), "{text}");
+    server.stop().await
+}
+
+/// An S3 endpoint that refuses connections: the SDK's real error path, answered 503.
+#[tokio::test]
+async fn an_unreachable_s3_answers_503_so_ray_retries() -> anyhow::Result<()> {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let endpoint = format!("http://{}", closed.local_addr()?);
+    drop(closed);
+    let storage = S3Storage::connect(shared::storage::S3Settings {
+        bucket: "afterglow-test".into(),
+        prefix: String::new(),
+        endpoint_url: Some(endpoint),
+        force_path_style: true,
+        operation_timeout: Some(Duration::from_secs(2)),
+    })
+    .await;
+    let server = TestServer::start(open_settings(Arc::new(storage))).await?;
+    let (status, text) = post(
+        &format!("{}/v1/events/c", server.url),
+        body_of("edge-cases").await?,
+    )
+    .await?;
+    ensure!(status == 503, "{status} {text}");
+    server.stop().await
+}
+
+/// An API Gateway HTTP API (payload v2) event, as Lambda delivers it, through the same router.
+fn api_gateway_event(cluster: &str, token: &str, body: &[u8], base64: bool) -> String {
+    use std::fmt::Write as _;
+    let encoded = if base64 {
+        let mut out = String::new();
+        // A tiny base64 encoder keeps the test independent of the code under test.
+        const ALPHABET: &[u8; 64] =
+            b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        for chunk in body.chunks(3) {
+            let n = chunk
+                .iter()
+                .enumerate()
+                .fold(0u32, |acc, (i, &b)| acc | (u32::from(b) << (16 - 8 * i)));
+            for i in 0..4 {
+                if i <= chunk.len() {
+                    let index = usize::try_from((n >> (18 - 6 * i)) & 63).unwrap_or(0);
+                    out.push(char::from(ALPHABET[index]));
+                } else {
+                    out.push('=');
+                }
+            }
+        }
+        out
+    } else {
+        String::from_utf8_lossy(body).into_owned()
+    };
+    let mut event = serde_json::json!({
+        "version": "2.0",
+        "routeKey": "POST /v1/events/{cluster}",
+        "rawPath": format!("/v1/events/{cluster}"),
+        "rawQueryString": format!("token={token}"),
+        "headers": {"content-type": "application/json", "user-agent": "Python/3.11 aiohttp/3.14.5"},
+        "queryStringParameters": {"token": token},
+        "pathParameters": {"cluster": cluster},
+        "requestContext": {
+            "accountId": "123456789012",
+            "apiId": "afterglow",
+            "domainName": "afterglow.execute-api.us-east-1.amazonaws.com",
+            "domainPrefix": "afterglow",
+            "http": {
+                "method": "POST",
+                "path": format!("/v1/events/{cluster}"),
+                "protocol": "HTTP/1.1",
+                "sourceIp": "127.0.0.1",
+                "userAgent": "Python/3.11 aiohttp/3.14.5"
+            },
+            "requestId": "lambda-request-1",
+            "routeKey": "POST /v1/events/{cluster}",
+            "stage": "$default",
+            "time": "22/Nov/2026:06:11:37 +0000",
+            "timeEpoch": 1_795_327_897_845_u64
+        },
+        "isBase64Encoded": base64
+    });
+    event["body"] = serde_json::Value::String(encoded);
+    let mut text = String::new();
+    let _ = write!(text, "{event}");
+    text
+}
+
+#[tokio::test]
+async fn lambda_api_gateway_v2_events_are_ingested() -> anyhow::Result<()> {
+    let (_guard, local) = local_storage()?;
+    let storage: Arc<dyn Storage> = Arc::new(local);
+    let state = Arc::new(AppState {
+        ingestor: Ingestor::new(
+            Arc::clone(&storage),
+            IngestAccess::Token(IngestToken::new(TOKEN)?),
+            IngestLimits::default(),
+        ),
+    });
+    let run = FixtureRun::named("snake-case-keys")?;
+    let mut sent = Vec::new();
+    for (index, request) in run.requests()?.into_iter().enumerate() {
+        let event = api_gateway_event("lambda-run", TOKEN, &request.body, index % 2 == 1);
+        let http_request = lambda_http::request::from_str(&event)?;
+        let response = router(Arc::clone(&state)).oneshot(http_request).await?;
+        ensure!(
+            response.status() == 200,
+            "request {}: {}",
+            request.seq,
+            response.status()
+        );
+        sent.extend(raw_events(&request.body)?);
+    }
+    let event = api_gateway_event("lambda-run", "wrong-token-0123456789", b"[]", false);
+    let response = router(Arc::clone(&state))
+        .oneshot(lambda_http::request::from_str(&event)?)
+        .await?;
+    ensure!(
+        response.status() == 403,
+        "wrong token: {}",
+        response.status()
+    );
+
+    let stored = stored_raw_lines(&*storage, "raw/lambda-run/").await?;
+    ensure!(
+        counts(stored) == counts(sent),
+        "stored events differ from the posted ones"
+    );
+    Ok(())
+}

@@ -1,0 +1,249 @@
+//! The storage conformance suite: every backend keeps the `Storage` contract. Each test runs
+//! against a local directory and, with `AFTERGLOW_TEST_S3=1`, a real S3-protocol server.
+
+use std::sync::Arc;
+
+use anyhow::ensure;
+use bytes::Bytes;
+use shared::storage::{ObjectKey, PutMode, Storage, StorageError};
+
+fn key(text: &str) -> anyhow::Result<ObjectKey> {
+    Ok(ObjectKey::new(text)?)
+}
+
+async fn put_then_get_returns_the_same_bytes(storage: Arc<dyn Storage>) -> anyhow::Result<()> {
+    let body: Vec<u8> = (0..=255u8).cycle().take(300_000).collect();
+    let object = key("raw/c/2026/11/22/06/a.ndjson.gz")?;
+    let etag = storage
+        .put(&object, Bytes::from(body.clone()), PutMode::Overwrite)
+        .await?;
+    let stored = storage.get(&object).await?;
+    ensure!(stored.body == body, "bytes differ after a round trip");
+    ensure!(
+        stored.etag == etag,
+        "get's tag {:?} differs from put's {:?}",
+        stored.etag,
+        etag
+    );
+    Ok(())
+}
+
+async fn get_of_a_missing_key_is_not_found(storage: Arc<dyn Storage>) -> anyhow::Result<()> {
+    match storage.get(&key("nothing/here")?).await {
+        Err(StorageError::NotFound { key }) => {
+            ensure!(key.as_str() == "nothing/here");
+            Ok(())
+        }
+        other => anyhow::bail!("expected NotFound, got {other:?}"),
+    }
+}
+
+async fn create_refuses_an_existing_object(storage: Arc<dyn Storage>) -> anyhow::Result<()> {
+    let object = key("manifests/m.json")?;
+    storage
+        .put(&object, Bytes::from_static(b"first"), PutMode::Create)
+        .await?;
+    let second = storage
+        .put(&object, Bytes::from_static(b"second"), PutMode::Create)
+        .await;
+    ensure!(
+        matches!(second, Err(StorageError::Precondition { .. })),
+        "expected Precondition, got {second:?}"
+    );
+    ensure!(
+        storage.get(&object).await?.body == "first",
+        "the loser overwrote the object"
+    );
+    Ok(())
+}
+
+async fn update_needs_the_current_tag(storage: Arc<dyn Storage>) -> anyhow::Result<()> {
+    let object = key("manifests/u.json")?;
+    let first = storage
+        .put(&object, Bytes::from_static(b"v1"), PutMode::Create)
+        .await?;
+    let second = storage
+        .put(
+            &object,
+            Bytes::from_static(b"v2"),
+            PutMode::Update(first.clone()),
+        )
+        .await?;
+    ensure!(first != second, "a new version must get a new tag");
+    let stale = storage
+        .put(&object, Bytes::from_static(b"v3"), PutMode::Update(first))
+        .await;
+    ensure!(
+        matches!(stale, Err(StorageError::Precondition { .. })),
+        "expected Precondition for a stale tag, got {stale:?}"
+    );
+    let stored = storage.get(&object).await?;
+    ensure!(stored.body == "v2" && stored.etag == second);
+    Ok(())
+}
+
+async fn update_of_a_missing_object_is_a_precondition_failure(
+    storage: Arc<dyn Storage>,
+) -> anyhow::Result<()> {
+    let object = key("manifests/gone.json")?;
+    let etag = storage
+        .put(&object, Bytes::from_static(b"v1"), PutMode::Create)
+        .await?;
+    storage.delete(&object).await?;
+    let result = storage
+        .put(&object, Bytes::from_static(b"v2"), PutMode::Update(etag))
+        .await;
+    ensure!(
+        matches!(result, Err(StorageError::Precondition { .. })),
+        "expected Precondition, got {result:?}"
+    );
+    Ok(())
+}
+
+async fn racing_updates_from_one_version_let_exactly_one_win(
+    storage: Arc<dyn Storage>,
+) -> anyhow::Result<()> {
+    let object = key("manifests/race.json")?;
+    let base = storage
+        .put(&object, Bytes::from_static(b"base"), PutMode::Create)
+        .await?;
+    let mut racers = Vec::new();
+    for writer in 0..8 {
+        let storage = Arc::clone(&storage);
+        let object = object.clone();
+        let base = base.clone();
+        racers.push(tokio::spawn(async move {
+            storage
+                .put(
+                    &object,
+                    Bytes::from(format!("writer {writer}")),
+                    PutMode::Update(base),
+                )
+                .await
+        }));
+    }
+    let mut winners = Vec::new();
+    for (writer, racer) in racers.into_iter().enumerate() {
+        match racer.await? {
+            Ok(_) => winners.push(writer),
+            Err(StorageError::Precondition { .. }) => {}
+            Err(other) => return Err(other.into()),
+        }
+    }
+    ensure!(
+        winners.len() == 1,
+        "expected exactly one winner, got {winners:?}"
+    );
+    let stored = storage.get(&object).await?;
+    ensure!(stored.body == format!("writer {}", winners[0]));
+    Ok(())
+}
+
+async fn list_returns_keys_under_a_prefix_in_order(
+    storage: Arc<dyn Storage>,
+) -> anyhow::Result<()> {
+    for name in [
+        "raw/b/2",
+        "raw/a/1",
+        "raw/a/3",
+        "raw/ab/x",
+        "tables/t/1",
+        "rawer/z",
+    ] {
+        storage
+            .put(
+                &key(name)?,
+                Bytes::from(name.to_owned()),
+                PutMode::Overwrite,
+            )
+            .await?;
+    }
+    let listed = |prefix: &'static str| {
+        let storage = Arc::clone(&storage);
+        async move {
+            let metas = storage.list(prefix).await?;
+            anyhow::Ok(
+                metas
+                    .into_iter()
+                    .map(|meta| (meta.key.to_string(), meta.size))
+                    .collect::<Vec<_>>(),
+            )
+        }
+    };
+    ensure!(
+        listed("raw/").await?
+            == [
+                ("raw/a/1".to_owned(), 7),
+                ("raw/a/3".to_owned(), 7),
+                ("raw/ab/x".to_owned(), 8),
+                ("raw/b/2".to_owned(), 7)
+            ],
+        "raw/ listing: {:?}",
+        listed("raw/").await?
+    );
+    let partial = listed("raw/a").await?;
+    ensure!(
+        partial.len() == 3,
+        "raw/a should match a/ and ab/: {partial:?}"
+    );
+    ensure!(listed("nothing/").await?.is_empty());
+    Ok(())
+}
+
+async fn delete_removes_and_is_idempotent(storage: Arc<dyn Storage>) -> anyhow::Result<()> {
+    let object = key("tables/old.parquet")?;
+    storage
+        .put(&object, Bytes::from_static(b"x"), PutMode::Overwrite)
+        .await?;
+    storage.delete(&object).await?;
+    ensure!(matches!(
+        storage.get(&object).await,
+        Err(StorageError::NotFound { .. })
+    ));
+    storage.delete(&object).await?;
+    ensure!(storage.list("tables/").await?.is_empty());
+    Ok(())
+}
+
+async fn overwrite_replaces_atomically(storage: Arc<dyn Storage>) -> anyhow::Result<()> {
+    let object = key("state/current")?;
+    let big_a = vec![b'a'; 2_000_000];
+    let big_b = vec![b'b'; 1_000_000];
+    storage
+        .put(&object, Bytes::from(big_a.clone()), PutMode::Overwrite)
+        .await?;
+    let writer = {
+        let storage = Arc::clone(&storage);
+        let object = object.clone();
+        tokio::spawn(async move {
+            storage
+                .put(&object, Bytes::from(big_b), PutMode::Overwrite)
+                .await
+        })
+    };
+    // Whatever a reader sees while the write runs is one whole version.
+    for _ in 0..10 {
+        let seen = storage.get(&object).await?.body;
+        ensure!(
+            (seen.len() == 2_000_000 && seen.iter().all(|&b| b == b'a'))
+                || (seen.len() == 1_000_000 && seen.iter().all(|&b| b == b'b')),
+            "a reader saw a partial object of {} bytes",
+            seen.len()
+        );
+    }
+    writer.await??;
+    ensure!(storage.get(&object).await?.body.len() == 1_000_000);
+    Ok(())
+}
+
+afterglow_tests::for_each_backend!(
+    put_then_get_returns_the_same_bytes,
+    get_of_a_missing_key_is_not_found,
+    create_refuses_an_existing_object,
+    update_needs_the_current_tag,
+    update_of_a_missing_object_is_a_precondition_failure,
+    racing_updates_from_one_version_let_exactly_one_win,
+    list_returns_keys_under_a_prefix_in_order,
+    delete_removes_and_is_idempotent,
+    overwrite_replaces_atomically,
+);

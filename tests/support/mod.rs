@@ -1,0 +1,220 @@
+//! Test support shared by every test file: the captured Ray runs, the storage backends under
+//! test, and an in-process server.
+//!
+//! S3 tests run against a real S3-protocol server when `AFTERGLOW_TEST_S3=1` (`scripts/test`
+//! starts SeaweedFS on 127.0.0.1 and always sets it); otherwise they print "skipping".
+
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use afterglow::serve::ServeSettings;
+use anyhow::Context as _;
+use shared::storage::{LocalDirStorage, S3Settings, S3Storage, Storage};
+use tokio::sync::oneshot;
+
+/// Folder of the captured Ray 2.60 runs (copied from the reference fixtures).
+pub fn fixtures_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/ray-2.60")
+}
+
+/// One captured run: the POST bodies Ray sent, in order, and Ray's own state-API answers.
+#[derive(Debug, Clone)]
+pub struct FixtureRun {
+    /// Folder name, such as `basic-workload`.
+    pub name: String,
+    /// Its folder.
+    pub dir: PathBuf,
+}
+
+/// One captured HTTP request.
+#[derive(Debug, Clone)]
+pub struct CapturedRequest {
+    /// Arrival order.
+    pub seq: u64,
+    /// The exact body.
+    pub body: Vec<u8>,
+    /// What the recording sink answered (500 = Ray re-sent the same body later).
+    pub response_status: u16,
+}
+
+impl FixtureRun {
+    /// Every run, sorted by name.
+    pub fn all() -> anyhow::Result<Vec<Self>> {
+        let mut runs = Vec::new();
+        for entry in std::fs::read_dir(fixtures_dir()).context("fixtures folder")? {
+            let dir = entry?.path();
+            if dir.join("requests.jsonl").is_file() {
+                let name = dir
+                    .file_name()
+                    .and_then(|name| name.to_str())
+                    .context("fixture folder name")?
+                    .to_owned();
+                runs.push(Self { name, dir });
+            }
+        }
+        runs.sort_by(|a, b| a.name.cmp(&b.name));
+        anyhow::ensure!(
+            runs.len() >= 6,
+            "expected the six captured runs, found {}",
+            runs.len()
+        );
+        Ok(runs)
+    }
+
+    /// One run by name.
+    pub fn named(name: &str) -> anyhow::Result<Self> {
+        Self::all()?
+            .into_iter()
+            .find(|run| run.name == name)
+            .with_context(|| format!("no fixture run {name}"))
+    }
+
+    /// Every request in arrival order, retried deliveries included.
+    pub fn requests(&self) -> anyhow::Result<Vec<CapturedRequest>> {
+        let log = std::fs::read_to_string(self.dir.join("requests.jsonl"))?;
+        let mut requests = Vec::new();
+        for line in log.lines().filter(|line| !line.trim().is_empty()) {
+            let entry: serde_json::Value = serde_json::from_str(line)?;
+            let body_file = entry["body_file"].as_str().context("body_file")?;
+            requests.push(CapturedRequest {
+                seq: entry["seq"].as_u64().context("seq")?,
+                body: std::fs::read(self.dir.join(body_file))
+                    .with_context(|| format!("{}/{body_file}", self.name))?,
+                response_status: u16::try_from(
+                    entry["response_status"]
+                        .as_u64()
+                        .context("response_status")?,
+                )?,
+            });
+        }
+        Ok(requests)
+    }
+
+    /// A ground-truth file (Ray's own answer), parsed.
+    pub fn ground_truth(&self, file: &str) -> anyhow::Result<serde_json::Value> {
+        let path = self.dir.join("ground-truth").join(file);
+        let text = std::fs::read_to_string(&path).with_context(|| format!("{}", path.display()))?;
+        Ok(serde_json::from_str(&text)?)
+    }
+}
+
+/// The events of a body as their exact JSON texts, read with serde_json alone.
+pub fn raw_events(body: &[u8]) -> anyhow::Result<Vec<String>> {
+    let events: Vec<&serde_json::value::RawValue> = serde_json::from_slice(body)?;
+    Ok(events.iter().map(|event| event.get().to_owned()).collect())
+}
+
+/// A fresh local-directory backend in a temporary folder (kept alive by the returned guard).
+pub fn local_storage() -> anyhow::Result<(tempfile::TempDir, LocalDirStorage)> {
+    let dir = tempfile::tempdir()?;
+    let storage = LocalDirStorage::open(dir.path().join("data"))?;
+    Ok((dir, storage))
+}
+
+/// True when S3 tests should run.
+pub fn s3_enabled() -> bool {
+    std::env::var("AFTERGLOW_TEST_S3").is_ok_and(|value| value == "1")
+}
+
+/// S3 settings for the test server, isolated under a fresh prefix.
+pub fn s3_test_settings() -> S3Settings {
+    S3Settings {
+        bucket: std::env::var("AFTERGLOW_TEST_BUCKET").unwrap_or_else(|_| "afterglow-test".into()),
+        prefix: format!("test-{}", ulid::Ulid::new().to_string().to_lowercase()),
+        endpoint_url: std::env::var("AWS_ENDPOINT_URL_S3").ok(),
+        force_path_style: true,
+        operation_timeout: None,
+    }
+}
+
+/// A real S3 backend under a fresh prefix, or `None` (with a note) when S3 tests are off.
+pub async fn s3_storage(test: &str) -> Option<S3Storage> {
+    if !s3_enabled() {
+        eprintln!("skipping the S3 variant of {test}: set AFTERGLOW_TEST_S3=1 (scripts/test does)");
+        return None;
+    }
+    Some(S3Storage::connect(s3_test_settings()).await)
+}
+
+/// Runs an `async fn(Arc<dyn Storage>) -> anyhow::Result<()>` against both backends: a local
+/// directory always, and S3 when enabled. One test, every implementation.
+#[macro_export]
+macro_rules! for_each_backend {
+    ($($test:ident),+ $(,)?) => {
+        mod local_dir {
+            $(
+                #[tokio::test]
+                async fn $test() -> anyhow::Result<()> {
+                    let (_guard, storage) = $crate::local_storage()?;
+                    super::$test(std::sync::Arc::new(storage)).await
+                }
+            )+
+        }
+        mod s3 {
+            $(
+                #[tokio::test]
+                async fn $test() -> anyhow::Result<()> {
+                    match $crate::s3_storage(stringify!($test)).await {
+                        Some(storage) => super::$test(std::sync::Arc::new(storage)).await,
+                        None => Ok(()),
+                    }
+                }
+            )+
+        }
+    };
+}
+
+/// An Afterglow server running in this process on `127.0.0.1:0`.
+pub struct TestServer {
+    /// Base URL, such as `http://127.0.0.1:41234`.
+    pub url: String,
+    shutdown: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+impl TestServer {
+    /// Starts a server with `settings`.
+    pub async fn start(settings: ServeSettings) -> anyhow::Result<Self> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let url = format!("http://{}", listener.local_addr()?);
+        let (shutdown, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(afterglow::serve::run(settings, listener, async {
+            let _ = stopped.await;
+        }));
+        Ok(Self {
+            url,
+            shutdown: Some(shutdown),
+            task,
+        })
+    }
+
+    /// Stops the server and reports how it ended.
+    pub async fn stop(mut self) -> anyhow::Result<()> {
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
+        }
+        (&mut self.task).await?
+    }
+}
+
+/// Settings with open ingest and default limits over `storage`.
+pub fn open_settings(storage: Arc<dyn Storage>) -> ServeSettings {
+    ServeSettings {
+        storage,
+        ingest_token: None,
+        ingest_limits: shared::ingest::IngestLimits::default(),
+    }
+}
+
+/// Every line of every raw object under `prefix`, in key order.
+pub async fn stored_raw_lines(storage: &dyn Storage, prefix: &str) -> anyhow::Result<Vec<String>> {
+    let mut lines = Vec::new();
+    for object in storage.list(prefix).await? {
+        let stored = storage.get(&object.key).await?;
+        let mut text = String::new();
+        flate2::read::GzDecoder::new(&stored.body[..]).read_to_string(&mut text)?;
+        lines.extend(text.lines().map(str::to_owned));
+    }
+    Ok(lines)
+}
