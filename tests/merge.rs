@@ -8,29 +8,20 @@ use afterglow_tests::{FixtureRun, raw_events};
 use anyhow::{Context as _, ensure};
 use shared::event::RayEvent;
 use shared::event::encoding::Id;
-use shared::merge::{AttemptKey, FailureContext, TaskAttempt, TaskView};
+use shared::merge::{SessionTasks, TaskView};
 
-/// Folds events (JSON texts) into per-attempt views.
+/// Folds events (JSON texts) into per-attempt views, keyed as Ray's rows are.
 fn fold(events: &[String]) -> anyhow::Result<BTreeMap<(String, i64), TaskView>> {
-    let mut attempts: BTreeMap<AttemptKey, TaskAttempt> = BTreeMap::new();
-    let mut context = FailureContext::default();
+    let mut session = SessionTasks::default();
     for text in events {
-        let event = RayEvent::from_json(text)?;
-        let at = event.timestamp.map_or(0, |timestamp| timestamp.nanos());
-        context.apply(&event.payload);
-        if let Some(key) = AttemptKey::of(&event.payload) {
-            attempts
-                .entry(key.clone())
-                .or_insert_with(|| TaskAttempt::new(&key))
-                .apply(at, &event.payload);
-        }
+        session.apply(&RayEvent::from_json(text)?);
     }
-    Ok(attempts
-        .into_iter()
-        .map(|(key, attempt)| {
+    Ok(session
+        .views()
+        .map(|(key, view)| {
             (
                 (key.task_id.to_string(), i64::from(key.attempt_number)),
-                attempt.view(&context),
+                view,
             )
         })
         .collect())

@@ -15,13 +15,13 @@
 
 use std::collections::BTreeMap;
 
-use crate::event::EventPayload;
 use crate::event::cluster::{DriverJobState, WorkerState};
 use crate::event::common::{FunctionDescriptor, Language, TaskStatus, TaskType};
 use crate::event::encoding::Id;
 use crate::event::task::{
     ActorTaskDefinitionEvent, TaskDefinitionEvent, TaskLifecycleEvent, TaskLogInfo,
 };
+use crate::event::{EventPayload, RayEvent};
 
 /// A value and when it was reported (ns). Merging keeps the later report; equal times keep the
 /// larger value, so the outcome never depends on arrival order.
@@ -551,6 +551,38 @@ impl TaskAttempt {
     }
 }
 
+/// The tasks of one session: every attempt, and the job ends and worker deaths that failure
+/// synthesis needs, folded from events in any order.
+#[derive(Clone, Debug, Default)]
+pub struct SessionTasks {
+    /// Attempts by key.
+    pub attempts: BTreeMap<AttemptKey, TaskAttempt>,
+    /// Job ends and worker deaths seen so far.
+    pub failures: FailureContext,
+}
+
+impl SessionTasks {
+    /// Folds in one event of the session; events about other entities only feed failure
+    /// synthesis or are ignored.
+    pub fn apply(&mut self, event: &RayEvent) {
+        let at = event.timestamp.map_or(0, |timestamp| timestamp.nanos());
+        self.failures.apply(&event.payload);
+        if let Some(key) = AttemptKey::of(&event.payload) {
+            self.attempts
+                .entry(key.clone())
+                .or_insert_with(|| TaskAttempt::new(&key))
+                .apply(at, &event.payload);
+        }
+    }
+
+    /// Every attempt as the state API shows it, in key order.
+    pub fn views(&self) -> impl Iterator<Item = (&AttemptKey, TaskView)> + '_ {
+        self.attempts
+            .iter()
+            .map(|(key, attempt)| (key, attempt.view(&self.failures)))
+    }
+}
+
 /// The job id of a task id: its last 4 bytes.
 pub fn job_id_of_task(task_id: &Id) -> Option<Id> {
     let hex = task_id.as_hex();
@@ -709,10 +741,7 @@ pub fn strip_ansi(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
     use super::*;
-    use crate::event::RayEvent;
 
     const TASK: &str = "FjEKDwpFr1z///////////////8BAAAA"; // 16310a0f…01000000
     const ACTOR_TASK: &str = "4NwXTINZkDRR392XtzhGUcshBU8BAAAA";
@@ -772,25 +801,12 @@ mod tests {
     fn views(events: &[String]) -> Vec<TaskView> {
         let mut results: Vec<Vec<TaskView>> = Vec::new();
         for order in orders(events) {
-            let mut attempts: BTreeMap<AttemptKey, TaskAttempt> = BTreeMap::new();
-            let mut context = FailureContext::default();
+            let mut session = SessionTasks::default();
             for text in &order {
                 let event = RayEvent::from_json(text).unwrap_or_else(|err| panic!("{err}: {text}"));
-                let at = event.timestamp.map_or(0, |t| t.nanos());
-                context.apply(&event.payload);
-                if let Some(key) = AttemptKey::of(&event.payload) {
-                    attempts
-                        .entry(key.clone())
-                        .or_insert_with(|| TaskAttempt::new(&key))
-                        .apply(at, &event.payload);
-                }
+                session.apply(&event);
             }
-            results.push(
-                attempts
-                    .values()
-                    .map(|attempt| attempt.view(&context))
-                    .collect(),
-            );
+            results.push(session.views().map(|(_, view)| view).collect());
         }
         let first = results[0].clone();
         for (index, other) in results.iter().enumerate() {
