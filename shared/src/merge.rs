@@ -4,7 +4,7 @@
 //! A [`TaskAttempt`] accumulates what its events said. Every merge is commutative, associative
 //! and idempotent, so events may arrive in any order, in any grouping, any number of times, and
 //! the result is the same:
-//! - transitions are a set of `(state, time)`;
+//! - transitions are a map from status to the latest time it was reported (Ray's `state_ts_ns`);
 //! - single-valued facts (node, worker, pid, error, repr name, each log-info field) keep the
 //!   value reported latest, ignoring empty values (Ray overwrites only with non-empty values);
 //! - the definition is kept whole, latest report winning.
@@ -210,33 +210,6 @@ impl LogInfo {
     }
 }
 
-/// One `(state, time)` of an attempt; ordered by time, then by status number.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Transition {
-    /// When (ns since the epoch).
-    pub at: i64,
-    /// Proto number of the status (unknown names sort last and never set the state).
-    pub rank: i32,
-    /// The status.
-    pub state: StatusName,
-}
-
-/// A `TaskStatus` that orders by its proto number. Wrapper so that [`Transition`] is `Ord`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct StatusName(pub TaskStatus);
-
-impl PartialOrd for StatusName {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for StatusName {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.0.as_str().cmp(other.0.as_str())
-    }
-}
-
 /// Everything known about one task attempt, merged from its events.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct TaskAttempt {
@@ -248,8 +221,9 @@ pub struct TaskAttempt {
     pub job_id: Option<Id>,
     /// The definition, once it has arrived.
     pub definition: Option<Reported<DefinitionSlot>>,
-    /// Every `(state, time)` reported, in time order, without duplicates.
-    pub transitions: Vec<Transition>,
+    /// Status number → when it was reported (the latest report, if repeated), as Ray's
+    /// `state_ts_ns` map. Statuses unknown to this build are not kept: they never decide a state.
+    pub status_times: BTreeMap<i32, i64>,
     /// Node the attempt was submitted to.
     pub node_id: Option<Reported<Id>>,
     /// Worker the attempt was submitted to.
@@ -357,11 +331,9 @@ impl TaskAttempt {
     fn apply_lifecycle(&mut self, at: i64, event: &TaskLifecycleEvent) {
         self.set_job(event.job_id.as_ref());
         for transition in &event.state_transitions {
-            self.add_transition(Transition {
-                at: transition.timestamp.nanos(),
-                rank: transition.state.number().unwrap_or(i32::MAX),
-                state: StatusName(transition.state.clone()),
-            });
+            if let Some(number) = transition.state.number() {
+                self.add_status_time(number, transition.timestamp.nanos());
+            }
         }
         keep_latest(&mut self.node_id, event.node_id.clone().and_then(stamp(at)));
         keep_latest(
@@ -394,10 +366,9 @@ impl TaskAttempt {
         }
     }
 
-    fn add_transition(&mut self, transition: Transition) {
-        if let Err(position) = self.transitions.binary_search(&transition) {
-            self.transitions.insert(position, transition);
-        }
+    fn add_status_time(&mut self, number: i32, at: i64) {
+        let time = self.status_times.entry(number).or_insert(at);
+        *time = (*time).max(at);
     }
 
     /// Folds another partial view of the same attempt into this one.
@@ -409,8 +380,8 @@ impl TaskAttempt {
             self.job_id = other.job_id;
         }
         keep_latest(&mut self.definition, other.definition);
-        for transition in other.transitions {
-            self.add_transition(transition);
+        for (number, at) in other.status_times {
+            self.add_status_time(number, at);
         }
         keep_latest(&mut self.node_id, other.node_id);
         keep_latest(&mut self.worker_id, other.worker_id);
@@ -421,37 +392,40 @@ impl TaskAttempt {
         self.log_info.merge(other.log_info);
     }
 
-    /// The state Ray would show and when it was (last) reported: the highest `TaskStatus`
-    /// number, except that `FINISHED`/`FAILED` outrank everything (2.52 added the metrics-only
-    /// `GETTING_AND_PINNING_ARGS = 13` after them). Unknown names never decide the state.
-    pub fn reported_state(&self) -> Option<(&TaskStatus, i64)> {
-        self.transitions
+    /// The state Ray would show and when it was reported: the highest `TaskStatus` number,
+    /// except that `FINISHED`/`FAILED` outrank everything (2.52 added the metrics-only
+    /// `GETTING_AND_PINNING_ARGS = 13` after them).
+    pub fn reported_state(&self) -> Option<(TaskStatus, i64)> {
+        self.status_times
             .iter()
-            .filter(|transition| transition.state.0.number().is_some())
-            .max_by_key(|transition| {
-                let terminal_bonus = if transition.state.0.is_terminal() {
-                    100
-                } else {
-                    0
-                };
-                (transition.rank + terminal_bonus, transition.at)
+            .map(|(&number, &at)| (TaskStatus::from_number(i64::from(number)), at))
+            .max_by_key(|(status, at)| {
+                let terminal_bonus = if status.is_terminal() { 100 } else { 0 };
+                (status.number().unwrap_or(0) + terminal_bonus, *at)
             })
-            .map(|transition| (&transition.state.0, transition.at))
     }
 
-    /// The time a status was reported (the latest, if reported more than once).
+    /// When a status was reported.
     pub fn time_of(&self, status: &TaskStatus) -> Option<i64> {
-        self.transitions
+        status
+            .number()
+            .and_then(|number| self.status_times.get(&number).copied())
+    }
+
+    /// Every `(status, time)` reported, in time order (status order on ties).
+    pub fn transitions(&self) -> Vec<(TaskStatus, i64)> {
+        let mut transitions: Vec<(TaskStatus, i64)> = self
+            .status_times
             .iter()
-            .filter(|transition| &transition.state.0 == status)
-            .map(|transition| transition.at)
-            .max()
+            .map(|(&number, &at)| (TaskStatus::from_number(i64::from(number)), at))
+            .collect();
+        transitions.sort_by_key(|(status, at)| (*at, status.number()));
+        transitions
     }
 
     /// The state-API view of this attempt, given what is known about its job and worker.
     pub fn view(&self, context: &FailureContext) -> TaskView {
         let definition = self.definition.as_ref().map(|reported| &reported.value.0);
-        let reported_state = self.reported_state().map(|(state, _)| state.clone());
         let job_id = self
             .job_id
             .clone()
@@ -461,7 +435,9 @@ impl TaskAttempt {
             .as_ref()
             .map(|reported| reported.value.clone());
 
-        let mut state = reported_state.clone().unwrap_or(TaskStatus::NIL);
+        let mut state = self
+            .reported_state()
+            .map_or(TaskStatus::NIL, |(state, _)| state);
         let mut end_ns = self
             .time_of(&TaskStatus::FAILED)
             .or_else(|| self.time_of(&TaskStatus::FINISHED));
