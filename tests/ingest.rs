@@ -372,6 +372,7 @@ async fn lambda_api_gateway_v2_events_are_ingested() -> anyhow::Result<()> {
             IngestAccess::Token(IngestToken::new(TOKEN)?),
             IngestLimits::default(),
         ),
+        compaction: None,
     });
     let run = FixtureRun::named("snake-case-keys")?;
     let mut sent = Vec::new();

@@ -27,6 +27,33 @@ pub enum Command {
     /// Prints the URL to put in RAY_DASHBOARD_AGGREGATOR_AGENT_EVENTS_EXPORT_ADDR. Without
     /// AFTERGLOW_INGEST_TOKEN, ingest is open and only a loopback address may be used.
     Serve(ServeArgs),
+    /// Roll raw ingest objects into the Parquet tables (all of them, or the keys given).
+    ///
+    /// Safe to repeat: compaction is idempotent.
+    Compact(CompactArgs),
+    /// Rebuild every table from the raw objects: delete the tables, then compact everything.
+    ///
+    /// Stop `serve` (and the compact function) on the same store first.
+    Rebuild(StoreArgs),
+}
+
+/// Which store a maintenance command works on.
+#[derive(Debug, clap::Args)]
+pub struct StoreArgs {
+    /// A local data directory. Overrides AFTERGLOW_DATA_DIR and AFTERGLOW_BUCKET.
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+}
+
+/// Flags of `afterglow compact`.
+#[derive(Debug, clap::Args)]
+pub struct CompactArgs {
+    /// The store.
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Raw object keys (`raw/{cluster}/…ndjson.gz`); all raw objects when none are given.
+    #[arg(value_name = "KEY")]
+    pub keys: Vec<String>,
 }
 
 /// Flags of `afterglow serve`.
@@ -48,5 +75,7 @@ pub struct ServeArgs {
 pub async fn run(cli: Cli, config: Config) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => crate::serve::run_cli(args, config).await,
+        Command::Compact(args) => crate::maintenance::compact(args, config).await,
+        Command::Rebuild(args) => crate::maintenance::rebuild(args, config).await,
     }
 }

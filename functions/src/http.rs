@@ -9,6 +9,7 @@ use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
+use shared::compact::queue::CompactionQueue;
 use shared::ingest::Ingestor;
 use tracing::Instrument as _;
 
@@ -17,6 +18,8 @@ use tracing::Instrument as _;
 pub struct AppState {
     /// The ingest service.
     pub ingestor: Ingestor,
+    /// In `serve`, where stored raw objects are queued for compaction (on AWS, S3 notifies).
+    pub compaction: Option<CompactionQueue>,
 }
 
 /// Every route Afterglow serves.

@@ -29,6 +29,9 @@ pub async fn post_events(
 ) -> Response {
     match ingest(&state.ingestor, &cluster, query.token.as_deref(), request).await {
         Ok(receipt) => {
+            if let (Some(queue), Some(key)) = (&state.compaction, &receipt.key) {
+                queue.notify(key.clone());
+            }
             let body = serde_json::json!({
                 "accepted": receipt.events,
                 "object": receipt.key.map(|key| key.to_string()),

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use shared::compact::{CompactSettings, Compactor};
 use shared::config::{Config, ConfigError, LambdaFunction};
 use shared::ingest::{IngestAccess, Ingestor};
 use shared::storage::S3Storage;
@@ -22,18 +23,36 @@ pub async fn run(function: LambdaFunction, config: Config) -> anyhow::Result<()>
                 variable: "AFTERGLOW_INGEST_TOKEN",
                 reason: "the ingest function never accepts unauthenticated events",
             })?;
-            let storage = S3Storage::connect(config.lambda_s3(INGEST_S3_TIMEOUT)?).await;
+            let storage = S3Storage::connect(config.lambda_s3(Some(INGEST_S3_TIMEOUT))?).await;
             let state = Arc::new(AppState {
                 ingestor: Ingestor::new(
                     Arc::new(storage),
                     IngestAccess::Token(token),
                     config.ingest_limits,
                 ),
+                // On AWS, S3 notifications reach the compact function through SQS.
+                compaction: None,
             });
             lambda_http::run(router(state))
                 .await
                 .map_err(|err| anyhow::anyhow!(err))
                 .context("the ingest function stopped")
+        }
+        LambdaFunction::Compact => {
+            let settings = config.lambda_s3(None)?;
+            let prefix = settings.prefix.clone();
+            let storage = Arc::new(S3Storage::connect(settings).await);
+            let scratch = std::env::temp_dir().join("afterglow-compact");
+            std::fs::create_dir_all(&scratch).context("cannot create the scratch directory")?;
+            let compactor = Compactor::new(storage, CompactSettings::default(), scratch);
+            let compactor = &compactor;
+            let prefix = prefix.as_str();
+            lambda_runtime::run(lambda_runtime::service_fn(move |event| {
+                crate::compact::handle(compactor, prefix, event)
+            }))
+            .await
+            .map_err(|err| anyhow::anyhow!(err))
+            .context("the compact function stopped")
         }
     }
 }

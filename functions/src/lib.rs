@@ -3,14 +3,18 @@
 //!
 //! - [`cli`]: the command line (`serve`, …).
 //! - [`lambda`]: the Lambda entry point, chosen by `_HANDLER`.
+//! - [`compact`]: S3/SQS notifications onto `shared::compact`.
 //! - [`http`]: the one axum router that `serve` and API Gateway both drive.
 //! - [`ingest`]: `POST /v1/events/{cluster}` onto `shared::ingest`.
 //! - [`serve`]: the embedded default: every function on a local directory.
+//! - [`maintenance`]: `compact` and `rebuild` from the command line.
 //! - [`telemetry`]: tracing setup.
 
 pub mod cli;
+pub mod compact;
 pub mod http;
 pub mod ingest;
 pub mod lambda;
+pub mod maintenance;
 pub mod serve;
 pub mod telemetry;

@@ -7,6 +7,8 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use shared::auth::IngestToken;
+use shared::compact::queue::CompactionQueue;
+use shared::compact::{CompactSettings, Compactor};
 use shared::config::{Config, StorageConfig};
 use shared::ingest::{IngestAccess, IngestLimits, Ingestor};
 use shared::storage::{LocalDirStorage, S3Storage, Storage};
@@ -24,6 +26,8 @@ pub struct ServeSettings {
     pub ingest_token: Option<IngestToken>,
     /// Bounds on ingest requests.
     pub ingest_limits: IngestLimits,
+    /// Where stored raw objects are queued for compaction; `None` stores raw objects only.
+    pub compaction: Option<CompactionQueue>,
 }
 
 /// Opens the storage `config` names, with `data_dir` taking precedence.
@@ -61,6 +65,7 @@ pub async fn run(
     };
     let state = Arc::new(AppState {
         ingestor: Ingestor::new(settings.storage, access, settings.ingest_limits),
+        compaction: settings.compaction,
     });
     axum::serve(listener, router(state))
         .with_graceful_shutdown(shutdown)
@@ -91,10 +96,20 @@ pub async fn run_cli(args: ServeArgs, config: Config) -> anyhow::Result<()> {
             config.ingest_token.is_some()
         )
     );
+    let scratch = tempfile::Builder::new()
+        .prefix("afterglow-serve-")
+        .tempdir()
+        .context("cannot create a scratch directory")?;
+    let compactor = Compactor::new(
+        Arc::clone(&storage),
+        CompactSettings::default(),
+        scratch.path().to_path_buf(),
+    );
     let settings = ServeSettings {
         storage,
         ingest_token: config.ingest_token,
         ingest_limits: config.ingest_limits,
+        compaction: Some(CompactionQueue::spawn(compactor)),
     };
     run(settings, listener, async {
         let _ = tokio::signal::ctrl_c().await;

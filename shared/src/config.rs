@@ -50,15 +50,18 @@ pub enum ConfigError {
 pub enum LambdaFunction {
     /// `ingest`: API Gateway → raw objects.
     Ingest,
+    /// `compact`: S3 notifications (via SQS) → Parquet tables.
+    Compact,
 }
 
 impl LambdaFunction {
     /// Every `_HANDLER` value this build serves.
-    pub const ALL: &'static [&'static str] = &["ingest"];
+    pub const ALL: &'static [&'static str] = &["ingest", "compact"];
 
     fn parse(value: &str) -> Result<Self, ConfigError> {
         match value {
             "ingest" => Ok(Self::Ingest),
+            "compact" => Ok(Self::Compact),
             other => Err(ConfigError::Invalid {
                 variable: "_HANDLER",
                 shown: other.to_owned(),
@@ -156,7 +159,7 @@ impl Config {
             Some(_) => Some(LambdaFunction::parse(&get("_HANDLER").ok_or(
                 ConfigError::Missing {
                     variable: "_HANDLER",
-                    reason: "Lambda sets it from the function's Handler (ingest)",
+                    reason: "Lambda sets it from the function's Handler (ingest or compact)",
                 },
             )?)?),
         };
@@ -170,12 +173,15 @@ impl Config {
         })
     }
 
-    /// Storage for a Lambda function: S3 is required, with a call timeout that keeps ingest
-    /// answers inside Ray's 3 s.
-    pub fn lambda_s3(&self, operation_timeout: Duration) -> Result<S3Settings, ConfigError> {
+    /// Storage for a Lambda function: S3 is required, optionally with a bound on each call
+    /// (ingest must answer inside Ray's 3 s).
+    pub fn lambda_s3(
+        &self,
+        operation_timeout: Option<Duration>,
+    ) -> Result<S3Settings, ConfigError> {
         match &self.storage {
             StorageConfig::S3(settings) => Ok(S3Settings {
-                operation_timeout: Some(operation_timeout),
+                operation_timeout,
                 ..settings.clone()
             }),
             StorageConfig::LocalDir(_) => Err(ConfigError::Missing {
@@ -298,7 +304,7 @@ mod tests {
     #[test]
     fn lambda_requires_a_bucket() -> Result<(), ConfigError> {
         let config = config(&[])?;
-        let err = config.lambda_s3(Duration::from_secs(2)).err();
+        let err = config.lambda_s3(Some(Duration::from_secs(2))).err();
         assert!(err.is_some_and(|err| err.to_string().contains("AFTERGLOW_BUCKET")));
         Ok(())
     }

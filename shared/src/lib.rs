@@ -10,6 +10,8 @@
 //! - [`event`]: the Ray event model, every exported event type in both key forms.
 //! - [`storage`]: the object-store trait with its S3 and local-directory backends.
 //! - [`ingest`]: checking a Ray POST and storing it durably as NDJSON.
+//! - [`compact`]: raw NDJSON → merged Parquet tables, with a conditionally replaced manifest.
+//! - [`tables`]: the Parquet tables' schemas, written and read with DuckDB.
 //! - [`layout`]: the storage key layout.
 //! - [`merge`]: Ray's rules for merging a task attempt's events into one row (pure).
 //! - [`auth`]: the ingest token.
@@ -18,9 +20,11 @@
 #![deny(missing_docs, unreachable_pub)]
 
 pub mod auth;
+pub mod compact;
 pub mod config;
 pub mod event;
 pub mod ingest;
 pub mod layout;
 pub mod merge;
 pub mod storage;
+pub mod tables;

@@ -583,6 +583,31 @@ pub struct FailureContext {
 }
 
 impl FailureContext {
+    /// Folds in what another context knows (the same rules as [`FailureContext::apply`]).
+    pub fn merge(&mut self, other: &Self) {
+        for (job, &end) in &other.job_ends {
+            self.record_job_end(job, end);
+        }
+        for (worker, death) in &other.worker_deaths {
+            self.record_worker_death(worker, death.clone());
+        }
+    }
+
+    fn record_job_end(&mut self, job: &Id, at: i64) {
+        let end = self.job_ends.entry(job.clone()).or_insert(at);
+        *end = (*end).max(at);
+    }
+
+    fn record_worker_death(&mut self, worker: &Id, death: WorkerDeath) {
+        let slot = self
+            .worker_deaths
+            .entry(worker.clone())
+            .or_insert_with(|| death.clone());
+        if (death.at, &death.detail) > (slot.at, &slot.detail) {
+            *slot = death;
+        }
+    }
+
     /// Folds in a job or worker lifecycle event; other events are ignored. Like every merge
     /// here, the result does not depend on order or repetition.
     pub fn apply(&mut self, payload: &EventPayload) {
@@ -591,9 +616,7 @@ impl FailureContext {
                 let Some(job) = &event.job_id else { return };
                 for transition in &event.state_transitions {
                     if transition.state == DriverJobState::FINISHED {
-                        let at = transition.timestamp.nanos();
-                        let end = self.job_ends.entry(job.clone()).or_insert(at);
-                        *end = (*end).max(at);
+                        self.record_job_end(job, transition.timestamp.nanos());
                     }
                 }
             }
@@ -620,18 +643,14 @@ impl FailureContext {
                             )
                         })
                         .unwrap_or_default();
-                    let death = WorkerDeath {
-                        at,
-                        exit_type_number,
-                        detail,
-                    };
-                    let slot = self
-                        .worker_deaths
-                        .entry(worker.clone())
-                        .or_insert_with(|| death.clone());
-                    if (death.at, &death.detail) > (slot.at, &slot.detail) {
-                        *slot = death;
-                    }
+                    self.record_worker_death(
+                        worker,
+                        WorkerDeath {
+                            at,
+                            exit_type_number,
+                            detail,
+                        },
+                    );
                 }
             }
             _ => {}

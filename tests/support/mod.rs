@@ -4,6 +4,8 @@
 //! S3 tests run against a real S3-protocol server when `AFTERGLOW_TEST_S3=1` (`scripts/test`
 //! starts SeaweedFS on 127.0.0.1 and always sets it); otherwise they print "skipping".
 
+pub mod ray;
+
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -204,7 +206,128 @@ pub fn open_settings(storage: Arc<dyn Storage>) -> ServeSettings {
         storage,
         ingest_token: None,
         ingest_limits: shared::ingest::IngestLimits::default(),
+        compaction: None,
     }
+}
+
+/// A deterministic shuffle (xorshift), so that a failure reproduces.
+pub fn shuffled<T: Clone>(items: &[T], seed: u64) -> Vec<T> {
+    let mut items = items.to_vec();
+    let mut state = seed | 1;
+    for index in (1..items.len()).rev() {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        let bound = u64::try_from(index + 1).unwrap_or(u64::MAX);
+        let other = usize::try_from(state % bound).unwrap_or(0);
+        items.swap(index, other);
+    }
+    items
+}
+
+/// A compactor over `storage` with its own scratch directory (kept alive by the guard).
+pub fn compactor(
+    storage: Arc<dyn Storage>,
+    settings: shared::compact::CompactSettings,
+) -> anyhow::Result<(shared::compact::Compactor, tempfile::TempDir)> {
+    let scratch = tempfile::tempdir()?;
+    let compactor =
+        shared::compact::Compactor::new(storage, settings, scratch.path().to_path_buf());
+    Ok((compactor, scratch))
+}
+
+/// Open-ingest settings whose stored batches are compacted in the background, as in `serve`.
+pub fn compacting_settings(
+    storage: Arc<dyn Storage>,
+) -> anyhow::Result<(
+    ServeSettings,
+    shared::compact::queue::CompactionQueue,
+    tempfile::TempDir,
+)> {
+    let (compactor, scratch) = compactor(Arc::clone(&storage), Default::default())?;
+    let queue = shared::compact::queue::CompactionQueue::spawn(compactor);
+    let settings = ServeSettings {
+        compaction: Some(queue.clone()),
+        ..open_settings(storage)
+    };
+    Ok((settings, queue, scratch))
+}
+
+/// The `task_attempts` rows a reader sees for `cluster`: every session's manifest, its files
+/// read with DuckDB, and for each attempt the row of the newest file that has it.
+pub async fn stored_task_rows(
+    storage: &dyn Storage,
+    cluster: &str,
+) -> anyhow::Result<ray::OurRows> {
+    let scratch = tempfile::tempdir()?;
+    let mut files: Vec<PathBuf> = Vec::new();
+    for meta in storage
+        .list(&format!("tables/manifests/cluster={cluster}/"))
+        .await?
+    {
+        let loaded = shared::compact::manifest::load(storage, &meta.key).await?;
+        for file in loaded.manifest.task_attempts.all() {
+            let key = shared::storage::ObjectKey::new(file.key.clone())?;
+            let path = scratch.path().join(format!("{:06}.parquet", files.len()));
+            std::fs::write(&path, storage.get(&key).await?.body)?;
+            files.push(path);
+        }
+    }
+    let mut rows = ray::OurRows::new();
+    if files.is_empty() {
+        return Ok(rows);
+    }
+    let connection = duckdb::Connection::open_in_memory()?;
+    let fields: Vec<String> = ray::COMPARED_FIELDS
+        .iter()
+        .map(|field| format!("CAST({field} AS VARCHAR)"))
+        .collect();
+    let list: Vec<String> = files
+        .iter()
+        .map(|path| format!("'{}'", path.display()))
+        .collect();
+    let sql = format!(
+        "SELECT task_id, {}, synthesized_failure, filename FROM read_parquet([{}], filename = true)          ORDER BY filename",
+        fields.join(", "),
+        list.join(", ")
+    );
+    let mut statement = connection.prepare(&sql)?;
+    let mut result = statement.query([])?;
+    // Files are named in manifest order, so later rows come from newer files and replace.
+    while let Some(row) = result.next()? {
+        let task_id: String = row.get(0)?;
+        let mut our = ray::OurRow::default();
+        for (index, field) in ray::COMPARED_FIELDS.iter().enumerate() {
+            our.fields
+                .insert(field, row.get::<_, Option<String>>(index + 1)?);
+        }
+        our.synthesized_failure = row
+            .get::<_, Option<bool>>(ray::COMPARED_FIELDS.len() + 1)?
+            .unwrap_or(false);
+        let attempt: i64 = our
+            .fields
+            .get("attempt_number")
+            .cloned()
+            .flatten()
+            .context("attempt_number")?
+            .parse()?;
+        rows.insert((task_id, attempt), our);
+    }
+    Ok(rows)
+}
+
+/// Every line of every plain-text object under `prefix`, in key order.
+pub async fn stored_lines(storage: &dyn Storage, prefix: &str) -> anyhow::Result<Vec<String>> {
+    let mut lines = Vec::new();
+    for object in storage.list(prefix).await? {
+        let stored = storage.get(&object.key).await?;
+        lines.extend(
+            String::from_utf8(stored.body.to_vec())?
+                .lines()
+                .map(str::to_owned),
+        );
+    }
+    Ok(lines)
 }
 
 /// Every line of every raw object under `prefix`, in key order.

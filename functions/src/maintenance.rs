@@ -1,0 +1,65 @@
+//! `afterglow compact` and `afterglow rebuild`: compaction from the command line.
+
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use shared::compact::{CompactReport, CompactSettings, Compactor};
+use shared::config::Config;
+use shared::storage::ObjectKey;
+
+use crate::cli::{CompactArgs, StoreArgs};
+use crate::serve::open_storage;
+
+async fn compactor(
+    store: &StoreArgs,
+    config: &Config,
+) -> anyhow::Result<(Compactor, tempfile::TempDir)> {
+    let storage = open_storage(config, store.data_dir.clone()).await?;
+    let scratch = tempfile::Builder::new()
+        .prefix("afterglow-compact-")
+        .tempdir()
+        .context("cannot create a scratch directory")?;
+    let compactor = Compactor::new(
+        Arc::clone(&storage),
+        CompactSettings::default(),
+        scratch.path().to_path_buf(),
+    );
+    Ok((compactor, scratch))
+}
+
+fn print(report: &CompactReport) {
+    println!(
+        "compacted {} raw objects: {} events ({} duplicates dropped, {} quarantined) in {} sessions; {} rows written",
+        report.raw_objects,
+        report.events,
+        report.duplicates,
+        report.quarantined,
+        report.sessions,
+        report.rows_written
+    );
+}
+
+/// Compacts the given raw keys, or every raw object.
+pub async fn compact(args: CompactArgs, config: Config) -> anyhow::Result<()> {
+    let (compactor, _scratch) = compactor(&args.store, &config).await?;
+    let keys = if args.keys.is_empty() {
+        compactor.raw_keys().await?
+    } else {
+        args.keys
+            .iter()
+            .map(|key| ObjectKey::new(key.clone()))
+            .collect::<Result<_, _>>()?
+    };
+    print(&compactor.compact(&keys).await?);
+    Ok(())
+}
+
+/// Deletes every table and compacts every raw object again.
+pub async fn rebuild(args: StoreArgs, config: Config) -> anyhow::Result<()> {
+    let (compactor, _scratch) = compactor(&args, &config).await?;
+    let deleted = compactor.drop_tables().await?;
+    println!("deleted {deleted} table objects");
+    let keys = compactor.raw_keys().await?;
+    print(&compactor.compact(&keys).await?);
+    Ok(())
+}

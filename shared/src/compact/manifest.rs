@@ -1,0 +1,221 @@
+//! The manifest of one `(cluster, session)`: which immutable data files are live, plus the small
+//! facts every compaction needs (job ends, worker deaths). It is the only object ever replaced,
+//! always by a conditional put, so two compactions can never lose each other's work.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use crate::event::encoding::Id;
+use crate::layout::ClusterName;
+use crate::merge::{FailureContext, WorkerDeath};
+use crate::storage::{ETag, InvalidKey, ObjectKey, PutMode, Storage, StorageError};
+
+/// A live data file.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DataFile {
+    /// Its key.
+    pub key: String,
+    /// Rows in it.
+    pub rows: u64,
+    /// Its size.
+    pub bytes: u64,
+}
+
+/// The files of one table: one merged base (possibly several files) and the deltas written
+/// since, oldest first. A key's newest row is in the newest file that has it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TableFiles {
+    /// Files of the merged base.
+    pub base: Vec<DataFile>,
+    /// Delta files, oldest first.
+    pub deltas: Vec<DataFile>,
+}
+
+impl TableFiles {
+    /// Every live file, oldest first.
+    pub fn all(&self) -> impl Iterator<Item = &DataFile> {
+        self.base.iter().chain(&self.deltas)
+    }
+}
+
+/// A file no longer live, kept until readers that started before can no longer need it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RetiredFile {
+    /// Its key.
+    pub key: String,
+    /// When it left the manifest (ms since the epoch).
+    pub retired_at_ms: i64,
+}
+
+/// A worker's death as the manifest keeps it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredWorkerDeath {
+    /// End time (ns).
+    pub at: i64,
+    /// `WorkerExitType` number.
+    pub exit_type_number: i32,
+    /// Exit detail.
+    pub detail: String,
+}
+
+/// The manifest document.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// Format version of this document.
+    pub format: u32,
+    /// Commits so far.
+    pub sequence: u64,
+    /// The `task_attempts` table.
+    pub task_attempts: TableFiles,
+    /// Job id (hex) → end time (ns).
+    pub job_ends: BTreeMap<String, i64>,
+    /// Worker id (hex) → death.
+    pub worker_deaths: BTreeMap<String, StoredWorkerDeath>,
+    /// Files waiting out the grace period before deletion.
+    pub retired: Vec<RetiredFile>,
+}
+
+impl Manifest {
+    /// Current format version.
+    pub const FORMAT: u32 = 1;
+
+    /// What failure synthesis knows so far.
+    pub fn failures(&self) -> FailureContext {
+        let mut context = FailureContext::default();
+        for (job, &end) in &self.job_ends {
+            if let Some(id) = Id::from_hex(job) {
+                context.job_ends.insert(id, end);
+            }
+        }
+        for (worker, death) in &self.worker_deaths {
+            if let Some(id) = Id::from_hex(worker) {
+                context.worker_deaths.insert(
+                    id,
+                    WorkerDeath {
+                        at: death.at,
+                        exit_type_number: death.exit_type_number,
+                        detail: death.detail.clone(),
+                    },
+                );
+            }
+        }
+        context
+    }
+
+    /// Records what failure synthesis knows.
+    pub fn set_failures(&mut self, context: &FailureContext) {
+        self.job_ends = context
+            .job_ends
+            .iter()
+            .map(|(job, &end)| (job.to_string(), end))
+            .collect();
+        self.worker_deaths = context
+            .worker_deaths
+            .iter()
+            .map(|(worker, death)| {
+                (
+                    worker.to_string(),
+                    StoredWorkerDeath {
+                        at: death.at,
+                        exit_type_number: death.exit_type_number,
+                        detail: death.detail.clone(),
+                    },
+                )
+            })
+            .collect();
+    }
+}
+
+/// Why a manifest could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestError {
+    /// Storage failed (including a lost conditional write: [`StorageError::Precondition`]).
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    /// The stored document is not a manifest this build reads.
+    #[error("manifest {key} is unreadable: {reason}")]
+    Unreadable {
+        /// The manifest's key.
+        key: ObjectKey,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The key could not be formed.
+    #[error(transparent)]
+    Key(#[from] InvalidKey),
+}
+
+/// Where the manifest of `(cluster, session)` lives.
+pub fn manifest_key(cluster: &ClusterName, session: &str) -> Result<ObjectKey, InvalidKey> {
+    ObjectKey::new(format!(
+        "tables/manifests/cluster={cluster}/session={session}.json"
+    ))
+}
+
+/// A manifest as read, with the version a conditional update must name.
+#[derive(Clone, Debug)]
+pub struct VersionedManifest {
+    /// The document (empty when none exists yet).
+    pub manifest: Manifest,
+    /// Its version; `None` when it does not exist yet.
+    pub etag: Option<ETag>,
+}
+
+/// Reads the manifest at `key`, or an empty one.
+pub async fn load(
+    storage: &dyn Storage,
+    key: &ObjectKey,
+) -> Result<VersionedManifest, ManifestError> {
+    match storage.get(key).await {
+        Ok(stored) => {
+            let manifest: Manifest =
+                serde_json::from_slice(&stored.body).map_err(|err| ManifestError::Unreadable {
+                    key: key.clone(),
+                    reason: err.to_string(),
+                })?;
+            if manifest.format != Manifest::FORMAT {
+                return Err(ManifestError::Unreadable {
+                    key: key.clone(),
+                    reason: format!(
+                        "format {} (this build reads {})",
+                        manifest.format,
+                        Manifest::FORMAT
+                    ),
+                });
+            }
+            Ok(VersionedManifest {
+                manifest,
+                etag: Some(stored.etag),
+            })
+        }
+        Err(StorageError::NotFound { .. }) => Ok(VersionedManifest {
+            manifest: Manifest {
+                format: Manifest::FORMAT,
+                ..Manifest::default()
+            },
+            etag: None,
+        }),
+        Err(err) => Err(err.into()),
+    }
+}
+
+/// Replaces the manifest only if it is still the version read (or still absent). A lost race is
+/// `ManifestError::Storage(StorageError::Precondition)`: re-read and redo.
+pub async fn store(
+    storage: &dyn Storage,
+    key: &ObjectKey,
+    manifest: &Manifest,
+    read_version: Option<&ETag>,
+) -> Result<ETag, ManifestError> {
+    let body = serde_json::to_vec(manifest).map_err(|err| ManifestError::Unreadable {
+        key: key.clone(),
+        reason: err.to_string(),
+    })?;
+    let mode = match read_version {
+        Some(etag) => PutMode::Update(etag.clone()),
+        None => PutMode::Create,
+    };
+    Ok(storage.put(key, Bytes::from(body), mode).await?)
+}

@@ -1,0 +1,502 @@
+//! Compaction: raw NDJSON objects → merged Parquet tables, per `(cluster, session)`.
+//!
+//! A run reads the raw objects it is given, parses and de-duplicates their events (by
+//! `eventId`), folds each session's task events with the rules of [`crate::merge`], merges the
+//! result with the rows already stored for the same attempts, and writes the full merged rows as
+//! a new immutable delta file. The session's manifest is then replaced conditionally; a lost race
+//! re-reads the manifest and redoes the merge, so concurrent runs never lose each other's work.
+//! When deltas pile up they are folded into a new base. Because every merge is idempotent and
+//! order-independent, re-delivered notifications and re-read raw objects change no row.
+//!
+//! This module owns the orchestration; Parquet I/O is in [`crate::tables`].
+
+pub mod manifest;
+pub mod notification;
+pub mod queue;
+pub mod raw;
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use ulid::Ulid;
+
+use self::manifest::{DataFile, Manifest, ManifestError, RetiredFile, VersionedManifest};
+use self::raw::{QuarantinedLine, RawError, read_raw};
+use crate::event::RayEvent;
+use crate::layout::ClusterName;
+use crate::merge::{AttemptKey, SessionTasks, TaskAttempt};
+use crate::storage::{InvalidKey, ObjectKey, PutMode, Storage, StorageError};
+use crate::tables::task_attempts::{self, RowFilter, TableError};
+
+/// Tuning of compaction.
+#[derive(Clone, Debug)]
+pub struct CompactSettings {
+    /// Fold deltas into the base once there are more than this many.
+    pub max_deltas: usize,
+    /// Keep retired files this long, so queries that started before can finish.
+    pub retire_grace: Duration,
+    /// Give up after this many lost manifest races in a row.
+    pub max_manifest_retries: usize,
+}
+
+impl Default for CompactSettings {
+    fn default() -> Self {
+        Self {
+            max_deltas: 16,
+            retire_grace: Duration::from_secs(15 * 60),
+            max_manifest_retries: 20,
+        }
+    }
+}
+
+/// Why a compaction run failed. Raw objects stay the source of truth: a failed run can always
+/// be retried, and nothing it half-wrote is ever referenced by a manifest.
+#[derive(Debug, thiserror::Error)]
+pub enum CompactError {
+    /// A raw object could not be read.
+    #[error(transparent)]
+    Raw(#[from] RawError),
+    /// Storage failed.
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    /// A manifest could not be read or written.
+    #[error(transparent)]
+    Manifest(#[from] ManifestError),
+    /// Parquet could not be written or read.
+    #[error(transparent)]
+    Table(#[from] TableError),
+    /// A key could not be formed.
+    #[error(transparent)]
+    Key(#[from] InvalidKey),
+    /// Local scratch files failed.
+    #[error("scratch directory: {0}")]
+    Scratch(#[from] std::io::Error),
+    /// Other compactions kept winning the manifest race.
+    #[error("gave up on the manifest of {cluster}/{session} after {attempts} lost races")]
+    Contended {
+        /// Cluster.
+        cluster: String,
+        /// Session.
+        session: String,
+        /// Races lost.
+        attempts: usize,
+    },
+    /// The blocking DuckDB task panicked or was cancelled.
+    #[error("compaction worker failed: {0}")]
+    Worker(String),
+}
+
+/// What one run did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CompactReport {
+    /// Raw objects read.
+    pub raw_objects: usize,
+    /// Events parsed.
+    pub events: usize,
+    /// Events dropped as re-deliveries (same `eventId`).
+    pub duplicates: usize,
+    /// Lines set aside (see the quarantine objects).
+    pub quarantined: usize,
+    /// Sessions touched.
+    pub sessions: usize,
+    /// Rows written to delta or base files.
+    pub rows_written: u64,
+    /// Manifest races lost and redone.
+    pub retries: usize,
+}
+
+/// Runs compactions against one store.
+#[derive(Clone, Debug)]
+pub struct Compactor {
+    storage: Arc<dyn Storage>,
+    settings: CompactSettings,
+    scratch: PathBuf,
+}
+
+/// A session's valid name: it becomes a key segment.
+fn valid_session(name: &str) -> bool {
+    (1..=128).contains(&name.len())
+        && name
+            .bytes()
+            .all(|byte| byte.is_ascii_alphanumeric() || b"-_.".contains(&byte))
+}
+
+impl Compactor {
+    /// A compactor writing through `storage`, with local scratch files under `scratch`.
+    pub fn new(storage: Arc<dyn Storage>, settings: CompactSettings, scratch: PathBuf) -> Self {
+        Self {
+            storage,
+            settings,
+            scratch,
+        }
+    }
+
+    /// Compacts the given raw objects.
+    #[tracing::instrument(name = "compact", skip(self, raw_keys), fields(objects = raw_keys.len()))]
+    pub async fn compact(&self, raw_keys: &[ObjectKey]) -> Result<CompactReport, CompactError> {
+        let mut report = CompactReport::default();
+        let mut sessions: BTreeMap<(ClusterName, String), Vec<RayEvent>> = BTreeMap::new();
+        let mut seen = HashSet::new();
+        let mut quarantined: Vec<QuarantinedLine> = Vec::new();
+        for key in raw_keys {
+            let object = read_raw(&*self.storage, key).await?;
+            report.raw_objects += 1;
+            quarantined.extend(object.quarantined);
+            for event in object.events {
+                if let Some(id) = &event.event_id
+                    && !seen.insert(id.clone())
+                {
+                    report.duplicates += 1;
+                    continue;
+                }
+                report.events += 1;
+                if !valid_session(&event.session_name) {
+                    quarantined.push(QuarantinedLine {
+                        source: key.to_string(),
+                        line: 0,
+                        reason: format!("invalid session name {:?}", event.session_name),
+                        text: String::new(),
+                    });
+                    continue;
+                }
+                sessions
+                    .entry((object.cluster.clone(), event.session_name.clone()))
+                    .or_default()
+                    .push(event);
+            }
+        }
+        report.quarantined = quarantined.len();
+        if !quarantined.is_empty() {
+            self.write_quarantine(&quarantined).await?;
+        }
+        report.sessions = sessions.len();
+        for ((cluster, session), events) in sessions {
+            let mut fold = SessionTasks::default();
+            for event in &events {
+                fold.apply(event);
+            }
+            let (rows, retries) = self.compact_session(&cluster, &session, &fold).await?;
+            report.rows_written += rows;
+            report.retries += retries;
+        }
+        tracing::info!(?report, "compaction finished");
+        Ok(report)
+    }
+
+    /// Every raw object in the store, for `rebuild`.
+    pub async fn raw_keys(&self) -> Result<Vec<ObjectKey>, CompactError> {
+        Ok(self
+            .storage
+            .list(crate::layout::RAW_PREFIX)
+            .await?
+            .into_iter()
+            .map(|meta| meta.key)
+            .filter(|key| key.as_str().ends_with(crate::layout::RAW_SUFFIX))
+            .collect())
+    }
+
+    /// Deletes every table file and manifest (raw objects stay), for `rebuild`. Returns how
+    /// many objects were deleted.
+    pub async fn drop_tables(&self) -> Result<usize, CompactError> {
+        let objects = self.storage.list("tables/").await?;
+        // Manifests first, so no reader is ever pointed at a deleted file.
+        let (manifests, data): (Vec<_>, Vec<_>) = objects
+            .into_iter()
+            .partition(|meta| meta.key.as_str().starts_with("tables/manifests/"));
+        let count = manifests.len() + data.len();
+        for meta in manifests.into_iter().chain(data) {
+            self.storage.delete(&meta.key).await?;
+        }
+        Ok(count)
+    }
+
+    async fn write_quarantine(&self, lines: &[QuarantinedLine]) -> Result<(), CompactError> {
+        let mut body = Vec::new();
+        for line in lines {
+            serde_json::to_writer(&mut body, line)
+                .map_err(|err| CompactError::Scratch(std::io::Error::other(err)))?;
+            body.push(b'\n');
+        }
+        let key = ObjectKey::new(format!("quarantine/{}.ndjson", Ulid::new()))?;
+        tracing::warn!(lines = lines.len(), key = %key, "quarantined unreadable events");
+        self.storage
+            .put(&key, Bytes::from(body), PutMode::Create)
+            .await?;
+        Ok(())
+    }
+
+    /// Merges one session's new facts into its tables; returns rows written and races lost.
+    #[tracing::instrument(name = "compact_session", skip(self, fold), fields(cluster = %cluster, session = %session, attempts = fold.attempts.len()))]
+    async fn compact_session(
+        &self,
+        cluster: &ClusterName,
+        session: &str,
+        fold: &SessionTasks,
+    ) -> Result<(u64, usize), CompactError> {
+        let manifest_key = manifest::manifest_key(cluster, session)?;
+        for attempt in 0..self.settings.max_manifest_retries {
+            let current = manifest::load(&*self.storage, &manifest_key).await?;
+            let (next, written, rows) =
+                self.next_manifest(cluster, session, fold, &current).await?;
+            match manifest::store(&*self.storage, &manifest_key, &next, current.etag.as_ref()).await
+            {
+                Ok(_) => {
+                    self.delete_expired(&next, &current.manifest).await;
+                    return Ok((rows, attempt));
+                }
+                Err(ManifestError::Storage(StorageError::Precondition { .. })) => {
+                    tracing::info!(attempt, "lost the manifest race; merging again");
+                    for key in written {
+                        let _ = self.storage.delete(&key).await;
+                    }
+                }
+                Err(err) => return Err(err.into()),
+            }
+        }
+        Err(CompactError::Contended {
+            cluster: cluster.to_string(),
+            session: session.to_owned(),
+            attempts: self.settings.max_manifest_retries,
+        })
+    }
+
+    /// Builds the manifest that adds `fold` to `current`, writing the data files it names.
+    async fn next_manifest(
+        &self,
+        cluster: &ClusterName,
+        session: &str,
+        fold: &SessionTasks,
+        current: &VersionedManifest,
+    ) -> Result<(Manifest, Vec<ObjectKey>, u64), CompactError> {
+        let stored_failures = current.manifest.failures();
+        let mut failures = stored_failures.clone();
+        failures.merge(&fold.failures);
+        let filter = RowFilter {
+            keys: fold
+                .attempts
+                .keys()
+                .map(|key| (key.task_id.to_string(), key.attempt_number))
+                .collect(),
+            unfinished_of_jobs: failures
+                .job_ends
+                .iter()
+                .filter(|(job, end)| stored_failures.job_ends.get(*job) != Some(*end))
+                .map(|(job, _)| job.to_string())
+                .collect(),
+            unfinished_on_workers: failures
+                .worker_deaths
+                .iter()
+                .filter(|(worker, death)| {
+                    stored_failures.worker_deaths.get(*worker) != Some(*death)
+                })
+                .map(|(worker, _)| worker.to_string())
+                .collect(),
+        };
+
+        let files = self.fetch(current.manifest.task_attempts.all()).await?;
+        let delta_name = Ulid::new().to_string();
+        let delta_key = ObjectKey::new(format!(
+            "tables/task_attempts/cluster={cluster}/session={session}/delta-{delta_name}.parquet"
+        ))?;
+        let delta_path = self.scratch.join(format!("delta-{delta_name}.parquet"));
+        let cluster_name = cluster.to_string();
+        let session_name = session.to_owned();
+        let new_attempts: Vec<(AttemptKey, TaskAttempt)> = fold
+            .attempts
+            .iter()
+            .map(|(key, attempt)| (key.clone(), attempt.clone()))
+            .collect();
+        let write_failures = failures.clone();
+        let path = delta_path.clone();
+        let rows = run_blocking(move || -> Result<u64, CompactError> {
+            let connection = task_attempts::open_duckdb()?;
+            let stored = task_attempts::read_attempts(&connection, &files, &filter)?;
+            let mut merged: BTreeMap<AttemptKey, TaskAttempt> = BTreeMap::new();
+            for attempt in stored
+                .into_iter()
+                .chain(new_attempts.into_iter().map(|(_, a)| a))
+            {
+                let Some(task_id) = attempt.task_id.clone() else {
+                    continue;
+                };
+                let key = AttemptKey {
+                    task_id,
+                    attempt_number: attempt.attempt_number,
+                };
+                match merged.get_mut(&key) {
+                    Some(existing) => existing.merge(attempt),
+                    None => {
+                        merged.insert(key, attempt);
+                    }
+                }
+            }
+            let attempts: Vec<TaskAttempt> = merged.into_values().collect();
+            Ok(task_attempts::write_parquet(
+                &connection,
+                &cluster_name,
+                &session_name,
+                &attempts,
+                &write_failures,
+                &path,
+            )?)
+        })
+        .await?;
+
+        let mut written = Vec::new();
+        let mut next = current.manifest.clone();
+        next.format = Manifest::FORMAT;
+        next.sequence += 1;
+        next.set_failures(&failures);
+        if rows > 0 {
+            let bytes = self.upload(&delta_path, &delta_key).await?;
+            written.push(delta_key.clone());
+            next.task_attempts.deltas.push(DataFile {
+                key: delta_key.to_string(),
+                rows,
+                bytes,
+            });
+        }
+        let _ = tokio::fs::remove_file(&delta_path).await;
+
+        let mut rows_written = rows;
+        if next.task_attempts.deltas.len() > self.settings.max_deltas {
+            let (base, base_rows) = self.merge_base(cluster, session, &next, &failures).await?;
+            written.push(ObjectKey::new(base.key.clone())?);
+            let now = now_ms();
+            for old in next.task_attempts.all() {
+                next.retired.push(RetiredFile {
+                    key: old.key.clone(),
+                    retired_at_ms: now,
+                });
+            }
+            next.task_attempts.base = vec![base];
+            next.task_attempts.deltas.clear();
+            rows_written += base_rows;
+        }
+        let grace = i64::try_from(self.settings.retire_grace.as_millis()).unwrap_or(i64::MAX);
+        let cutoff = now_ms().saturating_sub(grace);
+        next.retired.retain(|file| file.retired_at_ms > cutoff);
+        Ok((next, written, rows_written))
+    }
+
+    /// Folds every live file into one new base file.
+    async fn merge_base(
+        &self,
+        cluster: &ClusterName,
+        session: &str,
+        manifest: &Manifest,
+        failures: &crate::merge::FailureContext,
+    ) -> Result<(DataFile, u64), CompactError> {
+        let files = self.fetch(manifest.task_attempts.all()).await?;
+        let name = Ulid::new().to_string();
+        let key = ObjectKey::new(format!(
+            "tables/task_attempts/cluster={cluster}/session={session}/base-{name}.parquet"
+        ))?;
+        let path = self.scratch.join(format!("base-{name}.parquet"));
+        let cluster_name = cluster.to_string();
+        let session_name = session.to_owned();
+        let failures = failures.clone();
+        let write_path = path.clone();
+        let rows = run_blocking(move || -> Result<u64, CompactError> {
+            let connection = task_attempts::open_duckdb()?;
+            let mut merged: BTreeMap<AttemptKey, TaskAttempt> = BTreeMap::new();
+            for attempt in task_attempts::read_all_attempts(&connection, &files)? {
+                let Some(task_id) = attempt.task_id.clone() else {
+                    continue;
+                };
+                let key = AttemptKey {
+                    task_id,
+                    attempt_number: attempt.attempt_number,
+                };
+                match merged.get_mut(&key) {
+                    Some(existing) => existing.merge(attempt),
+                    None => {
+                        merged.insert(key, attempt);
+                    }
+                }
+            }
+            let attempts: Vec<TaskAttempt> = merged.into_values().collect();
+            Ok(task_attempts::write_parquet(
+                &connection,
+                &cluster_name,
+                &session_name,
+                &attempts,
+                &failures,
+                &write_path,
+            )?)
+        })
+        .await?;
+        let bytes = self.upload(&path, &key).await?;
+        let _ = tokio::fs::remove_file(&path).await;
+        Ok((
+            DataFile {
+                key: key.to_string(),
+                rows,
+                bytes,
+            },
+            rows,
+        ))
+    }
+
+    /// Copies live data files into scratch (they are immutable, so a cached copy is current).
+    async fn fetch<'a>(
+        &self,
+        files: impl Iterator<Item = &'a DataFile>,
+    ) -> Result<Vec<PathBuf>, CompactError> {
+        let cache = self.scratch.join("cache");
+        tokio::fs::create_dir_all(&cache).await?;
+        let mut paths = Vec::new();
+        for file in files {
+            let key = ObjectKey::new(file.key.clone())?;
+            let path = cache.join(file.key.replace('/', "~"));
+            if tokio::fs::metadata(&path).await.is_err() {
+                let stored = self.storage.get(&key).await?;
+                let partial = path.with_extension("partial");
+                tokio::fs::write(&partial, &stored.body).await?;
+                tokio::fs::rename(&partial, &path).await?;
+            }
+            paths.push(path);
+        }
+        Ok(paths)
+    }
+
+    async fn upload(&self, path: &Path, key: &ObjectKey) -> Result<u64, CompactError> {
+        let body = tokio::fs::read(path).await?;
+        let bytes = body.len() as u64;
+        self.storage
+            .put(key, Bytes::from(body), PutMode::Create)
+            .await?;
+        Ok(bytes)
+    }
+
+    /// Deletes files whose grace period ended (they left `previous.retired` in `next`).
+    async fn delete_expired(&self, next: &Manifest, previous: &Manifest) {
+        let still: BTreeSet<&str> = next.retired.iter().map(|file| file.key.as_str()).collect();
+        for expired in previous
+            .retired
+            .iter()
+            .filter(|file| !still.contains(file.key.as_str()))
+        {
+            if let Ok(key) = ObjectKey::new(expired.key.clone())
+                && let Err(err) = self.storage.delete(&key).await
+            {
+                tracing::warn!(error = %err, "could not delete a retired file; it stays harmless");
+            }
+        }
+    }
+}
+
+fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+async fn run_blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, CompactError> + Send + 'static,
+) -> Result<T, CompactError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|err| CompactError::Worker(err.to_string()))?
+}

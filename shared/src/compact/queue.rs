@@ -1,0 +1,114 @@
+//! The in-process stand-in for S3 → SQS → compact used by `serve`: ingest notifies each raw key
+//! it stores; a background task batches keys that arrive close together and compacts them in
+//! one run, so a burst of POSTs is one compaction. A failed run keeps its keys and retries.
+
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot};
+
+use super::Compactor;
+use crate::storage::ObjectKey;
+
+/// How long the queue waits for more keys after the first one before compacting.
+const BATCH_WINDOW: Duration = Duration::from_millis(150);
+/// Pause before retrying a failed run.
+const RETRY_DELAY: Duration = Duration::from_secs(1);
+/// Runs tried per batch before its keys are left for `afterglow rebuild`.
+const MAX_ATTEMPTS: usize = 3;
+
+enum Command {
+    Compact(ObjectKey),
+    /// Answered once every key queued before it has been compacted.
+    Idle(oneshot::Sender<()>),
+}
+
+/// Handle to the background compaction task.
+#[derive(Clone, Debug)]
+pub struct CompactionQueue {
+    sender: mpsc::UnboundedSender<Command>,
+}
+
+impl std::fmt::Debug for Command {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Compact(key) => write!(f, "Compact({key})"),
+            Self::Idle(_) => f.write_str("Idle"),
+        }
+    }
+}
+
+impl CompactionQueue {
+    /// Starts the background task on the current Tokio runtime.
+    pub fn spawn(compactor: Compactor) -> Self {
+        let (sender, receiver) = mpsc::unbounded_channel();
+        tokio::spawn(run(compactor, receiver));
+        Self { sender }
+    }
+
+    /// Queues a raw object for compaction.
+    pub fn notify(&self, key: ObjectKey) {
+        if self.sender.send(Command::Compact(key)).is_err() {
+            tracing::error!("the compaction task has stopped; raw objects stay for `rebuild`");
+        }
+    }
+
+    /// Waits until everything queued so far has been compacted.
+    pub async fn idle(&self) {
+        let (done, wait) = oneshot::channel();
+        if self.sender.send(Command::Idle(done)).is_ok() {
+            let _ = wait.await;
+        }
+    }
+}
+
+async fn run(compactor: Compactor, mut receiver: mpsc::UnboundedReceiver<Command>) {
+    let mut pending: Vec<ObjectKey> = Vec::new();
+    let mut waiters: Vec<oneshot::Sender<()>> = Vec::new();
+    let mut failures = 0;
+    loop {
+        if pending.is_empty() && waiters.is_empty() {
+            match receiver.recv().await {
+                Some(command) => take(command, &mut pending, &mut waiters),
+                None => return,
+            }
+        }
+        // Gather whatever else arrives within the window.
+        let deadline = tokio::time::Instant::now() + BATCH_WINDOW;
+        while let Ok(Some(command)) = tokio::time::timeout_at(deadline, receiver.recv()).await {
+            take(command, &mut pending, &mut waiters);
+        }
+        if !pending.is_empty() {
+            match compactor.compact(&pending).await {
+                Ok(_) => {
+                    pending.clear();
+                    failures = 0;
+                }
+                Err(err) if failures + 1 < MAX_ATTEMPTS => {
+                    failures += 1;
+                    tracing::error!(error = %err, keys = pending.len(), "compaction failed; retrying");
+                    tokio::time::sleep(RETRY_DELAY).await;
+                    continue;
+                }
+                Err(err) => {
+                    tracing::error!(
+                        error = %err,
+                        keys = pending.len(),
+                        "compaction failed {MAX_ATTEMPTS} times; the raw objects stay for `afterglow rebuild`"
+                    );
+                    pending.clear();
+                    failures = 0;
+                }
+            }
+        }
+        for waiter in waiters.drain(..) {
+            let _ = waiter.send(());
+        }
+    }
+}
+
+fn take(command: Command, pending: &mut Vec<ObjectKey>, waiters: &mut Vec<oneshot::Sender<()>>) {
+    match command {
+        Command::Compact(key) => pending.push(key),
+        Command::Idle(done) => waiters.push(done),
+    }
+}

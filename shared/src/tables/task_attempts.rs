@@ -1,0 +1,507 @@
+//! The `task_attempts` table: one row per `(task_id, attempt_number)` of a session, holding both
+//! the state-API view (what queries read) and the merge state (what the next compaction merges
+//! into), so a row can always be turned back into the [`TaskAttempt`] it came from.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use duckdb::{Connection, params};
+
+use crate::event::common::{Language, TaskStatus, TaskType};
+use crate::event::encoding::Id;
+use crate::merge::{
+    DefinitionSlot, FailureContext, LogInfo, Reported, ReportedError, TaskAttempt, TaskDefinition,
+};
+
+/// Every status whose time a row keeps, with its column name.
+const STATUS_COLUMNS: [(i32, &str); 14] = [
+    (0, "ts_nil"),
+    (1, "ts_pending_args_avail"),
+    (2, "ts_pending_node_assignment"),
+    (3, "ts_pending_obj_store_mem_avail"),
+    (4, "ts_pending_args_fetch"),
+    (5, "ts_submitted_to_worker"),
+    (6, "ts_pending_actor_task_args_fetch"),
+    (7, "ts_pending_actor_task_ordering_or_concurrency"),
+    (8, "ts_running"),
+    (9, "ts_running_in_ray_get"),
+    (10, "ts_running_in_ray_wait"),
+    (11, "ts_finished"),
+    (12, "ts_failed"),
+    (13, "ts_getting_and_pinning_args"),
+];
+
+/// The table's columns, in order, with their DuckDB types.
+const COLUMNS: &[(&str, &str)] = &[
+    ("cluster", "VARCHAR"),
+    ("session_name", "VARCHAR"),
+    ("task_id", "VARCHAR"),
+    ("attempt_number", "INTEGER"),
+    ("job_id", "VARCHAR"),
+    // The state-API view.
+    ("state", "VARCHAR"),
+    ("synthesized_failure", "BOOLEAN"),
+    ("name", "VARCHAR"),
+    ("func_or_class_name", "VARCHAR"),
+    ("type", "VARCHAR"),
+    ("language", "VARCHAR"),
+    ("actor_id", "VARCHAR"),
+    ("parent_task_id", "VARCHAR"),
+    ("placement_group_id", "VARCHAR"),
+    ("node_id", "VARCHAR"),
+    ("worker_id", "VARCHAR"),
+    ("worker_pid", "INTEGER"),
+    ("error_type", "VARCHAR"),
+    ("error_message", "VARCHAR"),
+    ("creation_time_ms", "BIGINT"),
+    ("start_time_ms", "BIGINT"),
+    ("end_time_ms", "BIGINT"),
+    ("duration_ms", "BIGINT"),
+    // Merge state: status times (ns).
+    ("ts_nil", "BIGINT"),
+    ("ts_pending_args_avail", "BIGINT"),
+    ("ts_pending_node_assignment", "BIGINT"),
+    ("ts_pending_obj_store_mem_avail", "BIGINT"),
+    ("ts_pending_args_fetch", "BIGINT"),
+    ("ts_submitted_to_worker", "BIGINT"),
+    ("ts_pending_actor_task_args_fetch", "BIGINT"),
+    ("ts_pending_actor_task_ordering_or_concurrency", "BIGINT"),
+    ("ts_running", "BIGINT"),
+    ("ts_running_in_ray_get", "BIGINT"),
+    ("ts_running_in_ray_wait", "BIGINT"),
+    ("ts_finished", "BIGINT"),
+    ("ts_failed", "BIGINT"),
+    ("ts_getting_and_pinning_args", "BIGINT"),
+    // Merge state: single-valued facts and when they were reported (ns).
+    ("node_id_at", "BIGINT"),
+    ("worker_id_at", "BIGINT"),
+    ("worker_pid_at", "BIGINT"),
+    ("reported_error_type", "VARCHAR"),
+    ("reported_error_message", "VARCHAR"),
+    ("reported_error_at", "BIGINT"),
+    ("actor_repr_name", "VARCHAR"),
+    ("actor_repr_name_at", "BIGINT"),
+    ("is_debugger_paused", "BOOLEAN"),
+    ("is_debugger_paused_at", "BIGINT"),
+    ("stdout_file", "VARCHAR"),
+    ("stdout_file_at", "BIGINT"),
+    ("stderr_file", "VARCHAR"),
+    ("stderr_file_at", "BIGINT"),
+    ("stdout_start", "BIGINT"),
+    ("stdout_start_at", "BIGINT"),
+    ("stdout_end", "BIGINT"),
+    ("stdout_end_at", "BIGINT"),
+    ("stderr_start", "BIGINT"),
+    ("stderr_start_at", "BIGINT"),
+    ("stderr_end", "BIGINT"),
+    ("stderr_end_at", "BIGINT"),
+    // Merge state: the definition.
+    ("definition_at", "BIGINT"),
+    ("def_name", "VARCHAR"),
+    ("module_name", "VARCHAR"),
+    ("class_name", "VARCHAR"),
+    ("function_name", "VARCHAR"),
+    ("def_actor_id", "VARCHAR"),
+    ("required_resources", "VARCHAR"),
+    ("serialized_runtime_env", "VARCHAR"),
+    ("call_site", "VARCHAR"),
+    ("label_selector", "VARCHAR"),
+];
+
+/// Why the table could not be written or read.
+#[derive(Debug, thiserror::Error)]
+pub enum TableError {
+    /// DuckDB failed.
+    #[error("DuckDB: {0}")]
+    DuckDb(#[from] duckdb::Error),
+    /// A stored row is not one this build wrote.
+    #[error("corrupt task_attempts row: {0}")]
+    Corrupt(String),
+}
+
+/// The `CREATE TABLE` statement for an in-memory staging table named `name`.
+fn create_table(name: &str) -> String {
+    let columns: Vec<String> = COLUMNS
+        .iter()
+        .map(|(column, kind)| format!("{column} {kind}"))
+        .collect();
+    format!("CREATE TEMP TABLE {name} ({})", columns.join(", "))
+}
+
+/// A SQL string literal of a path we created ourselves.
+fn path_literal(path: &Path) -> String {
+    format!("'{}'", path.display().to_string().replace('\'', "''"))
+}
+
+fn hex(id: Option<&Id>) -> Option<String> {
+    id.map(|id| id.as_hex().to_owned())
+}
+
+fn at<T>(reported: Option<&Reported<T>>) -> Option<i64> {
+    reported.map(|reported| reported.at)
+}
+
+/// An in-memory DuckDB with nothing downloaded or auto-loaded.
+pub fn open_duckdb() -> Result<Connection, TableError> {
+    let config = duckdb::Config::default().enable_autoload_extension(false)?;
+    Ok(Connection::open_in_memory_with_flags(config)?)
+}
+
+/// Writes rows for `attempts` (viewed through `failures`) as one ZSTD Parquet file at `path`,
+/// sorted by job and creation time so row-group statistics prune. Returns the row count.
+pub fn write_parquet(
+    connection: &Connection,
+    cluster: &str,
+    session: &str,
+    attempts: &[TaskAttempt],
+    failures: &FailureContext,
+    path: &Path,
+) -> Result<u64, TableError> {
+    connection.execute_batch("DROP TABLE IF EXISTS staged_attempts")?;
+    connection.execute_batch(&create_table("staged_attempts"))?;
+    {
+        let mut appender = connection.appender("staged_attempts")?;
+        for attempt in attempts {
+            append(&mut appender, cluster, session, attempt, failures)?;
+        }
+        appender.flush()?;
+    }
+    let copy = format!(
+        "COPY (SELECT * FROM staged_attempts ORDER BY job_id, creation_time_ms, task_id, attempt_number) \
+         TO {} (FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 122880)",
+        path_literal(path)
+    );
+    connection.execute_batch(&copy)?;
+    connection.execute_batch("DROP TABLE staged_attempts")?;
+    Ok(attempts.len() as u64)
+}
+
+fn append(
+    appender: &mut duckdb::Appender<'_>,
+    cluster: &str,
+    session: &str,
+    attempt: &TaskAttempt,
+    failures: &FailureContext,
+) -> Result<(), TableError> {
+    let view = attempt.view(failures);
+    let definition = attempt
+        .definition
+        .as_ref()
+        .map(|reported| &reported.value.0);
+    let status = |number: i32| attempt.status_times.get(&number).copied();
+    let json = |map: Option<String>| map;
+    let required_resources = definition
+        .map(|definition| serde_json::to_string(&definition.required_resources))
+        .transpose()
+        .map_err(|err| TableError::Corrupt(err.to_string()))?;
+    let label_selector = definition
+        .map(|definition| serde_json::to_string(&definition.label_selector))
+        .transpose()
+        .map_err(|err| TableError::Corrupt(err.to_string()))?;
+    let duration_ms = match (view.start_time_ms, view.end_time_ms) {
+        (Some(start), Some(end)) => Some(end - start),
+        _ => None,
+    };
+    let log = &attempt.log_info;
+    let error = attempt.error.as_ref();
+    appender.append_row(params![
+        cluster,
+        session,
+        hex(view.task_id.as_ref()),
+        view.attempt_number,
+        hex(view.job_id.as_ref()),
+        view.state.as_str(),
+        view.synthesized_failure,
+        view.name,
+        view.func_or_class_name,
+        view.task_type.as_ref().map(TaskType::as_str),
+        view.language.as_ref().map(Language::as_str),
+        hex(view.actor_id.as_ref()),
+        hex(view.parent_task_id.as_ref()),
+        hex(view.placement_group_id.as_ref()),
+        hex(view.node_id.as_ref()),
+        hex(view.worker_id.as_ref()),
+        view.worker_pid,
+        view.error_type,
+        view.error_message,
+        view.creation_time_ms,
+        view.start_time_ms,
+        view.end_time_ms,
+        duration_ms,
+        status(0),
+        status(1),
+        status(2),
+        status(3),
+        status(4),
+        status(5),
+        status(6),
+        status(7),
+        status(8),
+        status(9),
+        status(10),
+        status(11),
+        status(12),
+        status(13),
+        at(attempt.node_id.as_ref()),
+        at(attempt.worker_id.as_ref()),
+        at(attempt.worker_pid.as_ref()),
+        error.map(|error| error.value.error_type.as_str()),
+        error.map(|error| error.value.message.as_str()),
+        at(error),
+        attempt
+            .actor_repr_name
+            .as_ref()
+            .map(|repr| repr.value.as_str()),
+        at(attempt.actor_repr_name.as_ref()),
+        attempt
+            .is_debugger_paused
+            .as_ref()
+            .map(|paused| paused.value),
+        at(attempt.is_debugger_paused.as_ref()),
+        log.stdout_file.as_ref().map(|file| file.value.as_str()),
+        at(log.stdout_file.as_ref()),
+        log.stderr_file.as_ref().map(|file| file.value.as_str()),
+        at(log.stderr_file.as_ref()),
+        log.stdout_start.as_ref().map(|offset| offset.value),
+        at(log.stdout_start.as_ref()),
+        log.stdout_end.as_ref().map(|offset| offset.value),
+        at(log.stdout_end.as_ref()),
+        log.stderr_start.as_ref().map(|offset| offset.value),
+        at(log.stderr_start.as_ref()),
+        log.stderr_end.as_ref().map(|offset| offset.value),
+        at(log.stderr_end.as_ref()),
+        at(attempt.definition.as_ref()),
+        definition.map(|definition| definition.name.as_str()),
+        definition.map(|definition| definition.module_name.as_str()),
+        definition.map(|definition| definition.class_name.as_str()),
+        definition.map(|definition| definition.function_name.as_str()),
+        hex(definition.and_then(|definition| definition.actor_id.as_ref())),
+        json(required_resources),
+        definition.map(|definition| definition.serialized_runtime_env.as_str()),
+        definition.and_then(|definition| definition.call_site.as_deref()),
+        json(label_selector),
+    ])?;
+    Ok(())
+}
+
+/// Which stored rows [`read_attempts`] returns.
+#[derive(Clone, Debug, Default)]
+pub struct RowFilter {
+    /// These attempts, by `(task id hex, attempt number)`.
+    pub keys: Vec<(String, i32)>,
+    /// Plus every attempt of these jobs (hex) that is not finished or only failed by synthesis.
+    pub unfinished_of_jobs: Vec<String>,
+    /// Plus every such attempt that ran on these workers (hex).
+    pub unfinished_on_workers: Vec<String>,
+}
+
+/// Reads the stored rows `filter` selects from `files`, as merge state. A key found in several
+/// files comes back several times; merging them is harmless (merges are idempotent) and gives
+/// the newest state.
+pub fn read_attempts(
+    connection: &Connection,
+    files: &[PathBuf],
+    filter: &RowFilter,
+) -> Result<Vec<TaskAttempt>, TableError> {
+    if files.is_empty() {
+        return Ok(Vec::new());
+    }
+    connection.execute_batch(
+        "DROP TABLE IF EXISTS wanted_keys; DROP TABLE IF EXISTS wanted_jobs; DROP TABLE IF EXISTS wanted_workers;
+         CREATE TEMP TABLE wanted_keys (task_id VARCHAR, attempt_number INTEGER);
+         CREATE TEMP TABLE wanted_jobs (job_id VARCHAR);
+         CREATE TEMP TABLE wanted_workers (worker_id VARCHAR);",
+    )?;
+    {
+        let mut keys = connection.appender("wanted_keys")?;
+        for (task, attempt) in &filter.keys {
+            keys.append_row(params![task, attempt])?;
+        }
+        keys.flush()?;
+        let mut jobs = connection.appender("wanted_jobs")?;
+        for job in &filter.unfinished_of_jobs {
+            jobs.append_row(params![job])?;
+        }
+        jobs.flush()?;
+        let mut workers = connection.appender("wanted_workers")?;
+        for worker in &filter.unfinished_on_workers {
+            workers.append_row(params![worker])?;
+        }
+        workers.flush()?;
+    }
+    let list: Vec<String> = files.iter().map(|path| path_literal(path)).collect();
+    let columns: Vec<&str> = COLUMNS.iter().map(|(column, _)| *column).collect();
+    let sql = format!(
+        "SELECT {columns} FROM read_parquet([{files}]) AS t
+         WHERE EXISTS (SELECT 1 FROM wanted_keys AS w
+                       WHERE w.task_id = t.task_id AND w.attempt_number = t.attempt_number)
+            OR ((t.state NOT IN ('FINISHED', 'FAILED') OR t.synthesized_failure)
+                AND (t.job_id IN (SELECT job_id FROM wanted_jobs)
+                     OR t.worker_id IN (SELECT worker_id FROM wanted_workers)))",
+        columns = columns
+            .iter()
+            .map(|column| format!("t.{column}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        files = list.join(", ")
+    );
+    let mut statement = connection.prepare(&sql)?;
+    let mut rows = statement.query([])?;
+    let mut attempts = Vec::new();
+    while let Some(row) = rows.next()? {
+        attempts.push(attempt_from_row(row)?);
+    }
+    Ok(attempts)
+}
+
+/// Reads every stored row of `files` as merge state.
+pub fn read_all_attempts(
+    connection: &Connection,
+    files: &[PathBuf],
+) -> Result<Vec<TaskAttempt>, TableError> {
+    if files.is_empty() {
+        return Ok(Vec::new());
+    }
+    let list: Vec<String> = files.iter().map(|path| path_literal(path)).collect();
+    let columns: Vec<&str> = COLUMNS.iter().map(|(column, _)| *column).collect();
+    let sql = format!(
+        "SELECT {} FROM read_parquet([{}])",
+        columns.join(", "),
+        list.join(", ")
+    );
+    let mut statement = connection.prepare(&sql)?;
+    let mut rows = statement.query([])?;
+    let mut attempts = Vec::new();
+    while let Some(row) = rows.next()? {
+        attempts.push(attempt_from_row(row)?);
+    }
+    Ok(attempts)
+}
+
+fn column_index(name: &str) -> Result<usize, TableError> {
+    COLUMNS
+        .iter()
+        .position(|(column, _)| *column == name)
+        .ok_or_else(|| TableError::Corrupt(format!("no column {name}")))
+}
+
+/// A JSON map column; empty when null.
+fn parse_json<T: serde::de::DeserializeOwned + Default>(
+    name: &str,
+    text: Option<String>,
+) -> Result<T, TableError> {
+    text.map(|json| serde_json::from_str(&json))
+        .transpose()
+        .map_err(|err| TableError::Corrupt(format!("{name}: {err}")))
+        .map(Option::unwrap_or_default)
+}
+
+fn attempt_from_row(row: &duckdb::Row<'_>) -> Result<TaskAttempt, TableError> {
+    let text = |name: &str| -> Result<Option<String>, TableError> {
+        Ok(row.get::<_, Option<String>>(column_index(name)?)?)
+    };
+    let number = |name: &str| -> Result<Option<i64>, TableError> {
+        Ok(row.get::<_, Option<i64>>(column_index(name)?)?)
+    };
+    let flag = |name: &str| -> Result<Option<bool>, TableError> {
+        Ok(row.get::<_, Option<bool>>(column_index(name)?)?)
+    };
+    let id = |name: &str| -> Result<Option<Id>, TableError> {
+        match text(name)? {
+            None => Ok(None),
+            Some(hex) => Id::from_hex(&hex)
+                .map(Some)
+                .ok_or_else(|| TableError::Corrupt(format!("{name} is not hex: {hex:?}"))),
+        }
+    };
+    fn reported<T>(value: Option<T>, at: Option<i64>) -> Option<Reported<T>> {
+        match (value, at) {
+            (Some(value), Some(at)) => Some(Reported { at, value }),
+            _ => None,
+        }
+    }
+
+    let mut status_times = BTreeMap::new();
+    for (status, column) in STATUS_COLUMNS {
+        if let Some(at) = number(column)? {
+            status_times.insert(status, at);
+        }
+    }
+    let attempt_number = row
+        .get::<_, Option<i32>>(column_index("attempt_number")?)?
+        .ok_or_else(|| TableError::Corrupt("attempt_number is null".to_owned()))?;
+    let definition = match number("definition_at")? {
+        None => None,
+        Some(definition_at) => Some(Reported {
+            at: definition_at,
+            value: DefinitionSlot(TaskDefinition {
+                name: text("def_name")?.unwrap_or_default(),
+                task_type: text("type")?
+                    .map_or_else(TaskType::default, |name| TaskType::from_name(&name)),
+                language: text("language")?
+                    .map_or_else(Language::default, |name| Language::from_name(&name)),
+                module_name: text("module_name")?.unwrap_or_default(),
+                class_name: text("class_name")?.unwrap_or_default(),
+                function_name: text("function_name")?.unwrap_or_default(),
+                parent_task_id: id("parent_task_id")?,
+                actor_id: id("def_actor_id")?,
+                placement_group_id: id("placement_group_id")?,
+                required_resources: parse_json("required_resources", text("required_resources")?)?,
+                serialized_runtime_env: text("serialized_runtime_env")?.unwrap_or_default(),
+                call_site: text("call_site")?,
+                label_selector: parse_json("label_selector", text("label_selector")?)?,
+            }),
+        }),
+    };
+    let error = match (
+        text("reported_error_type")?,
+        text("reported_error_message")?,
+        number("reported_error_at")?,
+    ) {
+        (Some(error_type), Some(message), Some(at)) => Some(Reported {
+            at,
+            value: ReportedError {
+                error_type,
+                message,
+            },
+        }),
+        _ => None,
+    };
+    let worker_pid = match row.get::<_, Option<i64>>(column_index("worker_pid")?)? {
+        Some(pid) => {
+            Some(u32::try_from(pid).map_err(|_| TableError::Corrupt(format!("worker_pid {pid}")))?)
+        }
+        None => None,
+    };
+    Ok(TaskAttempt {
+        task_id: id("task_id")?,
+        attempt_number,
+        job_id: id("job_id")?,
+        definition,
+        status_times,
+        node_id: reported(id("node_id")?, number("node_id_at")?),
+        worker_id: reported(id("worker_id")?, number("worker_id_at")?),
+        worker_pid: reported(worker_pid, number("worker_pid_at")?),
+        error,
+        actor_repr_name: reported(text("actor_repr_name")?, number("actor_repr_name_at")?),
+        is_debugger_paused: reported(
+            flag("is_debugger_paused")?,
+            number("is_debugger_paused_at")?,
+        ),
+        log_info: LogInfo {
+            stdout_file: reported(text("stdout_file")?, number("stdout_file_at")?),
+            stderr_file: reported(text("stderr_file")?, number("stderr_file_at")?),
+            stdout_start: reported(number("stdout_start")?, number("stdout_start_at")?),
+            stdout_end: reported(number("stdout_end")?, number("stdout_end_at")?),
+            stderr_start: reported(number("stderr_start")?, number("stderr_start_at")?),
+            stderr_end: reported(number("stderr_end")?, number("stderr_end_at")?),
+        },
+    })
+}
+
+/// The status a stored `ts_*` column holds, for readers that rebuild transitions.
+pub fn status_columns() -> impl Iterator<Item = (TaskStatus, &'static str)> {
+    STATUS_COLUMNS
+        .iter()
+        .map(|(number, column)| (TaskStatus::from_number(i64::from(*number)), *column))
+}
