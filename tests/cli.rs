@@ -96,11 +96,23 @@ fn open_ingest_refuses_a_non_loopback_address() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Kills the child process when the test ends, however it ends.
+/// Stops the child process when the test ends, however it ends: Ctrl-C first (a graceful
+/// shutdown that removes its scratch files), a kill if it does not exit.
 struct Running(std::process::Child);
 
 impl Drop for Running {
     fn drop(&mut self) {
+        let interrupted = Command::new("kill")
+            .args(["-INT", &self.0.id().to_string()])
+            .status()
+            .is_ok_and(|status| status.success());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while interrupted && Instant::now() < deadline {
+            if let Ok(Some(_)) = self.0.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
         let _ = self.0.kill();
         let _ = self.0.wait();
     }

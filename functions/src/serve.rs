@@ -105,16 +105,22 @@ pub async fn run_cli(args: ServeArgs, config: Config) -> anyhow::Result<()> {
         CompactSettings::default(),
         scratch.path().to_path_buf(),
     );
+    let queue = CompactionQueue::spawn(compactor);
     let settings = ServeSettings {
         storage,
         ingest_token: config.ingest_token,
         ingest_limits: config.ingest_limits,
-        compaction: Some(CompactionQueue::spawn(compactor)),
+        compaction: Some(queue.clone()),
     };
     run(settings, listener, async {
         let _ = tokio::signal::ctrl_c().await;
     })
-    .await
+    .await?;
+    // Finish compacting what was received before stopping.
+    tracing::info!("stopping: compacting what is still queued");
+    queue.idle().await;
+    drop(scratch);
+    Ok(())
 }
 
 /// The startup text: where we listen and exactly what to export on the Ray cluster.

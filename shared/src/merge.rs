@@ -13,7 +13,11 @@
 //! reported (terminal states win, immune to clock skew), times from the transitions, error only
 //! on `FAILED`, and the failures Ray synthesizes when the job ends or the worker dies.
 
+pub mod entities;
+
 use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
 
 use crate::event::cluster::{DriverJobState, WorkerState};
 use crate::event::common::{FunctionDescriptor, Language, TaskStatus, TaskType};
@@ -25,7 +29,7 @@ use crate::event::{EventPayload, RayEvent};
 
 /// A value and when it was reported (ns). Merging keeps the later report; equal times keep the
 /// larger value, so the outcome never depends on arrival order.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Reported<T> {
     /// When the reporting event was created (ns since the epoch).
     pub at: i64,
@@ -38,7 +42,7 @@ fn stamp<T>(at: i64) -> impl Fn(T) -> Option<Reported<T>> {
     move |value| Some(Reported { at, value })
 }
 
-fn keep_latest<T: Ord>(slot: &mut Option<Reported<T>>, candidate: Option<Reported<T>>) {
+pub(crate) fn keep_latest<T: Ord>(slot: &mut Option<Reported<T>>, candidate: Option<Reported<T>>) {
     match (slot.as_ref(), candidate) {
         (_, None) => {}
         (None, Some(candidate)) => *slot = Some(candidate),

@@ -1,0 +1,580 @@
+//! Merge rules for the entities beside tasks: jobs, actors, nodes and workers. Same contract as
+//! task attempts: every merge is commutative, associative and idempotent. A definition is kept
+//! whole (latest report wins); lifecycle transitions are a set ordered by time, and the current
+//! state is the latest transition (these states are not monotonic: actors restart).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::Reported;
+use crate::event::EventPayload;
+use crate::event::encoding::Id;
+
+/// Keeps the later report (ties: the larger value).
+fn keep<T: Ord>(slot: &mut Option<Reported<T>>, candidate: Option<Reported<T>>) {
+    super::keep_latest(slot, candidate);
+}
+
+/// Adds transitions to a sorted, duplicate-free list.
+fn add_all<T: Ord>(list: &mut Vec<T>, items: impl IntoIterator<Item = T>) {
+    for item in items {
+        if let Err(position) = list.binary_search(&item) {
+            list.insert(position, item);
+        }
+    }
+}
+
+fn hex(id: Option<&Id>) -> Option<String> {
+    id.map(|id| id.as_hex().to_owned())
+}
+
+/// What an actor definition says.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ActorDefinitionFacts {
+    /// Owning job (hex).
+    pub job_id: Option<String>,
+    /// Class.
+    pub class_name: String,
+    /// Name, if named.
+    pub name: String,
+    /// Namespace.
+    pub ray_namespace: String,
+    /// Detached or not.
+    pub is_detached: bool,
+    /// Placement group (hex).
+    pub placement_group_id: Option<String>,
+    /// Required resources as JSON.
+    pub required_resources: String,
+    /// Runtime environment JSON.
+    pub serialized_runtime_env: String,
+    /// Creation call site.
+    pub call_site: String,
+}
+
+/// One actor state transition.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ActorTransition {
+    /// When (ns).
+    pub at: i64,
+    /// State name.
+    pub state: String,
+    /// Node (hex), when alive.
+    pub node_id: Option<String>,
+    /// Worker (hex), when alive.
+    pub worker_id: Option<String>,
+    /// Pid, when alive (0 otherwise).
+    pub pid: u32,
+    /// `__repr__`.
+    pub repr_name: String,
+    /// Why it died, when dead.
+    pub death_message: Option<String>,
+}
+
+/// Everything known about one actor.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ActorRecord {
+    /// The actor (hex).
+    pub actor_id: String,
+    /// Its definition, once arrived.
+    pub definition: Option<Reported<ActorDefinitionFacts>>,
+    /// Its transitions in time order.
+    pub transitions: Vec<ActorTransition>,
+}
+
+impl ActorRecord {
+    /// Folds another partial record of the same actor in.
+    pub fn merge(&mut self, other: Self) {
+        keep(&mut self.definition, other.definition);
+        add_all(&mut self.transitions, other.transitions);
+    }
+
+    /// The latest transition.
+    pub fn current(&self) -> Option<&ActorTransition> {
+        self.transitions.last()
+    }
+
+    /// The latest non-empty value of a per-transition fact.
+    fn latest<T>(&self, pick: impl Fn(&ActorTransition) -> Option<T>) -> Option<T> {
+        self.transitions.iter().rev().find_map(pick)
+    }
+
+    /// Ray's `state`.
+    pub fn state(&self) -> Option<&str> {
+        self.current().map(|transition| transition.state.as_str())
+    }
+
+    /// Node it last ran on.
+    pub fn node_id(&self) -> Option<String> {
+        self.latest(|transition| transition.node_id.clone())
+    }
+
+    /// Pid it last ran as.
+    pub fn pid(&self) -> Option<u32> {
+        self.latest(|transition| (transition.pid != 0).then_some(transition.pid))
+    }
+
+    /// Latest non-empty `__repr__` (empty when never reported).
+    pub fn repr_name(&self) -> String {
+        self.latest(|transition| {
+            (!transition.repr_name.is_empty()).then(|| transition.repr_name.clone())
+        })
+        .unwrap_or_default()
+    }
+
+    /// Restarts: `RESTARTING` transitions.
+    pub fn num_restarts(&self) -> usize {
+        self.transitions
+            .iter()
+            .filter(|transition| transition.state == "RESTARTING")
+            .count()
+    }
+
+    /// Why it died, if dead.
+    pub fn death_message(&self) -> Option<String> {
+        self.latest(|transition| transition.death_message.clone())
+    }
+}
+
+/// What a driver-job definition says.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct JobDefinitionFacts {
+    /// Driver pid.
+    pub driver_pid: i64,
+    /// Driver node (hex).
+    pub driver_node_id: Option<String>,
+    /// Driver command line.
+    pub entrypoint: String,
+    /// Runtime environment JSON.
+    pub serialized_runtime_env: String,
+    /// Metadata as JSON.
+    pub metadata: String,
+}
+
+/// Everything known about one driver job.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobRecord {
+    /// The job (hex).
+    pub job_id: String,
+    /// Its definition.
+    pub definition: Option<Reported<JobDefinitionFacts>>,
+    /// `(time ns, state)` transitions in time order.
+    pub transitions: Vec<(i64, String)>,
+}
+
+impl JobRecord {
+    /// Folds another partial record of the same job in.
+    pub fn merge(&mut self, other: Self) {
+        keep(&mut self.definition, other.definition);
+        add_all(&mut self.transitions, other.transitions);
+    }
+
+    /// `FINISHED` once finished, else `RUNNING` once created.
+    pub fn state(&self) -> Option<&str> {
+        if self.end_ns().is_some() {
+            Some("FINISHED")
+        } else if self.transitions.is_empty() && self.definition.is_none() {
+            None
+        } else {
+            Some("RUNNING")
+        }
+    }
+
+    /// When the job was created (ns).
+    pub fn start_ns(&self) -> Option<i64> {
+        self.transitions
+            .iter()
+            .find(|(_, state)| state == "CREATED")
+            .map(|(at, _)| *at)
+    }
+
+    /// When the job finished (ns).
+    pub fn end_ns(&self) -> Option<i64> {
+        self.transitions
+            .iter()
+            .rev()
+            .find(|(_, state)| state == "FINISHED")
+            .map(|(at, _)| *at)
+    }
+}
+
+/// What a node definition says.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct NodeDefinitionFacts {
+    /// IP address.
+    pub node_ip: String,
+    /// Node name.
+    pub node_name: String,
+    /// Host name.
+    pub hostname: String,
+    /// Labels as JSON.
+    pub labels: String,
+    /// Start time (ns).
+    pub start_ns: Option<i64>,
+    /// Cloud instance id.
+    pub instance_id: String,
+    /// Cloud instance type.
+    pub instance_type_name: String,
+}
+
+/// One node state transition.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct NodeTransition {
+    /// When (ns).
+    pub at: i64,
+    /// `ALIVE` or `DEAD`.
+    pub state: String,
+    /// Total resources as JSON, when alive.
+    pub resources: String,
+    /// Why it died, when dead.
+    pub death_reason: Option<String>,
+}
+
+/// Everything known about one node.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeRecord {
+    /// The node (hex).
+    pub node_id: String,
+    /// Its definition.
+    pub definition: Option<Reported<NodeDefinitionFacts>>,
+    /// Transitions in time order.
+    pub transitions: Vec<NodeTransition>,
+}
+
+impl NodeRecord {
+    /// Folds another partial record of the same node in.
+    pub fn merge(&mut self, other: Self) {
+        keep(&mut self.definition, other.definition);
+        add_all(&mut self.transitions, other.transitions);
+    }
+
+    /// The latest state.
+    pub fn state(&self) -> Option<&str> {
+        self.transitions
+            .last()
+            .map(|transition| transition.state.as_str())
+    }
+
+    /// When it died (ns).
+    pub fn end_ns(&self) -> Option<i64> {
+        self.transitions
+            .iter()
+            .rev()
+            .find(|transition| transition.state == "DEAD")
+            .map(|transition| transition.at)
+    }
+}
+
+/// What a worker definition says.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct WorkerDefinitionFacts {
+    /// Node (hex).
+    pub node_id: Option<String>,
+    /// Worker type name.
+    pub worker_type: String,
+    /// Pid.
+    pub pid: u32,
+}
+
+/// One worker state transition.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct WorkerTransition {
+    /// When (ns).
+    pub at: i64,
+    /// `ALIVE` or `DEAD`.
+    pub state: String,
+    /// Start time (ms; 0 = unset).
+    pub start_time_ms: i64,
+    /// End time (ms; 0 = unset).
+    pub end_time_ms: i64,
+    /// Exit type name, when dead.
+    pub exit_type: Option<String>,
+    /// Exit detail, when dead.
+    pub exit_detail: Option<String>,
+}
+
+/// Everything known about one worker.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerRecord {
+    /// The worker (hex).
+    pub worker_id: String,
+    /// Job it served (hex).
+    pub job_id: Option<String>,
+    /// Its definition.
+    pub definition: Option<Reported<WorkerDefinitionFacts>>,
+    /// Transitions in time order.
+    pub transitions: Vec<WorkerTransition>,
+}
+
+impl WorkerRecord {
+    /// Folds another partial record of the same worker in.
+    pub fn merge(&mut self, other: Self) {
+        if self.job_id.is_none() {
+            self.job_id = other.job_id;
+        }
+        keep(&mut self.definition, other.definition);
+        add_all(&mut self.transitions, other.transitions);
+    }
+
+    /// Alive until a `DEAD` transition.
+    pub fn is_alive(&self) -> bool {
+        !self
+            .transitions
+            .iter()
+            .any(|transition| transition.state == "DEAD")
+    }
+
+    /// The `DEAD` transition, if any.
+    pub fn death(&self) -> Option<&WorkerTransition> {
+        self.transitions
+            .iter()
+            .rev()
+            .find(|transition| transition.state == "DEAD")
+    }
+
+    /// Start time (ms), from any transition that reports it.
+    pub fn start_time_ms(&self) -> Option<i64> {
+        self.transitions
+            .iter()
+            .map(|transition| transition.start_time_ms)
+            .find(|&ms| ms > 0)
+    }
+}
+
+/// The entities of one session, folded from events in any order.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionEntities {
+    /// Jobs by id.
+    pub jobs: BTreeMap<String, JobRecord>,
+    /// Actors by id.
+    pub actors: BTreeMap<String, ActorRecord>,
+    /// Nodes by id.
+    pub nodes: BTreeMap<String, NodeRecord>,
+    /// Workers by id.
+    pub workers: BTreeMap<String, WorkerRecord>,
+}
+
+impl SessionEntities {
+    /// Folds in one event reported at `at` (ns); task events are ignored.
+    pub fn apply(&mut self, at: i64, payload: &EventPayload) {
+        match payload {
+            EventPayload::DriverJobDefinition(event) => {
+                let Some(id) = hex(event.job_id.as_ref()) else {
+                    return;
+                };
+                self.jobs.entry(id.clone()).or_default().merge(JobRecord {
+                    job_id: id,
+                    definition: Some(Reported {
+                        at,
+                        value: JobDefinitionFacts {
+                            driver_pid: event.driver_pid,
+                            driver_node_id: hex(event.driver_node_id.as_ref()),
+                            entrypoint: event.entrypoint.clone(),
+                            serialized_runtime_env: event.config.serialized_runtime_env.clone(),
+                            metadata: json(&event.config.metadata),
+                        },
+                    }),
+                    transitions: Vec::new(),
+                });
+            }
+            EventPayload::DriverJobLifecycle(event) => {
+                let Some(id) = hex(event.job_id.as_ref()) else {
+                    return;
+                };
+                let transitions = event
+                    .state_transitions
+                    .iter()
+                    .map(|transition| (transition.timestamp.nanos(), transition.state.to_string()))
+                    .collect();
+                self.jobs.entry(id.clone()).or_default().merge(JobRecord {
+                    job_id: id,
+                    definition: None,
+                    transitions,
+                });
+            }
+            EventPayload::ActorDefinition(event) => {
+                let Some(id) = hex(event.actor_id.as_ref()) else {
+                    return;
+                };
+                self.actors
+                    .entry(id.clone())
+                    .or_default()
+                    .merge(ActorRecord {
+                        actor_id: id,
+                        definition: Some(Reported {
+                            at,
+                            value: ActorDefinitionFacts {
+                                job_id: hex(event.job_id.as_ref()),
+                                class_name: event.class_name.clone(),
+                                name: event.name.clone(),
+                                ray_namespace: event.ray_namespace.clone(),
+                                is_detached: event.is_detached,
+                                placement_group_id: event
+                                    .placement_group_id
+                                    .as_ref()
+                                    .filter(|id| !id.is_nil())
+                                    .map(|id| id.as_hex().to_owned()),
+                                required_resources: json(&event.required_resources),
+                                serialized_runtime_env: event.serialized_runtime_env.clone(),
+                                call_site: event.call_site.clone(),
+                            },
+                        }),
+                        transitions: Vec::new(),
+                    });
+            }
+            EventPayload::ActorLifecycle(event) => {
+                let Some(id) = hex(event.actor_id.as_ref()) else {
+                    return;
+                };
+                let transitions = event
+                    .state_transitions
+                    .iter()
+                    .map(|transition| ActorTransition {
+                        at: transition.timestamp.nanos(),
+                        state: transition.state.to_string(),
+                        node_id: hex(transition.node_id.as_ref()),
+                        worker_id: hex(transition.worker_id.as_ref()),
+                        pid: transition.pid,
+                        repr_name: transition.repr_name.clone(),
+                        death_message: transition
+                            .death_cause
+                            .as_ref()
+                            .and_then(|cause| cause.message())
+                            .map(super::strip_ansi),
+                    })
+                    .collect();
+                self.actors
+                    .entry(id.clone())
+                    .or_default()
+                    .merge(ActorRecord {
+                        actor_id: id,
+                        definition: None,
+                        transitions,
+                    });
+            }
+            EventPayload::NodeDefinition(event) => {
+                let Some(id) = hex(event.node_id.as_ref()) else {
+                    return;
+                };
+                self.nodes.entry(id.clone()).or_default().merge(NodeRecord {
+                    node_id: id,
+                    definition: Some(Reported {
+                        at,
+                        value: NodeDefinitionFacts {
+                            node_ip: event.node_ip_address.clone(),
+                            node_name: event.node_name.clone(),
+                            hostname: event.hostname.clone(),
+                            labels: json(&event.labels),
+                            start_ns: event.start_timestamp.map(|start| start.nanos()),
+                            instance_id: event.instance_id.clone(),
+                            instance_type_name: event.instance_type_name.clone(),
+                        },
+                    }),
+                    transitions: Vec::new(),
+                });
+            }
+            EventPayload::NodeLifecycle(event) => {
+                let Some(id) = hex(event.node_id.as_ref()) else {
+                    return;
+                };
+                let transitions = event
+                    .state_transitions
+                    .iter()
+                    .map(|transition| NodeTransition {
+                        at: transition.timestamp.nanos(),
+                        state: transition.state.to_string(),
+                        resources: json(&transition.resources),
+                        death_reason: transition.death_info.as_ref().map(|info| {
+                            if info.reason_message.is_empty() {
+                                info.reason.to_string()
+                            } else {
+                                info.reason_message.clone()
+                            }
+                        }),
+                    })
+                    .collect();
+                self.nodes.entry(id.clone()).or_default().merge(NodeRecord {
+                    node_id: id,
+                    definition: None,
+                    transitions,
+                });
+            }
+            EventPayload::WorkerDefinition(event) => {
+                let Some(id) = hex(event.worker_id.as_ref()) else {
+                    return;
+                };
+                self.workers
+                    .entry(id.clone())
+                    .or_default()
+                    .merge(WorkerRecord {
+                        worker_id: id,
+                        job_id: None,
+                        definition: Some(Reported {
+                            at,
+                            value: WorkerDefinitionFacts {
+                                node_id: hex(event.node_id.as_ref()),
+                                worker_type: event.worker_type.to_string(),
+                                pid: event.pid,
+                            },
+                        }),
+                        transitions: Vec::new(),
+                    });
+            }
+            EventPayload::WorkerLifecycle(event) => {
+                let Some(id) = hex(event.worker_id.as_ref()) else {
+                    return;
+                };
+                let transitions = event
+                    .state_transitions
+                    .iter()
+                    .map(|transition| WorkerTransition {
+                        at: transition.timestamp.nanos(),
+                        state: transition.state.to_string(),
+                        start_time_ms: transition.start_time_ms,
+                        end_time_ms: transition.end_time_ms,
+                        exit_type: transition
+                            .death_info
+                            .as_ref()
+                            .map(|info| info.exit_type.to_string()),
+                        exit_detail: transition
+                            .death_info
+                            .as_ref()
+                            .map(|info| info.exit_detail.clone()),
+                    })
+                    .collect();
+                self.workers
+                    .entry(id.clone())
+                    .or_default()
+                    .merge(WorkerRecord {
+                        worker_id: id,
+                        job_id: hex(event.job_id.as_ref()),
+                        definition: None,
+                        transitions,
+                    });
+            }
+            _ => {}
+        }
+    }
+
+    /// Folds another partial view of the same session in.
+    pub fn merge(&mut self, other: Self) {
+        for (id, record) in other.jobs {
+            self.jobs.entry(id).or_default().merge(record);
+        }
+        for (id, record) in other.actors {
+            self.actors.entry(id).or_default().merge(record);
+        }
+        for (id, record) in other.nodes {
+            self.nodes.entry(id).or_default().merge(record);
+        }
+        for (id, record) in other.workers {
+            self.workers.entry(id).or_default().merge(record);
+        }
+    }
+}
+
+/// A map as canonical JSON text (keys sorted), so facts holding it stay totally ordered.
+/// Maps of strings and numbers always serialize.
+fn json<V: Serialize>(map: &BTreeMap<String, V>) -> String {
+    serde_json::to_string(map).unwrap_or_default()
+}
