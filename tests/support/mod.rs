@@ -5,6 +5,7 @@
 //! starts SeaweedFS on 127.0.0.1 and always sets it); otherwise they print "skipping".
 
 pub mod ray;
+pub mod ray_entities;
 
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
@@ -314,6 +315,32 @@ pub async fn stored_task_rows(
         rows.insert((task_id, attempt), our);
     }
     Ok(rows)
+}
+
+/// The entity records (jobs, actors, nodes, workers) stored for `cluster`, all sessions merged.
+pub async fn stored_entities(
+    storage: &dyn Storage,
+    cluster: &str,
+) -> anyhow::Result<shared::merge::entities::SessionEntities> {
+    use shared::tables::entities::{EntityKind, read_entities};
+    let scratch = tempfile::tempdir()?;
+    let connection = duckdb::Connection::open_in_memory()?;
+    let mut entities = shared::merge::entities::SessionEntities::default();
+    for meta in storage
+        .list(&format!("tables/manifests/cluster={cluster}/"))
+        .await?
+    {
+        let loaded = shared::compact::manifest::load(storage, &meta.key).await?;
+        for kind in EntityKind::ALL {
+            if let Some(file) = loaded.manifest.entities.get(kind.table()) {
+                let key = shared::storage::ObjectKey::new(file.key.clone())?;
+                let path = scratch.path().join(format!("{}.parquet", kind.table()));
+                std::fs::write(&path, storage.get(&key).await?.body)?;
+                read_entities(&connection, kind, &path, &mut entities)?;
+            }
+        }
+    }
+    Ok(entities)
 }
 
 /// Every line of every plain-text object under `prefix`, in key order.

@@ -69,6 +69,9 @@ pub struct Manifest {
     pub sequence: u64,
     /// The `task_attempts` table.
     pub task_attempts: TableFiles,
+    /// The entity tables (`jobs`, `actors`, `nodes`, `workers`): one whole file each.
+    #[serde(default)]
+    pub entities: BTreeMap<String, DataFile>,
     /// Job id (hex) → end time (ns).
     pub job_ends: BTreeMap<String, i64>,
     /// Worker id (hex) → death.

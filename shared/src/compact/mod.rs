@@ -27,8 +27,10 @@ use self::manifest::{DataFile, Manifest, ManifestError, RetiredFile, VersionedMa
 use self::raw::{QuarantinedLine, RawError, read_raw};
 use crate::event::RayEvent;
 use crate::layout::ClusterName;
+use crate::merge::entities::SessionEntities;
 use crate::merge::{AttemptKey, SessionTasks, TaskAttempt};
 use crate::storage::{InvalidKey, ObjectKey, PutMode, Storage, StorageError};
+use crate::tables::entities::{self, EntityKind};
 use crate::tables::task_attempts::{self, RowFilter, TableError};
 
 /// Tuning of compaction.
@@ -175,10 +177,15 @@ impl Compactor {
         report.sessions = sessions.len();
         for ((cluster, session), events) in sessions {
             let mut fold = SessionTasks::default();
+            let mut entities = SessionEntities::default();
             for event in &events {
                 fold.apply(event);
+                let at = event.timestamp.map_or(0, |timestamp| timestamp.nanos());
+                entities.apply(at, &event.payload);
             }
-            let (rows, retries) = self.compact_session(&cluster, &session, &fold).await?;
+            let (rows, retries) = self
+                .compact_session(&cluster, &session, &fold, &entities)
+                .await?;
             report.rows_written += rows;
             report.retries += retries;
         }
@@ -229,18 +236,22 @@ impl Compactor {
     }
 
     /// Merges one session's new facts into its tables; returns rows written and races lost.
-    #[tracing::instrument(name = "compact_session", skip(self, fold), fields(cluster = %cluster, session = %session, attempts = fold.attempts.len()))]
+    #[tracing::instrument(name = "compact_session", skip(self, fold, entities), fields(cluster = %cluster, session = %session, attempts = fold.attempts.len()))]
     async fn compact_session(
         &self,
         cluster: &ClusterName,
         session: &str,
         fold: &SessionTasks,
+        entities: &SessionEntities,
     ) -> Result<(u64, usize), CompactError> {
         let manifest_key = manifest::manifest_key(cluster, session)?;
         for attempt in 0..self.settings.max_manifest_retries {
             let current = manifest::load(&*self.storage, &manifest_key).await?;
-            let (next, written, rows) =
+            let (mut next, mut written, mut rows) =
                 self.next_manifest(cluster, session, fold, &current).await?;
+            rows += self
+                .next_entities(cluster, session, entities, &mut next, &mut written)
+                .await?;
             match manifest::store(&*self.storage, &manifest_key, &next, current.etag.as_ref()).await
             {
                 Ok(_) => {
@@ -382,6 +393,103 @@ impl Compactor {
         Ok((next, written, rows_written))
     }
 
+    /// Merges new entity facts into the session's entity tables, rewriting the files of the
+    /// kinds that changed. Returns rows written.
+    async fn next_entities(
+        &self,
+        cluster: &ClusterName,
+        session: &str,
+        new: &SessionEntities,
+        next: &mut Manifest,
+        written: &mut Vec<ObjectKey>,
+    ) -> Result<u64, CompactError> {
+        let changed_kinds: Vec<EntityKind> = EntityKind::ALL
+            .into_iter()
+            .filter(|kind| kind.count(new) > 0)
+            .collect();
+        if changed_kinds.is_empty() {
+            return Ok(0);
+        }
+        let mut stored_files = Vec::new();
+        for kind in &changed_kinds {
+            if let Some(file) = next.entities.get(kind.table()) {
+                let path = self.fetch(std::iter::once(file)).await?;
+                stored_files.push((*kind, path));
+            }
+        }
+        let name = Ulid::new().to_string();
+        let scratch = self.scratch.clone();
+        let new = new.clone();
+        let cluster_name = cluster.to_string();
+        let session_name = session.to_owned();
+        let kinds = changed_kinds.clone();
+        let outputs = run_blocking(
+            move || -> Result<Vec<(EntityKind, PathBuf, u64)>, CompactError> {
+                let connection = task_attempts::open_duckdb()?;
+                let mut stored = SessionEntities::default();
+                for (kind, paths) in &stored_files {
+                    for path in paths {
+                        entities::read_entities(&connection, *kind, path, &mut stored)?;
+                    }
+                }
+                let mut merged = stored.clone();
+                merged.merge(new);
+                let mut outputs = Vec::new();
+                for kind in kinds {
+                    // Unchanged tables keep their file.
+                    if stored_files
+                        .iter()
+                        .any(|(stored_kind, _)| *stored_kind == kind)
+                        && kind_equal(kind, &stored, &merged)
+                    {
+                        continue;
+                    }
+                    let path = scratch.join(format!("{}-{name}.parquet", kind.table()));
+                    let rows = entities::write_entities(
+                        &connection,
+                        kind,
+                        &cluster_name,
+                        &session_name,
+                        &merged,
+                        &path,
+                    )?;
+                    outputs.push((kind, path, rows));
+                }
+                Ok(outputs)
+            },
+        )
+        .await?;
+        let mut rows_written = 0;
+        let now = now_ms();
+        for (kind, path, rows) in outputs {
+            let key = ObjectKey::new(format!(
+                "tables/{}/cluster={cluster}/session={session}/{}-{name}.parquet",
+                kind.table(),
+                kind.table(),
+                name = Ulid::new()
+            ))?;
+            let bytes = self.upload(&path, &key).await?;
+            let _ = tokio::fs::remove_file(&path).await;
+            written.push(key.clone());
+            let replaced = next.entities.insert(
+                kind.table().to_owned(),
+                DataFile {
+                    key: key.to_string(),
+                    rows,
+                    bytes,
+                },
+            );
+            if let Some(old) = replaced {
+                next.retired.push(RetiredFile {
+                    key: old.key,
+                    retired_at_ms: now,
+                });
+            }
+            rows_written += rows;
+        }
+        Ok(rows_written)
+    }
+
     /// Folds every live file into one new base file.
     async fn merge_base(
         &self,
@@ -486,6 +594,16 @@ impl Compactor {
                 tracing::warn!(error = %err, "could not delete a retired file; it stays harmless");
             }
         }
+    }
+}
+
+/// True when `kind`'s records are the same in both.
+fn kind_equal(kind: EntityKind, a: &SessionEntities, b: &SessionEntities) -> bool {
+    match kind {
+        EntityKind::Jobs => a.jobs == b.jobs,
+        EntityKind::Actors => a.actors == b.actors,
+        EntityKind::Nodes => a.nodes == b.nodes,
+        EntityKind::Workers => a.workers == b.workers,
     }
 }
 

@@ -85,6 +85,9 @@ pub struct ActorRecord {
 impl ActorRecord {
     /// Folds another partial record of the same actor in.
     pub fn merge(&mut self, other: Self) {
+        if self.actor_id.is_empty() {
+            self.actor_id = other.actor_id;
+        }
         keep(&mut self.definition, other.definition);
         add_all(&mut self.transitions, other.transitions);
     }
@@ -165,6 +168,9 @@ pub struct JobRecord {
 impl JobRecord {
     /// Folds another partial record of the same job in.
     pub fn merge(&mut self, other: Self) {
+        if self.job_id.is_empty() {
+            self.job_id = other.job_id;
+        }
         keep(&mut self.definition, other.definition);
         add_all(&mut self.transitions, other.transitions);
     }
@@ -244,6 +250,9 @@ pub struct NodeRecord {
 impl NodeRecord {
     /// Folds another partial record of the same node in.
     pub fn merge(&mut self, other: Self) {
+        if self.node_id.is_empty() {
+            self.node_id = other.node_id;
+        }
         keep(&mut self.definition, other.definition);
         add_all(&mut self.transitions, other.transitions);
     }
@@ -309,6 +318,9 @@ pub struct WorkerRecord {
 impl WorkerRecord {
     /// Folds another partial record of the same worker in.
     pub fn merge(&mut self, other: Self) {
+        if self.worker_id.is_empty() {
+            self.worker_id = other.worker_id;
+        }
         if self.job_id.is_none() {
             self.job_id = other.job_id;
         }
@@ -577,4 +589,26 @@ impl SessionEntities {
 /// Maps of strings and numbers always serialize.
 fn json<V: Serialize>(map: &BTreeMap<String, V>) -> String {
     serde_json::to_string(map).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merged_records_keep_their_ids() {
+        let mut entities = SessionEntities::default();
+        entities
+            .jobs
+            .entry("01000000".to_owned())
+            .or_default()
+            .merge(JobRecord {
+                job_id: "01000000".to_owned(),
+                ..JobRecord::default()
+            });
+        assert_eq!(entities.jobs["01000000"].job_id, "01000000");
+        let mut copy = SessionEntities::default();
+        copy.merge(entities.clone());
+        assert_eq!(copy, entities);
+    }
 }
