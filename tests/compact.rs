@@ -265,23 +265,7 @@ async fn lambda_handler_compacts_notified_keys_and_reports_failures_per_message(
     post_all(&format!("{}/v1/events/sqs", server.url), &bodies(&run)?).await?;
     server.stop().await?;
     let keys = storage.list("raw/sqs/").await?;
-    // The shape of a real S3 notification (keys form-URL-encoded).
-    let s3_body = |key: &str| {
-        serde_json::json!({"Records": [{
-            "eventVersion": "2.1", "eventSource": "aws:s3", "awsRegion": "us-east-1",
-            "eventTime": "2026-11-22T06:11:37.845Z", "eventName": "ObjectCreated:Put",
-            "userIdentity": {"principalId": "AWS:AIDAEXAMPLE"},
-            "requestParameters": {"sourceIPAddress": "127.0.0.1"},
-            "responseElements": {"x-amz-request-id": "C3D13FE58DE4C810", "x-amz-id-2": "FMyUVURIY8"},
-            "s3": {"s3SchemaVersion": "1.0", "configurationId": "raw-objects",
-                   "bucket": {"name": "b", "ownerIdentity": {"principalId": "A3NL1KOZZKExample"},
-                              "arn": "arn:aws:s3:::b"},
-                   "object": {"key": key.replace('/', "%2F"), "size": 1024,
-                              "eTag": "d41d8cd98f00b204e9800998ecf8427e",
-                              "sequencer": "0055AED6DCD90281E5"}}
-        }]})
-        .to_string()
-    };
+    let s3_body = |key: &str| s3_notification(&[key]).to_string();
     let mut records: Vec<serde_json::Value> = keys
         .iter()
         .enumerate()
@@ -327,6 +311,61 @@ async fn lambda_handler_compacts_notified_keys_and_reports_failures_per_message(
         &run,
         &stored_task_rows(&*storage, "sqs").await?,
         "via the compact handler",
+    )?;
+    Ok(())
+}
+
+/// An S3 `ObjectCreated` notification in the shape S3 sends (keys form-URL-encoded).
+fn s3_notification(keys: &[&str]) -> serde_json::Value {
+    let records: Vec<serde_json::Value> = keys
+        .iter()
+        .map(|key| {
+            serde_json::json!({
+                "eventVersion": "2.1", "eventSource": "aws:s3", "awsRegion": "us-east-1",
+                "eventTime": "2026-11-22T06:11:37.845Z", "eventName": "ObjectCreated:Put",
+                "userIdentity": {"principalId": "AWS:AIDAEXAMPLE"},
+                "requestParameters": {"sourceIPAddress": "127.0.0.1"},
+                "responseElements": {"x-amz-request-id": "C3D13FE58DE4C810", "x-amz-id-2": "FMyUVURIY8"},
+                "s3": {"s3SchemaVersion": "1.0", "configurationId": "raw-objects",
+                       "bucket": {"name": "b", "ownerIdentity": {"principalId": "A3NL1KOZZKExample"},
+                                  "arn": "arn:aws:s3:::b"},
+                       "object": {"key": key.replace('/', "%2F"), "size": 1024,
+                                  "eTag": "d41d8cd98f00b204e9800998ecf8427e",
+                                  "sequencer": "0055AED6DCD90281E5"}}
+            })
+        })
+        .collect();
+    serde_json::json!({ "Records": records })
+}
+
+/// A direct S3 event (no SQS) is compacted too.
+#[tokio::test]
+async fn lambda_handler_compacts_a_direct_s3_event() -> anyhow::Result<()> {
+    let run = FixtureRun::named("snake-case-keys")?;
+    let (_guard, local) = local_storage()?;
+    let storage: Arc<dyn Storage> = Arc::new(local);
+    let server = TestServer::start(afterglow_tests::open_settings(Arc::clone(&storage))).await?;
+    post_all(&format!("{}/v1/events/direct", server.url), &bodies(&run)?).await?;
+    server.stop().await?;
+    let keys: Vec<String> = storage
+        .list("raw/direct/")
+        .await?
+        .into_iter()
+        .map(|meta| meta.key.to_string())
+        .collect();
+    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+    let event = lambda_runtime::LambdaEvent::new(
+        s3_notification(&keys),
+        lambda_runtime::Context::default(),
+    );
+    let (compactor, _scratch) = compactor(Arc::clone(&storage), CompactSettings::default())?;
+    afterglow::compact::handle(&compactor, "", event)
+        .await
+        .map_err(|err| anyhow::anyhow!("{err}"))?;
+    check(
+        &run,
+        &stored_task_rows(&*storage, "direct").await?,
+        "via a direct S3 event",
     )?;
     Ok(())
 }

@@ -2,7 +2,6 @@
 //! taking Ray's bodies on the URL it prints.
 
 use std::io::{BufRead as _, BufReader};
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -10,25 +9,9 @@ use afterglow_tests::{FixtureRun, raw_events, stored_raw_lines};
 use anyhow::{Context as _, ensure};
 use shared::storage::LocalDirStorage;
 
-/// `target/<profile>/afterglow`, built by `cargo build` before the tests (scripts/test does).
-fn binary() -> anyhow::Result<PathBuf> {
-    let exe = std::env::current_exe()?;
-    let profile_dir = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .context("test binary location")?;
-    let binary = profile_dir.join("afterglow");
-    ensure!(
-        binary.is_file(),
-        "{} is missing: run `cargo build --release` before the tests",
-        binary.display()
-    );
-    Ok(binary)
-}
-
 /// The binary with a clean Afterglow environment.
 fn afterglow() -> anyhow::Result<Command> {
-    let mut command = Command::new(binary()?);
+    let mut command = Command::new(env!("CARGO_BIN_EXE_afterglow"));
     for variable in [
         "AFTERGLOW_BUCKET",
         "AFTERGLOW_INGEST_TOKEN",
