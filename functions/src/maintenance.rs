@@ -1,30 +1,18 @@
 //! `afterglow compact` and `afterglow rebuild`: compaction from the command line.
 
-use std::sync::Arc;
-
-use anyhow::Context as _;
-use shared::compact::{CompactReport, CompactSettings, Compactor};
+use shared::compact::{CompactReport, Compactor};
 use shared::config::Config;
 use shared::storage::ObjectKey;
 
 use crate::cli::{CompactArgs, StoreArgs};
-use crate::serve::open_storage;
+use crate::serve::{compactor_with_scratch, open_storage};
 
 async fn compactor(
     store: &StoreArgs,
     config: &Config,
 ) -> anyhow::Result<(Compactor, tempfile::TempDir)> {
     let storage = open_storage(config, store.data_dir.clone()).await?;
-    let scratch = tempfile::Builder::new()
-        .prefix("afterglow-compact-")
-        .tempdir()
-        .context("cannot create a scratch directory")?;
-    let compactor = Compactor::new(
-        Arc::clone(&storage),
-        CompactSettings::default(),
-        scratch.path().to_path_buf(),
-    );
-    Ok((compactor, scratch))
+    compactor_with_scratch(storage)
 }
 
 fn print(report: &CompactReport) {

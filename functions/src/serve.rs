@@ -48,6 +48,23 @@ pub async fn open_storage(
     Ok(storage)
 }
 
+/// A compactor over `storage` with a private scratch directory, removed when the returned guard
+/// drops.
+pub fn compactor_with_scratch(
+    storage: Arc<dyn Storage>,
+) -> anyhow::Result<(Compactor, tempfile::TempDir)> {
+    let scratch = tempfile::Builder::new()
+        .prefix("afterglow-")
+        .tempdir()
+        .context("cannot create a scratch directory")?;
+    let compactor = Compactor::new(
+        storage,
+        CompactSettings::default(),
+        scratch.path().to_path_buf(),
+    );
+    Ok((compactor, scratch))
+}
+
 /// Serves every route on `listener` until `shutdown` resolves.
 pub async fn run(
     settings: ServeSettings,
@@ -96,15 +113,7 @@ pub async fn run_cli(args: ServeArgs, config: Config) -> anyhow::Result<()> {
             config.ingest_token.is_some()
         )
     );
-    let scratch = tempfile::Builder::new()
-        .prefix("afterglow-serve-")
-        .tempdir()
-        .context("cannot create a scratch directory")?;
-    let compactor = Compactor::new(
-        Arc::clone(&storage),
-        CompactSettings::default(),
-        scratch.path().to_path_buf(),
-    );
+    let (compactor, scratch) = compactor_with_scratch(Arc::clone(&storage))?;
     let queue = CompactionQueue::spawn(compactor);
     let settings = ServeSettings {
         storage,

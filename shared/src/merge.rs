@@ -563,6 +563,28 @@ impl SessionTasks {
     }
 }
 
+/// Merges partial views of attempts (stored rows, new folds) into one per attempt, in key order.
+/// Views without a task id are dropped: they cannot be keyed.
+pub fn merge_all(attempts: impl IntoIterator<Item = TaskAttempt>) -> Vec<TaskAttempt> {
+    let mut merged: BTreeMap<AttemptKey, TaskAttempt> = BTreeMap::new();
+    for attempt in attempts {
+        let Some(task_id) = attempt.task_id.clone() else {
+            continue;
+        };
+        let key = AttemptKey {
+            task_id,
+            attempt_number: attempt.attempt_number,
+        };
+        match merged.get_mut(&key) {
+            Some(existing) => existing.merge(attempt),
+            None => {
+                merged.insert(key, attempt);
+            }
+        }
+    }
+    merged.into_values().collect()
+}
+
 /// The job id of a task id: its last 4 bytes.
 pub fn job_id_of_task(task_id: &Id) -> Option<Id> {
     let hex = task_id.as_hex();

@@ -28,7 +28,7 @@ use self::raw::{QuarantinedLine, RawError, read_raw};
 use crate::event::RayEvent;
 use crate::layout::ClusterName;
 use crate::merge::entities::SessionEntities;
-use crate::merge::{AttemptKey, SessionTasks, TaskAttempt};
+use crate::merge::{SessionTasks, TaskAttempt, merge_all};
 use crate::storage::{InvalidKey, ObjectKey, PutMode, Storage, StorageError};
 use crate::tables::entities::{self, EntityKind};
 use crate::tables::task_attempts::{self, RowFilter, TableError};
@@ -315,36 +315,13 @@ impl Compactor {
         let delta_path = self.scratch.join(format!("delta-{delta_name}.parquet"));
         let cluster_name = cluster.to_string();
         let session_name = session.to_owned();
-        let new_attempts: Vec<(AttemptKey, TaskAttempt)> = fold
-            .attempts
-            .iter()
-            .map(|(key, attempt)| (key.clone(), attempt.clone()))
-            .collect();
+        let new_attempts: Vec<TaskAttempt> = fold.attempts.values().cloned().collect();
         let write_failures = failures.clone();
         let path = delta_path.clone();
         let rows = run_blocking(move || -> Result<u64, CompactError> {
             let connection = task_attempts::open_duckdb()?;
             let stored = task_attempts::read_attempts(&connection, &files, &filter)?;
-            let mut merged: BTreeMap<AttemptKey, TaskAttempt> = BTreeMap::new();
-            for attempt in stored
-                .into_iter()
-                .chain(new_attempts.into_iter().map(|(_, a)| a))
-            {
-                let Some(task_id) = attempt.task_id.clone() else {
-                    continue;
-                };
-                let key = AttemptKey {
-                    task_id,
-                    attempt_number: attempt.attempt_number,
-                };
-                match merged.get_mut(&key) {
-                    Some(existing) => existing.merge(attempt),
-                    None => {
-                        merged.insert(key, attempt);
-                    }
-                }
-            }
-            let attempts: Vec<TaskAttempt> = merged.into_values().collect();
+            let attempts = merge_all(stored.into_iter().chain(new_attempts));
             Ok(task_attempts::write_parquet(
                 &connection,
                 &cluster_name,
@@ -510,23 +487,7 @@ impl Compactor {
         let write_path = path.clone();
         let rows = run_blocking(move || -> Result<u64, CompactError> {
             let connection = task_attempts::open_duckdb()?;
-            let mut merged: BTreeMap<AttemptKey, TaskAttempt> = BTreeMap::new();
-            for attempt in task_attempts::read_all_attempts(&connection, &files)? {
-                let Some(task_id) = attempt.task_id.clone() else {
-                    continue;
-                };
-                let key = AttemptKey {
-                    task_id,
-                    attempt_number: attempt.attempt_number,
-                };
-                match merged.get_mut(&key) {
-                    Some(existing) => existing.merge(attempt),
-                    None => {
-                        merged.insert(key, attempt);
-                    }
-                }
-            }
-            let attempts: Vec<TaskAttempt> = merged.into_values().collect();
+            let attempts = merge_all(task_attempts::read_all_attempts(&connection, &files)?);
             Ok(task_attempts::write_parquet(
                 &connection,
                 &cluster_name,

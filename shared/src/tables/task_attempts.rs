@@ -345,13 +345,7 @@ pub fn read_attempts(
             .join(", "),
         files = list.join(", ")
     );
-    let mut statement = connection.prepare(&sql)?;
-    let mut rows = statement.query([])?;
-    let mut attempts = Vec::new();
-    while let Some(row) = rows.next()? {
-        attempts.push(attempt_from_row(row)?);
-    }
-    Ok(attempts)
+    query_attempts(connection, &sql)
 }
 
 /// Reads every stored row of `files` as merge state.
@@ -369,7 +363,12 @@ pub fn read_all_attempts(
         columns.join(", "),
         list.join(", ")
     );
-    let mut statement = connection.prepare(&sql)?;
+    query_attempts(connection, &sql)
+}
+
+/// Runs a query selecting [`COLUMNS`] and reads each row back as merge state.
+fn query_attempts(connection: &Connection, sql: &str) -> Result<Vec<TaskAttempt>, TableError> {
+    let mut statement = connection.prepare(sql)?;
     let mut rows = statement.query([])?;
     let mut attempts = Vec::new();
     while let Some(row) = rows.next()? {
