@@ -37,6 +37,15 @@ pub struct Reported<T> {
     pub value: T,
 }
 
+/// Adds spans to a sorted, duplicate-free list.
+fn add_spans(list: &mut Vec<ProfileSpan>, spans: impl IntoIterator<Item = ProfileSpan>) {
+    for span in spans {
+        if let Err(position) = list.binary_search(&span) {
+            list.insert(position, span);
+        }
+    }
+}
+
 /// Wraps values reported at `at`.
 fn stamp<T>(at: i64) -> impl Fn(T) -> Option<Reported<T>> {
     move |value| Some(Reported { at, value })
@@ -242,6 +251,27 @@ pub struct TaskAttempt {
     pub is_debugger_paused: Option<Reported<bool>>,
     /// Log files.
     pub log_info: LogInfo,
+    /// Profile spans (`TASK_PROFILE_EVENT`, when exported), sorted, without duplicates.
+    pub profile: Vec<ProfileSpan>,
+}
+
+/// One timed span inside an attempt, from a `TASK_PROFILE_EVENT`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ProfileSpan {
+    /// Start (ns since the epoch).
+    pub start_ns: i64,
+    /// End (ns since the epoch).
+    pub end_ns: i64,
+    /// Span name (`task:execute`, …).
+    pub event_name: String,
+    /// Kind of process that recorded it (`worker`, `driver`).
+    pub component_type: String,
+    /// The worker that recorded it (hex).
+    pub component_id: Option<String>,
+    /// IP address of its node.
+    pub node_ip_address: String,
+    /// Details as JSON text (for `task:execute` failures, the exception and traceback).
+    pub extra_data: Option<String>,
 }
 
 /// A definition with a total order (by its identifying strings), so it can be [`Reported`].
@@ -280,6 +310,7 @@ impl AttemptKey {
                 (event.task_id.as_ref()?, event.task_attempt)
             }
             EventPayload::TaskLifecycle(event) => (event.task_id.as_ref()?, event.task_attempt),
+            EventPayload::TaskProfile(event) => (event.task_id.as_ref()?, event.attempt_number),
             _ => return None,
         };
         Some(Self {
@@ -312,6 +343,23 @@ impl TaskAttempt {
                 self.merge_definition(at, TaskDefinition::from_actor_task(event));
             }
             EventPayload::TaskLifecycle(event) => self.apply_lifecycle(at, event),
+            EventPayload::TaskProfile(event) => {
+                self.set_job(event.job_id.as_ref());
+                let events = &event.profile_events;
+                let spans = events.events.iter().map(|entry| ProfileSpan {
+                    start_ns: entry.start_time,
+                    end_ns: entry.end_time,
+                    event_name: entry.event_name.clone(),
+                    component_type: events.component_type.clone(),
+                    component_id: events
+                        .component_id
+                        .as_ref()
+                        .map(|id| id.as_hex().to_owned()),
+                    node_ip_address: events.node_ip_address.clone(),
+                    extra_data: entry.extra_data.clone(),
+                });
+                add_spans(&mut self.profile, spans);
+            }
             _ => {}
         }
     }
@@ -394,6 +442,7 @@ impl TaskAttempt {
         keep_latest(&mut self.actor_repr_name, other.actor_repr_name);
         keep_latest(&mut self.is_debugger_paused, other.is_debugger_paused);
         self.log_info.merge(other.log_info);
+        add_spans(&mut self.profile, other.profile);
     }
 
     /// The state Ray would show and when it was reported: the highest `TaskStatus` number,

@@ -58,6 +58,8 @@ pub struct Comparison {
     pub missing: Vec<String>,
     /// Differences explained by events that never reached the export.
     pub explained_by_lost_events: usize,
+    /// The first few of those, for messages.
+    pub lost_examples: Vec<String>,
     /// Every other difference: these are bugs.
     pub unexplained: Vec<String>,
 }
@@ -119,6 +121,12 @@ pub fn compare(run: &FixtureRun, ours: &OurRows) -> anyhow::Result<Comparison> {
             equal = false;
             if explained_by_lost_events(our_row, field, mine.as_ref()) {
                 comparison.explained_by_lost_events += 1;
+                if comparison.lost_examples.len() < 10 {
+                    comparison.lost_examples.push(format!(
+                        "{key:?} ({}) {field}: ours {mine:?}, Ray's {theirs:?}",
+                        ray["name"]
+                    ));
+                }
             } else {
                 comparison.unexplained.push(format!(
                     "{key:?} ({}) {field}: ours {mine:?}, Ray's {theirs:?}",
@@ -147,11 +155,12 @@ pub fn check(run: &FixtureRun, ours: &OurRows, what: &str) -> anyhow::Result<Com
     if run.name != LOSSY_RUN {
         ensure!(
             comparison.missing.is_empty() && comparison.explained_by_lost_events == 0,
-            "{} ({what}): complete run, yet {} attempts missing and {} fields empty: {:?}",
+            "{} ({what}): complete run, yet {} attempts missing and {} fields empty: {:?} {:#?}",
             run.name,
             comparison.missing.len(),
             comparison.explained_by_lost_events,
-            comparison.missing
+            comparison.missing,
+            comparison.lost_examples
         );
     } else {
         ensure!(

@@ -106,6 +106,8 @@ const COLUMNS: &[(&str, &str)] = &[
     ("serialized_runtime_env", "VARCHAR"),
     ("call_site", "VARCHAR"),
     ("label_selector", "VARCHAR"),
+    // Profile spans (JSON array), when Ray exports TASK_PROFILE_EVENT.
+    ("profile_events", "VARCHAR"),
 ];
 
 /// Why the table could not be written or read.
@@ -198,6 +200,14 @@ fn append(
         .map(|definition| serde_json::to_string(&definition.label_selector))
         .transpose()
         .map_err(|err| TableError::Corrupt(err.to_string()))?;
+    let profile = if attempt.profile.is_empty() {
+        None
+    } else {
+        Some(
+            serde_json::to_string(&attempt.profile)
+                .map_err(|err| TableError::Corrupt(err.to_string()))?,
+        )
+    };
     let duration_ms = match (view.start_time_ms, view.end_time_ms) {
         (Some(start), Some(end)) => Some(end - start),
         _ => None,
@@ -280,6 +290,7 @@ fn append(
         definition.map(|definition| definition.serialized_runtime_env.as_str()),
         definition.and_then(|definition| definition.call_site.as_deref()),
         json(label_selector),
+        json(profile),
     ])?;
     Ok(())
 }
@@ -295,9 +306,10 @@ pub struct RowFilter {
     pub unfinished_on_workers: Vec<String>,
 }
 
-/// Reads the stored rows `filter` selects from `files`, as merge state. A key found in several
-/// files comes back several times; merging them is harmless (merges are idempotent) and gives
-/// the newest state.
+/// Reads the stored rows `filter` selects from `files`, as merge state. Every version of a
+/// selected attempt comes back (one per file that has it), never just the versions that match:
+/// an old version may still look unfinished after a newer one finished. Merging all versions is
+/// harmless (merges are idempotent) and gives the newest state.
 pub fn read_attempts(
     connection: &Connection,
     files: &[PathBuf],
@@ -332,12 +344,16 @@ pub fn read_attempts(
     let list: Vec<String> = files.iter().map(|path| path_literal(path)).collect();
     let columns: Vec<&str> = COLUMNS.iter().map(|(column, _)| *column).collect();
     let sql = format!(
-        "SELECT {columns} FROM read_parquet([{files}]) AS t
-         WHERE EXISTS (SELECT 1 FROM wanted_keys AS w
-                       WHERE w.task_id = t.task_id AND w.attempt_number = t.attempt_number)
-            OR ((t.state NOT IN ('FINISHED', 'FAILED') OR t.synthesized_failure)
-                AND (t.job_id IN (SELECT job_id FROM wanted_jobs)
-                     OR t.worker_id IN (SELECT worker_id FROM wanted_workers)))",
+        "WITH t AS (SELECT * FROM read_parquet([{files}])),
+              k AS (SELECT task_id, attempt_number FROM wanted_keys
+                    UNION
+                    SELECT task_id, attempt_number FROM t
+                    WHERE (t.state NOT IN ('FINISHED', 'FAILED') OR t.synthesized_failure)
+                      AND (t.job_id IN (SELECT job_id FROM wanted_jobs)
+                           OR t.worker_id IN (SELECT worker_id FROM wanted_workers)))
+         SELECT {columns} FROM t
+         WHERE EXISTS (SELECT 1 FROM k
+                       WHERE k.task_id = t.task_id AND k.attempt_number = t.attempt_number)",
         columns = columns
             .iter()
             .map(|column| format!("t.{column}"))
@@ -495,6 +511,7 @@ fn attempt_from_row(row: &duckdb::Row<'_>) -> Result<TaskAttempt, TableError> {
             stderr_start: reported(number("stderr_start")?, number("stderr_start_at")?),
             stderr_end: reported(number("stderr_end")?, number("stderr_end_at")?),
         },
+        profile: parse_json("profile_events", text("profile_events")?)?,
     })
 }
 
