@@ -395,3 +395,32 @@ async fn compacting_one_raw_object_at_a_time_agrees_with_ray() -> anyhow::Result
     }
     Ok(())
 }
+
+/// Placement-group events (none appeared in the captures; these follow Ray's proto) land in the
+/// `placement_groups` table.
+#[tokio::test]
+async fn placement_group_events_are_compacted_into_their_table() -> anyhow::Result<()> {
+    let body = br#"[
+      {"eventId": "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA==", "eventType": "PLACEMENT_GROUP_DEFINITION_EVENT",
+       "timestamp": "2026-11-22T06:11:54.347Z", "sessionName": "session_pg",
+       "placementGroupDefinitionEvent": {"placementGroupId": "l10+4KP1bNCzm82Nq5MCAAAA",
+         "name": "capture-pg", "strategy": "STRICT_PACK", "creatorJobId": "AgAAAA==",
+         "bundles": [{"bundleIndex": 0, "unitResources": {"CPU": 1.0}}]}},
+      {"eventId": "AQAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA==", "eventType": "PLACEMENT_GROUP_LIFECYCLE_EVENT",
+       "timestamp": "2026-11-22T06:11:58Z", "sessionName": "session_pg",
+       "placementGroupLifecycleEvent": {"placementGroupId": "l10+4KP1bNCzm82Nq5MCAAAA",
+         "stateTransitions": [{"state": "CREATED", "timestamp": "2026-11-22T06:11:55.308Z"}]}}
+    ]"#;
+    let (_guard, local) = local_storage()?;
+    let storage: Arc<dyn Storage> = Arc::new(local);
+    ingest_and_compact(Arc::clone(&storage), "pg", &[body.to_vec()]).await?;
+    let entities = stored_entities(&*storage, "pg").await?;
+    let group = entities
+        .placement_groups
+        .get("975d3ee0a3f56cd0b39bcd8dab9302000000")
+        .context("placement group")?;
+    ensure!(group.state() == Some("CREATED"));
+    let facts = group.definition.as_ref().context("definition")?;
+    ensure!(facts.value.strategy == "STRICT_PACK" && facts.value.name == "capture-pg");
+    Ok(())
+}

@@ -353,6 +353,52 @@ impl WorkerRecord {
     }
 }
 
+/// What a placement-group definition says.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct PlacementGroupDefinitionFacts {
+    /// Name, if named.
+    pub name: String,
+    /// Namespace.
+    pub ray_namespace: String,
+    /// Strategy name (`PACK`, `SPREAD`, …).
+    pub strategy: String,
+    /// Detached or not.
+    pub is_detached: bool,
+    /// Creating job (hex).
+    pub creator_job_id: Option<String>,
+    /// Creating actor (hex).
+    pub creator_actor_id: Option<String>,
+    /// Bundles as JSON (`[{"bundle_index", "unit_resources", "label_selector"}]`).
+    pub bundles: String,
+}
+
+/// Everything known about one placement group.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlacementGroupRecord {
+    /// The placement group (hex).
+    pub placement_group_id: String,
+    /// Its definition.
+    pub definition: Option<Reported<PlacementGroupDefinitionFacts>>,
+    /// `(time ns, state)` transitions in time order.
+    pub transitions: Vec<(i64, String)>,
+}
+
+impl PlacementGroupRecord {
+    /// Folds another partial record of the same placement group in.
+    pub fn merge(&mut self, other: Self) {
+        if self.placement_group_id.is_empty() {
+            self.placement_group_id = other.placement_group_id;
+        }
+        keep(&mut self.definition, other.definition);
+        add_all(&mut self.transitions, other.transitions);
+    }
+
+    /// The latest state.
+    pub fn state(&self) -> Option<&str> {
+        self.transitions.last().map(|(_, state)| state.as_str())
+    }
+}
+
 /// The entities of one session, folded from events in any order.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SessionEntities {
@@ -364,6 +410,9 @@ pub struct SessionEntities {
     pub nodes: BTreeMap<String, NodeRecord>,
     /// Workers by id.
     pub workers: BTreeMap<String, WorkerRecord>,
+    /// Placement groups by id.
+    #[serde(default)]
+    pub placement_groups: BTreeMap<String, PlacementGroupRecord>,
 }
 
 impl SessionEntities {
@@ -564,6 +613,60 @@ impl SessionEntities {
                         transitions,
                     });
             }
+            EventPayload::PlacementGroupDefinition(event) => {
+                let Some(id) = hex(event.placement_group_id.as_ref()) else {
+                    return;
+                };
+                let bundles: Vec<serde_json::Value> = event
+                    .bundles
+                    .iter()
+                    .map(|bundle| {
+                        serde_json::json!({
+                            "bundle_index": bundle.bundle_index,
+                            "unit_resources": bundle.unit_resources,
+                            "label_selector": bundle.label_selector,
+                        })
+                    })
+                    .collect();
+                self.placement_groups
+                    .entry(id.clone())
+                    .or_default()
+                    .merge(PlacementGroupRecord {
+                        placement_group_id: id,
+                        definition: Some(Reported {
+                            at,
+                            value: PlacementGroupDefinitionFacts {
+                                name: event.name.clone(),
+                                ray_namespace: event.ray_namespace.clone(),
+                                strategy: event.strategy.to_string(),
+                                is_detached: event.is_detached,
+                                creator_job_id: hex(event.creator_job_id.as_ref()),
+                                creator_actor_id: hex(event.creator_actor_id.as_ref())
+                                    .filter(|id| !id.bytes().all(|digit| digit == b'f')),
+                                bundles: serde_json::Value::Array(bundles).to_string(),
+                            },
+                        }),
+                        transitions: Vec::new(),
+                    });
+            }
+            EventPayload::PlacementGroupLifecycle(event) => {
+                let Some(id) = hex(event.placement_group_id.as_ref()) else {
+                    return;
+                };
+                let transitions = event
+                    .state_transitions
+                    .iter()
+                    .map(|transition| (transition.timestamp.nanos(), transition.state.to_string()))
+                    .collect();
+                self.placement_groups
+                    .entry(id.clone())
+                    .or_default()
+                    .merge(PlacementGroupRecord {
+                        placement_group_id: id,
+                        definition: None,
+                        transitions,
+                    });
+            }
             _ => {}
         }
     }
@@ -582,6 +685,9 @@ impl SessionEntities {
         for (id, record) in other.workers {
             self.workers.entry(id).or_default().merge(record);
         }
+        for (id, record) in other.placement_groups {
+            self.placement_groups.entry(id).or_default().merge(record);
+        }
     }
 }
 
@@ -594,6 +700,43 @@ fn json<V: Serialize>(map: &BTreeMap<String, V>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Placement-group events never appeared in the 2.60 captures; this one follows the proto
+    /// (`events_placement_group_definition_event.proto`, `…_lifecycle_event.proto`).
+    #[test]
+    fn placement_groups_merge_in_any_order() -> Result<(), crate::event::EventError> {
+        let definition = crate::event::RayEvent::from_json(
+            r#"{"eventType": "PLACEMENT_GROUP_DEFINITION_EVENT", "timestamp": "2026-11-22T06:11:54.347Z",
+                "placementGroupDefinitionEvent": {"placementGroupId": "l10+4KP1bNCzm82Nq5MCAAAA",
+                  "name": "capture-pg", "strategy": "PACK", "creatorJobId": "AgAAAA==",
+                  "bundles": [{"bundleIndex": 0, "unitResources": {"CPU": 1.0}}],
+                  "creationRequestReceivedNs": "1795327914347809047"}}"#,
+        )?;
+        let lifecycle = crate::event::RayEvent::from_json(
+            r#"{"eventType": "PLACEMENT_GROUP_LIFECYCLE_EVENT", "timestamp": "2026-11-22T06:11:58Z",
+                "placementGroupLifecycleEvent": {"placementGroupId": "l10+4KP1bNCzm82Nq5MCAAAA",
+                  "stateTransitions": [{"state": "CREATED", "timestamp": "2026-11-22T06:11:55.308Z"},
+                                       {"state": "REMOVED", "timestamp": "2026-11-22T06:11:57Z"}]}}"#,
+        )?;
+        let fold = |events: &[&crate::event::RayEvent]| {
+            let mut entities = SessionEntities::default();
+            for event in events {
+                entities.apply(event.timestamp.map_or(0, |t| t.nanos()), &event.payload);
+            }
+            entities
+        };
+        let forward = fold(&[&definition, &lifecycle]);
+        assert_eq!(forward, fold(&[&lifecycle, &definition, &lifecycle]));
+        let group = &forward.placement_groups["975d3ee0a3f56cd0b39bcd8dab9302000000"];
+        assert_eq!(group.state(), Some("REMOVED"));
+        let facts = group.definition.as_ref().map(|reported| &reported.value);
+        assert_eq!(facts.map(|facts| facts.name.as_str()), Some("capture-pg"));
+        assert_eq!(
+            facts.and_then(|facts| facts.creator_job_id.as_deref()),
+            Some("02000000")
+        );
+        Ok(())
+    }
 
     #[test]
     fn merged_records_keep_their_ids() {

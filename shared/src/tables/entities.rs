@@ -1,4 +1,4 @@
-//! The `jobs`, `actors`, `nodes` and `workers` tables: one small file per session and kind,
+//! The `jobs`, `actors`, `nodes`, `workers` and `placement_groups` tables: one small file per session and kind,
 //! rewritten whole when the session's entities change. Each row has the state-API view columns
 //! queries read and a `record` column (JSON) holding the merge state compaction reads back.
 
@@ -10,7 +10,9 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::task_attempts::TableError;
-use crate::merge::entities::{ActorRecord, JobRecord, NodeRecord, SessionEntities, WorkerRecord};
+use crate::merge::entities::{
+    ActorRecord, JobRecord, NodeRecord, PlacementGroupRecord, SessionEntities, WorkerRecord,
+};
 
 /// The entity tables.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -23,11 +25,19 @@ pub enum EntityKind {
     Nodes,
     /// Workers.
     Workers,
+    /// Placement groups.
+    PlacementGroups,
 }
 
 impl EntityKind {
     /// Every kind.
-    pub const ALL: [Self; 4] = [Self::Jobs, Self::Actors, Self::Nodes, Self::Workers];
+    pub const ALL: [Self; 5] = [
+        Self::Jobs,
+        Self::Actors,
+        Self::Nodes,
+        Self::Workers,
+        Self::PlacementGroups,
+    ];
 
     /// Table name (also the key segment).
     pub fn table(self) -> &'static str {
@@ -36,6 +46,7 @@ impl EntityKind {
             Self::Actors => "actors",
             Self::Nodes => "nodes",
             Self::Workers => "workers",
+            Self::PlacementGroups => "placement_groups",
         }
     }
 
@@ -88,6 +99,15 @@ impl EntityKind {
                 ("exit_detail", "VARCHAR"),
                 ("start_time_ms", "BIGINT"),
                 ("end_time_ms", "BIGINT"),
+            ],
+            Self::PlacementGroups => &[
+                ("placement_group_id", "VARCHAR"),
+                ("name", "VARCHAR"),
+                ("state", "VARCHAR"),
+                ("strategy", "VARCHAR"),
+                ("creator_job_id", "VARCHAR"),
+                ("is_detached", "BOOLEAN"),
+                ("bundles", "VARCHAR"),
             ],
         }
     }
@@ -182,6 +202,23 @@ impl EntityKind {
                     ])
                 })
                 .collect(),
+            Self::PlacementGroups => entities
+                .placement_groups
+                .values()
+                .map(|group| {
+                    let definition = group.definition.as_ref().map(|reported| &reported.value);
+                    Ok(vec![
+                        text(Some(group.placement_group_id.clone())),
+                        text(definition.map(|d| d.name.clone())),
+                        text(group.state().map(str::to_owned)),
+                        text(definition.map(|d| d.strategy.clone())),
+                        text(definition.and_then(|d| d.creator_job_id.clone())),
+                        definition.map_or(Value::Null, |d| Value::Boolean(d.is_detached)),
+                        text(definition.map(|d| d.bundles.clone())),
+                        record(group)?,
+                    ])
+                })
+                .collect(),
         }
     }
 
@@ -210,6 +247,12 @@ impl EntityKind {
                     let worker: WorkerRecord = parse(&json)?;
                     partial.workers.insert(worker.worker_id.clone(), worker);
                 }
+                Self::PlacementGroups => {
+                    let group: PlacementGroupRecord = parse(&json)?;
+                    partial
+                        .placement_groups
+                        .insert(group.placement_group_id.clone(), group);
+                }
             }
         }
         entities.merge(partial);
@@ -223,6 +266,7 @@ impl EntityKind {
             Self::Actors => entities.actors.len(),
             Self::Nodes => entities.nodes.len(),
             Self::Workers => entities.workers.len(),
+            Self::PlacementGroups => entities.placement_groups.len(),
         }
     }
 }
