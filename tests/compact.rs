@@ -118,8 +118,8 @@ afterglow_tests::for_each_backend!(compacted_rows_agree_with_ray, racing_compact
 /// does compacting every raw object again, and so does `rebuild`.
 #[tokio::test]
 async fn order_duplicates_recompaction_and_rebuild_change_no_row() -> anyhow::Result<()> {
-    for name in ["basic-workload", "edge-cases", LOSSY_RUN] {
-        let run = FixtureRun::named(name)?;
+    for run in FixtureRun::all()? {
+        let name = run.name.as_str();
         let in_order = {
             let (_guard, storage) = local_storage()?;
             ingest_and_compact(Arc::new(storage), name, &bodies(&run)?).await?
