@@ -8,7 +8,7 @@ use std::sync::Arc;
 use afterglow_tests::ray::{LOSSY_RUN, OurRows, check};
 use afterglow_tests::{
     FixtureRun, TestServer, compacting_settings, compactor, local_storage, raw_events, shuffled,
-    stored_entities, stored_task_rows,
+    stored_entities, stored_spans, stored_task_rows,
 };
 use anyhow::{Context as _, ensure};
 use shared::compact::CompactSettings;
@@ -60,6 +60,8 @@ async fn compacted_rows_agree_with_ray(storage: Arc<dyn Storage>) -> anyhow::Res
     for run in FixtureRun::all()? {
         let rows = ingest_and_compact(Arc::clone(&storage), &run.name, &bodies(&run)?).await?;
         let comparison = check(&run, &rows, "ingest + compaction, arrival order")?;
+        let spans = stored_spans(&*storage, &run.name).await?;
+        afterglow_tests::ray::check_spans(&run, &spans)?;
         let entities = stored_entities(&*storage, &run.name).await?;
         let (compared, problems) = afterglow_tests::ray_entities::compare(&run, &entities)?;
         ensure!(

@@ -4,12 +4,12 @@
 
 use std::collections::BTreeMap;
 
-use afterglow_tests::ray::{LOSSY_RUN, OurRow, OurRows, check, compare};
+use afterglow_tests::ray::{LOSSY_RUN, OurRow, OurRows, check, check_spans, compare};
 use afterglow_tests::{FixtureRun, raw_events, shuffled};
-use anyhow::{Context as _, ensure};
+use anyhow::ensure;
 use shared::event::RayEvent;
 use shared::event::encoding::Id;
-use shared::merge::{AttemptKey, SessionTasks, TaskView};
+use shared::merge::{SessionTasks, TaskView};
 
 /// Folds events (JSON texts) into per-attempt views, keyed as Ray's rows are.
 fn fold(events: &[String]) -> anyhow::Result<BTreeMap<(String, i64), TaskView>> {
@@ -133,96 +133,38 @@ fn every_attempt_agrees_with_ray_with_bodies_shuffled_and_duplicated() -> anyhow
     Ok(())
 }
 
-/// Ray's `profiling_data` of each attempt (span names and start/end to the microsecond; Ray
-/// prints float milliseconds) is what the attempt's `TASK_PROFILE_EVENT`s carried.
+/// Ray's `profiling_data` of each attempt (span names and start/end to the microsecond) is what
+/// the attempt's `TASK_PROFILE_EVENT`s carried.
 #[test]
 fn profile_spans_agree_with_ray() -> anyhow::Result<()> {
-    let micros = |ms: &serde_json::Value| -> anyhow::Result<i64> {
-        let ms = ms.as_f64().context("span time")?;
-        #[allow(clippy::cast_possible_truncation)]
-        Ok((ms * 1000.0).round() as i64)
-    };
     let mut compared = 0;
     for run in FixtureRun::all()? {
         let mut session = SessionTasks::default();
         for text in run_events(&run)?.concat() {
             session.apply(&RayEvent::from_json(&text)?);
         }
-        // TASK_PROFILE_EVENT is not exported by default (the snake-case run kept the default
-        // filter): Ray's own store has spans such a run never sent.
-        if session
+        let ours = session
             .attempts
-            .values()
-            .all(|attempt| attempt.profile.is_empty())
-        {
-            continue;
-        }
-        for ray in run
-            .ground_truth("tasks.json")?
-            .as_array()
-            .context("tasks")?
-        {
-            let Some(spans) = ray["profiling_data"]["events"].as_array() else {
-                continue;
-            };
-            if spans.is_empty() {
-                continue;
-            }
-            let key = AttemptKey {
-                task_id: Id::from_hex(ray["task_id"].as_str().context("task_id")?)
-                    .context("hex")?,
-                attempt_number: i32::try_from(ray["attempt_number"].as_i64().context("attempt")?)?,
-            };
-            let Some(attempt) = session.attempts.get(&key) else {
-                ensure!(run.name == LOSSY_RUN, "{}: {key:?} has no events", run.name);
-                continue;
-            };
-            let mut theirs: Vec<(String, i64, i64)> = spans
-                .iter()
-                .map(|span| {
-                    Ok((
-                        span["event_name"]
-                            .as_str()
-                            .context("event_name")?
-                            .to_owned(),
-                        micros(&span["start_time"])?,
-                        micros(&span["end_time"])?,
-                    ))
-                })
-                .collect::<anyhow::Result<_>>()?;
-            let mut ours: Vec<(String, i64, i64)> = attempt
-                .profile
-                .iter()
-                .map(|span| {
-                    (
-                        span.event_name.clone(),
-                        span.start_ns.div_euclid(1000),
-                        span.end_ns.div_euclid(1000),
-                    )
-                })
-                .collect();
-            theirs.sort();
-            ours.sort();
-            if run.name == LOSSY_RUN && ours.is_empty() {
-                continue;
-            }
-            // Float milliseconds lose the last digit now and then: allow 1 µs.
-            let same = |a: &(String, i64, i64), b: &(String, i64, i64)| {
-                a.0 == b.0 && (a.1 - b.1).abs() <= 1 && (a.2 - b.2).abs() <= 1
-            };
-            let close = if run.name == LOSSY_RUN {
-                // Spans may have been dropped by the export; the ones we have must be Ray's.
-                ours.iter().all(|a| theirs.iter().any(|b| same(a, b)))
-            } else {
-                ours.len() == theirs.len() && ours.iter().zip(&theirs).all(|(a, b)| same(a, b))
-            };
-            ensure!(
-                close,
-                "{} {key:?}:\n ours {ours:?}\n Ray's {theirs:?}",
-                run.name
-            );
-            compared += 1;
-        }
+            .iter()
+            .map(|(key, attempt)| {
+                let spans = attempt
+                    .profile
+                    .iter()
+                    .map(|span| {
+                        (
+                            span.event_name.clone(),
+                            span.start_ns.div_euclid(1000),
+                            span.end_ns.div_euclid(1000),
+                        )
+                    })
+                    .collect();
+                (
+                    (key.task_id.to_string(), i64::from(key.attempt_number)),
+                    spans,
+                )
+            })
+            .collect();
+        compared += check_spans(&run, &ours)?;
     }
     ensure!(
         compared > 200,

@@ -317,6 +317,65 @@ pub async fn stored_task_rows(
     Ok(rows)
 }
 
+/// The `task_profile` spans a reader sees for `cluster` (per attempt, the spans of the newest
+/// file that has the attempt), in microseconds.
+pub async fn stored_spans(
+    storage: &dyn Storage,
+    cluster: &str,
+) -> anyhow::Result<std::collections::BTreeMap<(String, i64), Vec<ray::Span>>> {
+    let scratch = tempfile::tempdir()?;
+    let mut files: Vec<PathBuf> = Vec::new();
+    for meta in storage
+        .list(&format!("tables/manifests/cluster={cluster}/"))
+        .await?
+    {
+        let loaded = shared::compact::manifest::load(storage, &meta.key).await?;
+        for file in loaded.manifest.task_profile.all() {
+            let key = shared::storage::ObjectKey::new(file.key.clone())?;
+            let path = scratch.path().join(format!("{:06}.parquet", files.len()));
+            std::fs::write(&path, storage.get(&key).await?.body)?;
+            files.push(path);
+        }
+    }
+    let mut spans: std::collections::BTreeMap<(String, i64), (String, Vec<ray::Span>)> =
+        std::collections::BTreeMap::new();
+    if !files.is_empty() {
+        let connection = duckdb::Connection::open_in_memory()?;
+        let list: Vec<String> = files
+            .iter()
+            .map(|path| format!("'{}'", path.display()))
+            .collect();
+        let sql = format!(
+            "SELECT task_id, attempt_number, event_name, start_ns, end_ns, filename \
+             FROM read_parquet([{}], filename = true) ORDER BY filename",
+            list.join(", ")
+        );
+        let mut statement = connection.prepare(&sql)?;
+        let mut rows = statement.query([])?;
+        while let Some(row) = rows.next()? {
+            let key: (String, i64) = (row.get(0)?, row.get(1)?);
+            let file: String = row.get(5)?;
+            let span: ray::Span = (
+                row.get(2)?,
+                row.get::<_, i64>(3)?.div_euclid(1000),
+                row.get::<_, i64>(4)?.div_euclid(1000),
+            );
+            let entry = spans
+                .entry(key)
+                .or_insert_with(|| (file.clone(), Vec::new()));
+            // A newer file replaces the attempt's spans.
+            if entry.0 != file {
+                *entry = (file, Vec::new());
+            }
+            entry.1.push(span);
+        }
+    }
+    Ok(spans
+        .into_iter()
+        .map(|(key, (_, list))| (key, list))
+        .collect())
+}
+
 /// The entity records (jobs, actors, nodes, workers) stored for `cluster`, all sessions merged.
 pub async fn stored_entities(
     storage: &dyn Storage,

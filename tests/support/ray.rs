@@ -170,3 +170,79 @@ pub fn check(run: &FixtureRun, ours: &OurRows, what: &str) -> anyhow::Result<Com
     }
     Ok(comparison)
 }
+
+/// One profile span as compared: name, start and end in microseconds.
+pub type Span = (String, i64, i64);
+
+/// Ray's `profiling_data` spans per attempt (Ray prints float milliseconds).
+pub fn ray_spans(run: &FixtureRun) -> anyhow::Result<BTreeMap<(String, i64), Vec<Span>>> {
+    let micros = |ms: &serde_json::Value| -> anyhow::Result<i64> {
+        let ms = ms.as_f64().context("span time")?;
+        #[allow(clippy::cast_possible_truncation)]
+        Ok((ms * 1000.0).round() as i64)
+    };
+    let mut spans = BTreeMap::new();
+    for ray in run
+        .ground_truth("tasks.json")?
+        .as_array()
+        .context("tasks")?
+    {
+        let Some(events) = ray["profiling_data"]["events"].as_array() else {
+            continue;
+        };
+        let mut list: Vec<Span> = events
+            .iter()
+            .map(|span| {
+                Ok((
+                    span["event_name"]
+                        .as_str()
+                        .context("event_name")?
+                        .to_owned(),
+                    micros(&span["start_time"])?,
+                    micros(&span["end_time"])?,
+                ))
+            })
+            .collect::<anyhow::Result<_>>()?;
+        if list.is_empty() {
+            continue;
+        }
+        list.sort();
+        let key = (
+            ray["task_id"].as_str().context("task_id")?.to_owned(),
+            ray["attempt_number"].as_i64().context("attempt_number")?,
+        );
+        spans.insert(key, list);
+    }
+    Ok(spans)
+}
+
+/// Checks our spans against Ray's: the same spans to the microsecond (float milliseconds lose
+/// the last digit now and then, so 1 µs is allowed); in the lossy run, ours must be a subset.
+/// Runs that exported no spans at all (TASK_PROFILE_EVENT is off by default) are skipped.
+/// Returns how many attempts were compared.
+pub fn check_spans(
+    run: &FixtureRun,
+    ours: &BTreeMap<(String, i64), Vec<Span>>,
+) -> anyhow::Result<usize> {
+    if ours.values().all(Vec::is_empty) {
+        return Ok(0);
+    }
+    let same = |a: &Span, b: &Span| a.0 == b.0 && (a.1 - b.1).abs() <= 1 && (a.2 - b.2).abs() <= 1;
+    let mut compared = 0;
+    for (key, theirs) in ray_spans(run)? {
+        let mut mine = ours.get(&key).cloned().unwrap_or_default();
+        mine.sort();
+        let close = if run.name == LOSSY_RUN {
+            mine.iter().all(|a| theirs.iter().any(|b| same(a, b)))
+        } else {
+            mine.len() == theirs.len() && mine.iter().zip(&theirs).all(|(a, b)| same(a, b))
+        };
+        ensure!(
+            close,
+            "{} {key:?}:\n ours {mine:?}\n Ray's {theirs:?}",
+            run.name
+        );
+        compared += 1;
+    }
+    Ok(compared)
+}

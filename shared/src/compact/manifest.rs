@@ -69,6 +69,9 @@ pub struct Manifest {
     pub sequence: u64,
     /// The `task_attempts` table.
     pub task_attempts: TableFiles,
+    /// The `task_profile` table: spans of the attempts in the matching `task_attempts` files.
+    #[serde(default)]
+    pub task_profile: TableFiles,
     /// The entity tables (`jobs`, `actors`, `nodes`, `workers`): one whole file each.
     #[serde(default)]
     pub entities: BTreeMap<String, DataFile>,

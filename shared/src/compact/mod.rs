@@ -32,6 +32,7 @@ use crate::merge::{SessionTasks, TaskAttempt, merge_all};
 use crate::storage::{InvalidKey, ObjectKey, PutMode, Storage, StorageError};
 use crate::tables::entities::{self, EntityKind};
 use crate::tables::task_attempts::{self, RowFilter, TableError};
+use crate::tables::task_profile;
 
 /// Tuning of compaction.
 #[derive(Clone, Debug)]
@@ -318,18 +319,28 @@ impl Compactor {
         let new_attempts: Vec<TaskAttempt> = fold.attempts.values().cloned().collect();
         let write_failures = failures.clone();
         let path = delta_path.clone();
-        let rows = run_blocking(move || -> Result<u64, CompactError> {
+        let profile_path = self.scratch.join(format!("profile-{delta_name}.parquet"));
+        let write_profile_path = profile_path.clone();
+        let (rows, spans) = run_blocking(move || -> Result<(u64, u64), CompactError> {
             let connection = task_attempts::open_duckdb()?;
             let stored = task_attempts::read_attempts(&connection, &files, &filter)?;
             let attempts = merge_all(stored.into_iter().chain(new_attempts));
-            Ok(task_attempts::write_parquet(
+            let rows = task_attempts::write_parquet(
                 &connection,
                 &cluster_name,
                 &session_name,
                 &attempts,
                 &write_failures,
                 &path,
-            )?)
+            )?;
+            let spans = task_profile::write_profile(
+                &connection,
+                &cluster_name,
+                &session_name,
+                &attempts,
+                &write_profile_path,
+            )?;
+            Ok((rows, spans))
         })
         .await?;
 
@@ -348,13 +359,27 @@ impl Compactor {
             });
         }
         let _ = tokio::fs::remove_file(&delta_path).await;
+        if spans > 0 {
+            let key = ObjectKey::new(format!(
+                "tables/task_profile/cluster={cluster}/session={session}/delta-{delta_name}.parquet"
+            ))?;
+            let bytes = self.upload(&profile_path, &key).await?;
+            written.push(key.clone());
+            next.task_profile.deltas.push(DataFile {
+                key: key.to_string(),
+                rows: spans,
+                bytes,
+            });
+            let _ = tokio::fs::remove_file(&profile_path).await;
+        }
 
-        let mut rows_written = rows;
+        let mut rows_written = rows + spans;
         if next.task_attempts.deltas.len() > self.settings.max_deltas {
-            let (base, base_rows) = self.merge_base(cluster, session, &next, &failures).await?;
+            let (base, profile, base_rows) =
+                self.merge_base(cluster, session, &next, &failures).await?;
             written.push(ObjectKey::new(base.key.clone())?);
             let now = now_ms();
-            for old in next.task_attempts.all() {
+            for old in next.task_attempts.all().chain(next.task_profile.all()) {
                 next.retired.push(RetiredFile {
                     key: old.key.clone(),
                     retired_at_ms: now,
@@ -362,6 +387,13 @@ impl Compactor {
             }
             next.task_attempts.base = vec![base];
             next.task_attempts.deltas.clear();
+            next.task_profile.deltas.clear();
+            next.task_profile.base = Vec::new();
+            if let Some(profile) = profile {
+                written.push(ObjectKey::new(profile.key.clone())?);
+                rows_written += profile.rows;
+                next.task_profile.base.push(profile);
+            }
             rows_written += base_rows;
         }
         let grace = i64::try_from(self.settings.retire_grace.as_millis()).unwrap_or(i64::MAX);
@@ -474,38 +506,63 @@ impl Compactor {
         session: &str,
         manifest: &Manifest,
         failures: &crate::merge::FailureContext,
-    ) -> Result<(DataFile, u64), CompactError> {
+    ) -> Result<(DataFile, Option<DataFile>, u64), CompactError> {
         let files = self.fetch(manifest.task_attempts.all()).await?;
         let name = Ulid::new().to_string();
         let key = ObjectKey::new(format!(
             "tables/task_attempts/cluster={cluster}/session={session}/base-{name}.parquet"
         ))?;
         let path = self.scratch.join(format!("base-{name}.parquet"));
+        let profile_path = self.scratch.join(format!("profile-base-{name}.parquet"));
         let cluster_name = cluster.to_string();
         let session_name = session.to_owned();
         let failures = failures.clone();
         let write_path = path.clone();
-        let rows = run_blocking(move || -> Result<u64, CompactError> {
+        let write_profile_path = profile_path.clone();
+        let (rows, spans) = run_blocking(move || -> Result<(u64, u64), CompactError> {
             let connection = task_attempts::open_duckdb()?;
             let attempts = merge_all(task_attempts::read_all_attempts(&connection, &files)?);
-            Ok(task_attempts::write_parquet(
+            let rows = task_attempts::write_parquet(
                 &connection,
                 &cluster_name,
                 &session_name,
                 &attempts,
                 &failures,
                 &write_path,
-            )?)
+            )?;
+            let spans = task_profile::write_profile(
+                &connection,
+                &cluster_name,
+                &session_name,
+                &attempts,
+                &write_profile_path,
+            )?;
+            Ok((rows, spans))
         })
         .await?;
         let bytes = self.upload(&path, &key).await?;
         let _ = tokio::fs::remove_file(&path).await;
+        let profile = if spans > 0 {
+            let profile_key = ObjectKey::new(format!(
+                "tables/task_profile/cluster={cluster}/session={session}/base-{name}.parquet"
+            ))?;
+            let bytes = self.upload(&profile_path, &profile_key).await?;
+            let _ = tokio::fs::remove_file(&profile_path).await;
+            Some(DataFile {
+                key: profile_key.to_string(),
+                rows: spans,
+                bytes,
+            })
+        } else {
+            None
+        };
         Ok((
             DataFile {
                 key: key.to_string(),
                 rows,
                 bytes,
             },
+            profile,
             rows,
         ))
     }

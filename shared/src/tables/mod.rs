@@ -3,3 +3,4 @@
 
 pub mod entities;
 pub mod task_attempts;
+pub mod task_profile;
