@@ -254,12 +254,13 @@ pub fn compacting_settings(
     Ok((settings, queue, scratch))
 }
 
-/// The `task_attempts` rows a reader sees for `cluster`: every session's manifest, its files
-/// read with DuckDB, and for each attempt the row of the newest file that has it.
-pub async fn stored_task_rows(
+/// Copies the live files of one table of every session of `cluster` into a temporary folder,
+/// named in manifest order (so a later name is a newer file).
+async fn fetch_live_files(
     storage: &dyn Storage,
     cluster: &str,
-) -> anyhow::Result<ray::OurRows> {
+    table: fn(&shared::compact::manifest::Manifest) -> &shared::compact::manifest::TableFiles,
+) -> anyhow::Result<(tempfile::TempDir, Vec<PathBuf>)> {
     let scratch = tempfile::tempdir()?;
     let mut files: Vec<PathBuf> = Vec::new();
     for meta in storage
@@ -267,13 +268,24 @@ pub async fn stored_task_rows(
         .await?
     {
         let loaded = shared::compact::manifest::load(storage, &meta.key).await?;
-        for file in loaded.manifest.task_attempts.all() {
+        for file in table(&loaded.manifest).all() {
             let key = shared::storage::ObjectKey::new(file.key.clone())?;
             let path = scratch.path().join(format!("{:06}.parquet", files.len()));
             std::fs::write(&path, storage.get(&key).await?.body)?;
             files.push(path);
         }
     }
+    Ok((scratch, files))
+}
+
+/// The `task_attempts` rows a reader sees for `cluster`: every session's manifest, its files
+/// read with DuckDB, and for each attempt the row of the newest file that has it.
+pub async fn stored_task_rows(
+    storage: &dyn Storage,
+    cluster: &str,
+) -> anyhow::Result<ray::OurRows> {
+    let (_scratch, files) =
+        fetch_live_files(storage, cluster, |manifest| &manifest.task_attempts).await?;
     let mut rows = ray::OurRows::new();
     if files.is_empty() {
         return Ok(rows);
@@ -323,20 +335,8 @@ pub async fn stored_spans(
     storage: &dyn Storage,
     cluster: &str,
 ) -> anyhow::Result<std::collections::BTreeMap<(String, i64), Vec<ray::Span>>> {
-    let scratch = tempfile::tempdir()?;
-    let mut files: Vec<PathBuf> = Vec::new();
-    for meta in storage
-        .list(&format!("tables/manifests/cluster={cluster}/"))
-        .await?
-    {
-        let loaded = shared::compact::manifest::load(storage, &meta.key).await?;
-        for file in loaded.manifest.task_profile.all() {
-            let key = shared::storage::ObjectKey::new(file.key.clone())?;
-            let path = scratch.path().join(format!("{:06}.parquet", files.len()));
-            std::fs::write(&path, storage.get(&key).await?.body)?;
-            files.push(path);
-        }
-    }
+    let (_scratch, files) =
+        fetch_live_files(storage, cluster, |manifest| &manifest.task_profile).await?;
     let mut spans: std::collections::BTreeMap<(String, i64), (String, Vec<ray::Span>)> =
         std::collections::BTreeMap::new();
     if !files.is_empty() {

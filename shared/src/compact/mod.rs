@@ -325,22 +325,13 @@ impl Compactor {
             let connection = task_attempts::open_duckdb()?;
             let stored = task_attempts::read_attempts(&connection, &files, &filter)?;
             let attempts = merge_all(stored.into_iter().chain(new_attempts));
-            let rows = task_attempts::write_parquet(
-                &connection,
-                &cluster_name,
-                &session_name,
-                &attempts,
-                &write_failures,
-                &path,
-            )?;
-            let spans = task_profile::write_profile(
-                &connection,
-                &cluster_name,
-                &session_name,
-                &attempts,
-                &write_profile_path,
-            )?;
-            Ok((rows, spans))
+            let target = AttemptFiles {
+                cluster: &cluster_name,
+                session: &session_name,
+                attempts: &path,
+                profile: &write_profile_path,
+            };
+            target.write(&connection, &attempts, &write_failures)
         })
         .await?;
 
@@ -522,22 +513,13 @@ impl Compactor {
         let (rows, spans) = run_blocking(move || -> Result<(u64, u64), CompactError> {
             let connection = task_attempts::open_duckdb()?;
             let attempts = merge_all(task_attempts::read_all_attempts(&connection, &files)?);
-            let rows = task_attempts::write_parquet(
-                &connection,
-                &cluster_name,
-                &session_name,
-                &attempts,
-                &failures,
-                &write_path,
-            )?;
-            let spans = task_profile::write_profile(
-                &connection,
-                &cluster_name,
-                &session_name,
-                &attempts,
-                &write_profile_path,
-            )?;
-            Ok((rows, spans))
+            let target = AttemptFiles {
+                cluster: &cluster_name,
+                session: &session_name,
+                attempts: &write_path,
+                profile: &write_profile_path,
+            };
+            target.write(&connection, &attempts, &failures)
         })
         .await?;
         let bytes = self.upload(&path, &key).await?;
@@ -612,6 +594,41 @@ impl Compactor {
                 tracing::warn!(error = %err, "could not delete a retired file; it stays harmless");
             }
         }
+    }
+}
+
+/// Where one write of merged attempts goes: a `task_attempts` file and its `task_profile` twin.
+struct AttemptFiles<'a> {
+    cluster: &'a str,
+    session: &'a str,
+    attempts: &'a Path,
+    profile: &'a Path,
+}
+
+impl AttemptFiles<'_> {
+    /// Writes both files; returns (attempt rows, spans). No profile file when there are no spans.
+    fn write(
+        &self,
+        connection: &duckdb::Connection,
+        attempts: &[TaskAttempt],
+        failures: &crate::merge::FailureContext,
+    ) -> Result<(u64, u64), CompactError> {
+        let rows = task_attempts::write_parquet(
+            connection,
+            self.cluster,
+            self.session,
+            attempts,
+            failures,
+            self.attempts,
+        )?;
+        let spans = task_profile::write_profile(
+            connection,
+            self.cluster,
+            self.session,
+            attempts,
+            self.profile,
+        )?;
+        Ok((rows, spans))
     }
 }
 
