@@ -11,17 +11,35 @@ use super::Reported;
 use crate::event::EventPayload;
 use crate::event::encoding::Id;
 
-/// Keeps the later report (ties: the larger value).
-fn keep<T: Ord>(slot: &mut Option<Reported<T>>, candidate: Option<Reported<T>>) {
-    super::keep_latest(slot, candidate);
-}
-
 /// Adds transitions to a sorted, duplicate-free list.
 fn add_all<T: Ord>(list: &mut Vec<T>, items: impl IntoIterator<Item = T>) {
     for item in items {
         if let Err(position) = list.binary_search(&item) {
             list.insert(position, item);
         }
+    }
+}
+
+/// What is known about one entity (job, actor, node, worker, placement group): its definition,
+/// the latest report winning, and its state transitions, a set kept in time order.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Record<D, T> {
+    /// The entity's id (hex).
+    pub id: String,
+    /// Its definition, once arrived.
+    pub definition: Option<Reported<D>>,
+    /// Its transitions, in time order, without duplicates.
+    pub transitions: Vec<T>,
+}
+
+impl<D: Ord, T: Ord> Record<D, T> {
+    /// Folds another partial record of the same entity in.
+    pub fn merge(&mut self, other: Self) {
+        if self.id.is_empty() {
+            self.id = other.id;
+        }
+        super::keep_latest(&mut self.definition, other.definition);
+        add_all(&mut self.transitions, other.transitions);
     }
 }
 
@@ -72,26 +90,9 @@ pub struct ActorTransition {
 }
 
 /// Everything known about one actor.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ActorRecord {
-    /// The actor (hex).
-    pub actor_id: String,
-    /// Its definition, once arrived.
-    pub definition: Option<Reported<ActorDefinitionFacts>>,
-    /// Its transitions in time order.
-    pub transitions: Vec<ActorTransition>,
-}
+pub type ActorRecord = Record<ActorDefinitionFacts, ActorTransition>;
 
 impl ActorRecord {
-    /// Folds another partial record of the same actor in.
-    pub fn merge(&mut self, other: Self) {
-        if self.actor_id.is_empty() {
-            self.actor_id = other.actor_id;
-        }
-        keep(&mut self.definition, other.definition);
-        add_all(&mut self.transitions, other.transitions);
-    }
-
     /// The latest transition.
     pub fn current(&self) -> Option<&ActorTransition> {
         self.transitions.last()
@@ -155,26 +156,9 @@ pub struct JobDefinitionFacts {
 }
 
 /// Everything known about one driver job.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct JobRecord {
-    /// The job (hex).
-    pub job_id: String,
-    /// Its definition.
-    pub definition: Option<Reported<JobDefinitionFacts>>,
-    /// `(time ns, state)` transitions in time order.
-    pub transitions: Vec<(i64, String)>,
-}
+pub type JobRecord = Record<JobDefinitionFacts, (i64, String)>;
 
 impl JobRecord {
-    /// Folds another partial record of the same job in.
-    pub fn merge(&mut self, other: Self) {
-        if self.job_id.is_empty() {
-            self.job_id = other.job_id;
-        }
-        keep(&mut self.definition, other.definition);
-        add_all(&mut self.transitions, other.transitions);
-    }
-
     /// `FINISHED` once finished, else `RUNNING` once created.
     pub fn state(&self) -> Option<&str> {
         if self.end_ns().is_some() {
@@ -237,26 +221,9 @@ pub struct NodeTransition {
 }
 
 /// Everything known about one node.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct NodeRecord {
-    /// The node (hex).
-    pub node_id: String,
-    /// Its definition.
-    pub definition: Option<Reported<NodeDefinitionFacts>>,
-    /// Transitions in time order.
-    pub transitions: Vec<NodeTransition>,
-}
+pub type NodeRecord = Record<NodeDefinitionFacts, NodeTransition>;
 
 impl NodeRecord {
-    /// Folds another partial record of the same node in.
-    pub fn merge(&mut self, other: Self) {
-        if self.node_id.is_empty() {
-            self.node_id = other.node_id;
-        }
-        keep(&mut self.definition, other.definition);
-        add_all(&mut self.transitions, other.transitions);
-    }
-
     /// The latest state.
     pub fn state(&self) -> Option<&str> {
         self.transitions
@@ -290,6 +257,8 @@ pub struct WorkerDefinitionFacts {
 pub struct WorkerTransition {
     /// When (ns).
     pub at: i64,
+    /// Job the worker served (hex), as its lifecycle event says.
+    pub job_id: Option<String>,
     /// `ALIVE` or `DEAD`.
     pub state: String,
     /// Start time (ms; 0 = unset).
@@ -303,29 +272,15 @@ pub struct WorkerTransition {
 }
 
 /// Everything known about one worker.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct WorkerRecord {
-    /// The worker (hex).
-    pub worker_id: String,
-    /// Job it served (hex).
-    pub job_id: Option<String>,
-    /// Its definition.
-    pub definition: Option<Reported<WorkerDefinitionFacts>>,
-    /// Transitions in time order.
-    pub transitions: Vec<WorkerTransition>,
-}
+pub type WorkerRecord = Record<WorkerDefinitionFacts, WorkerTransition>;
 
 impl WorkerRecord {
-    /// Folds another partial record of the same worker in.
-    pub fn merge(&mut self, other: Self) {
-        if self.worker_id.is_empty() {
-            self.worker_id = other.worker_id;
-        }
-        if self.job_id.is_none() {
-            self.job_id = other.job_id;
-        }
-        keep(&mut self.definition, other.definition);
-        add_all(&mut self.transitions, other.transitions);
+    /// The job the worker served.
+    pub fn job_id(&self) -> Option<String> {
+        self.transitions
+            .iter()
+            .rev()
+            .find_map(|transition| transition.job_id.clone())
     }
 
     /// Alive until a `DEAD` transition.
@@ -373,26 +328,9 @@ pub struct PlacementGroupDefinitionFacts {
 }
 
 /// Everything known about one placement group.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PlacementGroupRecord {
-    /// The placement group (hex).
-    pub placement_group_id: String,
-    /// Its definition.
-    pub definition: Option<Reported<PlacementGroupDefinitionFacts>>,
-    /// `(time ns, state)` transitions in time order.
-    pub transitions: Vec<(i64, String)>,
-}
+pub type PlacementGroupRecord = Record<PlacementGroupDefinitionFacts, (i64, String)>;
 
 impl PlacementGroupRecord {
-    /// Folds another partial record of the same placement group in.
-    pub fn merge(&mut self, other: Self) {
-        if self.placement_group_id.is_empty() {
-            self.placement_group_id = other.placement_group_id;
-        }
-        keep(&mut self.definition, other.definition);
-        add_all(&mut self.transitions, other.transitions);
-    }
-
     /// The latest state.
     pub fn state(&self) -> Option<&str> {
         self.transitions.last().map(|(_, state)| state.as_str())
@@ -423,8 +361,8 @@ impl SessionEntities {
                 let Some(id) = hex(event.job_id.as_ref()) else {
                     return;
                 };
-                self.jobs.entry(id.clone()).or_default().merge(JobRecord {
-                    job_id: id,
+                self.jobs.entry(id.clone()).or_default().merge(Record {
+                    id,
                     definition: Some(Reported {
                         at,
                         value: JobDefinitionFacts {
@@ -447,8 +385,8 @@ impl SessionEntities {
                     .iter()
                     .map(|transition| (transition.timestamp.nanos(), transition.state.to_string()))
                     .collect();
-                self.jobs.entry(id.clone()).or_default().merge(JobRecord {
-                    job_id: id,
+                self.jobs.entry(id.clone()).or_default().merge(Record {
+                    id,
                     definition: None,
                     transitions,
                 });
@@ -457,31 +395,28 @@ impl SessionEntities {
                 let Some(id) = hex(event.actor_id.as_ref()) else {
                     return;
                 };
-                self.actors
-                    .entry(id.clone())
-                    .or_default()
-                    .merge(ActorRecord {
-                        actor_id: id,
-                        definition: Some(Reported {
-                            at,
-                            value: ActorDefinitionFacts {
-                                job_id: hex(event.job_id.as_ref()),
-                                class_name: event.class_name.clone(),
-                                name: event.name.clone(),
-                                ray_namespace: event.ray_namespace.clone(),
-                                is_detached: event.is_detached,
-                                placement_group_id: event
-                                    .placement_group_id
-                                    .as_ref()
-                                    .filter(|id| !id.is_nil())
-                                    .map(|id| id.as_hex().to_owned()),
-                                required_resources: json(&event.required_resources),
-                                serialized_runtime_env: event.serialized_runtime_env.clone(),
-                                call_site: event.call_site.clone(),
-                            },
-                        }),
-                        transitions: Vec::new(),
-                    });
+                self.actors.entry(id.clone()).or_default().merge(Record {
+                    id,
+                    definition: Some(Reported {
+                        at,
+                        value: ActorDefinitionFacts {
+                            job_id: hex(event.job_id.as_ref()),
+                            class_name: event.class_name.clone(),
+                            name: event.name.clone(),
+                            ray_namespace: event.ray_namespace.clone(),
+                            is_detached: event.is_detached,
+                            placement_group_id: event
+                                .placement_group_id
+                                .as_ref()
+                                .filter(|id| !id.is_nil())
+                                .map(|id| id.as_hex().to_owned()),
+                            required_resources: json(&event.required_resources),
+                            serialized_runtime_env: event.serialized_runtime_env.clone(),
+                            call_site: event.call_site.clone(),
+                        },
+                    }),
+                    transitions: Vec::new(),
+                });
             }
             EventPayload::ActorLifecycle(event) => {
                 let Some(id) = hex(event.actor_id.as_ref()) else {
@@ -504,21 +439,18 @@ impl SessionEntities {
                             .map(super::strip_ansi),
                     })
                     .collect();
-                self.actors
-                    .entry(id.clone())
-                    .or_default()
-                    .merge(ActorRecord {
-                        actor_id: id,
-                        definition: None,
-                        transitions,
-                    });
+                self.actors.entry(id.clone()).or_default().merge(Record {
+                    id,
+                    definition: None,
+                    transitions,
+                });
             }
             EventPayload::NodeDefinition(event) => {
                 let Some(id) = hex(event.node_id.as_ref()) else {
                     return;
                 };
-                self.nodes.entry(id.clone()).or_default().merge(NodeRecord {
-                    node_id: id,
+                self.nodes.entry(id.clone()).or_default().merge(Record {
+                    id,
                     definition: Some(Reported {
                         at,
                         value: NodeDefinitionFacts {
@@ -554,8 +486,8 @@ impl SessionEntities {
                         }),
                     })
                     .collect();
-                self.nodes.entry(id.clone()).or_default().merge(NodeRecord {
-                    node_id: id,
+                self.nodes.entry(id.clone()).or_default().merge(Record {
+                    id,
                     definition: None,
                     transitions,
                 });
@@ -564,22 +496,18 @@ impl SessionEntities {
                 let Some(id) = hex(event.worker_id.as_ref()) else {
                     return;
                 };
-                self.workers
-                    .entry(id.clone())
-                    .or_default()
-                    .merge(WorkerRecord {
-                        worker_id: id,
-                        job_id: None,
-                        definition: Some(Reported {
-                            at,
-                            value: WorkerDefinitionFacts {
-                                node_id: hex(event.node_id.as_ref()),
-                                worker_type: event.worker_type.to_string(),
-                                pid: event.pid,
-                            },
-                        }),
-                        transitions: Vec::new(),
-                    });
+                self.workers.entry(id.clone()).or_default().merge(Record {
+                    id,
+                    definition: Some(Reported {
+                        at,
+                        value: WorkerDefinitionFacts {
+                            node_id: hex(event.node_id.as_ref()),
+                            worker_type: event.worker_type.to_string(),
+                            pid: event.pid,
+                        },
+                    }),
+                    transitions: Vec::new(),
+                });
             }
             EventPayload::WorkerLifecycle(event) => {
                 let Some(id) = hex(event.worker_id.as_ref()) else {
@@ -590,6 +518,7 @@ impl SessionEntities {
                     .iter()
                     .map(|transition| WorkerTransition {
                         at: transition.timestamp.nanos(),
+                        job_id: hex(event.job_id.as_ref()),
                         state: transition.state.to_string(),
                         start_time_ms: transition.start_time_ms,
                         end_time_ms: transition.end_time_ms,
@@ -603,15 +532,11 @@ impl SessionEntities {
                             .map(|info| info.exit_detail.clone()),
                     })
                     .collect();
-                self.workers
-                    .entry(id.clone())
-                    .or_default()
-                    .merge(WorkerRecord {
-                        worker_id: id,
-                        job_id: hex(event.job_id.as_ref()),
-                        definition: None,
-                        transitions,
-                    });
+                self.workers.entry(id.clone()).or_default().merge(Record {
+                    id,
+                    definition: None,
+                    transitions,
+                });
             }
             EventPayload::PlacementGroupDefinition(event) => {
                 let Some(id) = hex(event.placement_group_id.as_ref()) else {
@@ -631,8 +556,8 @@ impl SessionEntities {
                 self.placement_groups
                     .entry(id.clone())
                     .or_default()
-                    .merge(PlacementGroupRecord {
-                        placement_group_id: id,
+                    .merge(Record {
+                        id,
                         definition: Some(Reported {
                             at,
                             value: PlacementGroupDefinitionFacts {
@@ -661,8 +586,8 @@ impl SessionEntities {
                 self.placement_groups
                     .entry(id.clone())
                     .or_default()
-                    .merge(PlacementGroupRecord {
-                        placement_group_id: id,
+                    .merge(Record {
+                        id,
                         definition: None,
                         transitions,
                     });
@@ -745,11 +670,11 @@ mod tests {
             .jobs
             .entry("01000000".to_owned())
             .or_default()
-            .merge(JobRecord {
-                job_id: "01000000".to_owned(),
+            .merge(Record {
+                id: "01000000".to_owned(),
                 ..JobRecord::default()
             });
-        assert_eq!(entities.jobs["01000000"].job_id, "01000000");
+        assert_eq!(entities.jobs["01000000"].id, "01000000");
         let mut copy = SessionEntities::default();
         copy.merge(entities.clone());
         assert_eq!(copy, entities);

@@ -122,7 +122,7 @@ impl EntityKind {
                 .map(|job| {
                     let definition = job.definition.as_ref().map(|reported| &reported.value);
                     Ok(vec![
-                        text(Some(job.job_id.clone())),
+                        text(Some(job.id.clone())),
                         text(job.state().map(str::to_owned)),
                         big(definition.map(|d| d.driver_pid)),
                         text(definition.and_then(|d| d.driver_node_id.clone())),
@@ -139,7 +139,7 @@ impl EntityKind {
                 .map(|actor| {
                     let definition = actor.definition.as_ref().map(|reported| &reported.value);
                     Ok(vec![
-                        text(Some(actor.actor_id.clone())),
+                        text(Some(actor.id.clone())),
                         text(definition.map(|d| d.class_name.clone())),
                         text(definition.map(|d| d.name.clone())),
                         text(actor.state().map(str::to_owned)),
@@ -168,7 +168,7 @@ impl EntityKind {
                         .find(|transition| transition.state == "ALIVE")
                         .map(|transition| transition.resources.clone());
                     Ok(vec![
-                        text(Some(node.node_id.clone())),
+                        text(Some(node.id.clone())),
                         text(definition.map(|d| d.node_ip.clone())),
                         text(definition.map(|d| d.node_name.clone())),
                         text(definition.map(|d| d.hostname.clone())),
@@ -188,11 +188,11 @@ impl EntityKind {
                     let definition = worker.definition.as_ref().map(|reported| &reported.value);
                     let death = worker.death();
                     Ok(vec![
-                        text(Some(worker.worker_id.clone())),
+                        text(Some(worker.id.clone())),
                         text(definition.map(|d| d.worker_type.clone())),
                         text(definition.and_then(|d| d.node_id.clone())),
                         big(definition.map(|d| i64::from(d.pid))),
-                        text(worker.job_id.clone()),
+                        text(worker.job_id()),
                         Value::Boolean(worker.is_alive()),
                         text(death.and_then(|death| death.exit_type.clone())),
                         text(death.and_then(|death| death.exit_detail.clone())),
@@ -208,7 +208,7 @@ impl EntityKind {
                 .map(|group| {
                     let definition = group.definition.as_ref().map(|reported| &reported.value);
                     Ok(vec![
-                        text(Some(group.placement_group_id.clone())),
+                        text(Some(group.id.clone())),
                         text(definition.map(|d| d.name.clone())),
                         text(group.state().map(str::to_owned)),
                         text(definition.map(|d| d.strategy.clone())),
@@ -233,25 +233,23 @@ impl EntityKind {
             match self {
                 Self::Jobs => {
                     let job: JobRecord = parse(&json)?;
-                    partial.jobs.insert(job.job_id.clone(), job);
+                    partial.jobs.insert(job.id.clone(), job);
                 }
                 Self::Actors => {
                     let actor: ActorRecord = parse(&json)?;
-                    partial.actors.insert(actor.actor_id.clone(), actor);
+                    partial.actors.insert(actor.id.clone(), actor);
                 }
                 Self::Nodes => {
                     let node: NodeRecord = parse(&json)?;
-                    partial.nodes.insert(node.node_id.clone(), node);
+                    partial.nodes.insert(node.id.clone(), node);
                 }
                 Self::Workers => {
                     let worker: WorkerRecord = parse(&json)?;
-                    partial.workers.insert(worker.worker_id.clone(), worker);
+                    partial.workers.insert(worker.id.clone(), worker);
                 }
                 Self::PlacementGroups => {
                     let group: PlacementGroupRecord = parse(&json)?;
-                    partial
-                        .placement_groups
-                        .insert(group.placement_group_id.clone(), group);
+                    partial.placement_groups.insert(group.id.clone(), group);
                 }
             }
         }
