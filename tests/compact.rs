@@ -7,38 +7,12 @@ use std::sync::Arc;
 
 use afterglow_tests::ray::{LOSSY_RUN, OurRows, check};
 use afterglow_tests::{
-    FixtureRun, TestServer, compacting_settings, compactor, local_storage, raw_events, shuffled,
-    stored_entities, stored_spans, stored_task_rows,
+    FixtureRun, TestServer, bodies, compacting_settings, compactor, local_storage, post_all,
+    raw_events, shuffled, stored_entities, stored_spans, stored_task_rows,
 };
 use anyhow::{Context as _, ensure};
 use shared::compact::CompactSettings;
 use shared::storage::{ObjectKey, Storage};
-
-async fn post_all(url: &str, bodies: &[Vec<u8>]) -> anyhow::Result<()> {
-    let client = reqwest::Client::new();
-    for body in bodies {
-        let response = client
-            .post(url)
-            .header("content-type", "application/json")
-            .body(body.clone())
-            .send()
-            .await?;
-        ensure!(
-            response.status() == 200,
-            "ingest answered {}",
-            response.status()
-        );
-    }
-    Ok(())
-}
-
-fn bodies(run: &FixtureRun) -> anyhow::Result<Vec<Vec<u8>>> {
-    Ok(run
-        .requests()?
-        .into_iter()
-        .map(|request| request.body)
-        .collect())
-}
 
 /// Posts `bodies` for `cluster` through a compacting server and returns the stored rows.
 async fn ingest_and_compact(

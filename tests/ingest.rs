@@ -11,7 +11,7 @@ use afterglow_tests::{
     FixtureRun, TestServer, local_storage, open_settings, raw_events, stored_raw_lines,
 };
 use anyhow::{Context as _, ensure};
-use shared::auth::IngestToken;
+use shared::auth::AccessToken;
 use shared::ingest::{IngestAccess, IngestLimits, Ingestor, RAY_BATCH_SIZE_VARIABLE};
 use shared::storage::{LocalDirStorage, S3Storage, Storage};
 use tower::ServiceExt as _;
@@ -104,7 +104,7 @@ async fn local_server(
 
 fn with_token(settings: ServeSettings) -> anyhow::Result<ServeSettings> {
     Ok(ServeSettings {
-        ingest_token: Some(IngestToken::new(TOKEN)?),
+        ingest_token: Some(AccessToken::new(TOKEN)?),
         ..settings
     })
 }
@@ -367,12 +367,12 @@ async fn lambda_api_gateway_v2_events_are_ingested() -> anyhow::Result<()> {
     let (_guard, local) = local_storage()?;
     let storage: Arc<dyn Storage> = Arc::new(local);
     let state = Arc::new(AppState {
-        ingestor: Ingestor::new(
+        ingestor: Some(Ingestor::new(
             Arc::clone(&storage),
-            IngestAccess::Token(IngestToken::new(TOKEN)?),
+            IngestAccess::Token(AccessToken::new(TOKEN)?),
             IngestLimits::default(),
-        ),
-        compaction: None,
+        )),
+        ..AppState::default()
     });
     let run = FixtureRun::named("snake-case-keys")?;
     let mut sent = Vec::new();

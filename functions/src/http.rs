@@ -13,19 +13,30 @@ use shared::compact::queue::CompactionQueue;
 use shared::ingest::Ingestor;
 use tracing::Instrument as _;
 
-/// What the handlers share: built once per process, borrowed by every request.
-#[derive(Debug)]
+use crate::query::QueryService;
+
+/// What the handlers share: built once per process, borrowed by every request. A Lambda function
+/// carries only its own service; `serve` carries all of them.
+#[derive(Debug, Default)]
 pub struct AppState {
     /// The ingest service.
-    pub ingestor: Ingestor,
+    pub ingestor: Option<Ingestor>,
     /// In `serve`, where stored raw objects are queued for compaction (on AWS, S3 notifies).
     pub compaction: Option<CompactionQueue>,
+    /// The dashboard API.
+    pub query: Option<QueryService>,
 }
 
-/// Every route Afterglow serves.
+/// Every route of the services `state` carries.
 pub fn router(state: Arc<AppState>) -> Router {
-    Router::new()
-        .route("/v1/events/{cluster}", post(crate::ingest::post_events))
+    let mut router = Router::new();
+    if state.ingestor.is_some() {
+        router = router.route("/v1/events/{cluster}", post(crate::ingest::post_events));
+    }
+    if state.query.is_some() {
+        router = router.merge(crate::query::routes());
+    }
+    router
         .fallback(not_found)
         .layer(middleware::from_fn(request_span))
         .with_state(state)

@@ -27,7 +27,10 @@ pub async fn post_events(
     Query(query): Query<IngestQuery>,
     request: Request,
 ) -> Response {
-    match ingest(&state.ingestor, &cluster, query.token.as_deref(), request).await {
+    let Some(ingestor) = &state.ingestor else {
+        return error_response(StatusCode::NOT_FOUND, "this function does not ingest");
+    };
+    match ingest(ingestor, &cluster, query.token.as_deref(), request).await {
         Ok(receipt) => {
             if let (Some(queue), Some(key)) = (&state.compaction, &receipt.key) {
                 queue.notify(key.clone());

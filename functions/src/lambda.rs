@@ -8,9 +8,11 @@ use anyhow::Context as _;
 use shared::compact::{CompactSettings, Compactor};
 use shared::config::{Config, ConfigError, LambdaFunction};
 use shared::ingest::{IngestAccess, Ingestor};
+use shared::query::{QueryEngine, QuerySettings};
 use shared::storage::S3Storage;
 
 use crate::http::{AppState, router};
+use crate::query::QueryService;
 
 /// S3 must answer well inside Ray's 3 s publisher timeout, cold start included.
 const INGEST_S3_TIMEOUT: Duration = Duration::from_millis(2500);
@@ -25,18 +27,30 @@ pub async fn run(function: LambdaFunction, config: Config) -> anyhow::Result<()>
             })?;
             let storage = S3Storage::connect(config.lambda_s3(Some(INGEST_S3_TIMEOUT))?).await;
             let state = Arc::new(AppState {
-                ingestor: Ingestor::new(
+                ingestor: Some(Ingestor::new(
                     Arc::new(storage),
                     IngestAccess::Token(token),
                     config.ingest_limits,
-                ),
+                )),
                 // On AWS, S3 notifications reach the compact function through SQS.
                 compaction: None,
+                query: None,
             });
             lambda_http::run(router(state))
                 .await
                 .map_err(|err| anyhow::anyhow!(err))
                 .context("the ingest function stopped")
+        }
+        LambdaFunction::Query => {
+            let storage = Arc::new(S3Storage::connect(config.lambda_s3(None)?).await);
+            let state = Arc::new(AppState {
+                query: Some(query_service(storage, &config)?),
+                ..AppState::default()
+            });
+            lambda_http::run(router(state))
+                .await
+                .map_err(|err| anyhow::anyhow!(err))
+                .context("the query function stopped")
         }
         LambdaFunction::Compact => {
             let settings = config.lambda_s3(None)?;
@@ -55,4 +69,18 @@ pub async fn run(function: LambdaFunction, config: Config) -> anyhow::Result<()>
             .context("the compact function stopped")
         }
     }
+}
+
+/// The query function's engine: files cached under `/tmp` (the only writable place, kept
+/// between invocations of a warm sandbox), DuckDB sized from the function's memory.
+pub fn query_service(storage: Arc<S3Storage>, config: &Config) -> anyhow::Result<QueryService> {
+    let dir = std::env::temp_dir().join("afterglow-query");
+    let settings = match config.lambda_memory_mib {
+        Some(memory) => QuerySettings::for_lambda(&dir, memory),
+        None => QuerySettings::under(&dir),
+    };
+    Ok(QueryService {
+        engine: QueryEngine::open(storage, settings).context("cannot start the query engine")?,
+        token: config.query_token.clone(),
+    })
 }

@@ -6,6 +6,7 @@
 //! - [`compact`]: S3/SQS notifications onto `shared::compact`.
 //! - [`http`]: the one axum router that `serve` and API Gateway both drive.
 //! - [`ingest`]: `POST /v1/events/{cluster}` onto `shared::ingest`.
+//! - [`query`]: `GET /api/...` onto `shared::query`.
 //! - [`serve`]: the embedded default: every function on a local directory.
 //! - [`maintenance`]: `compact` and `rebuild` from the command line.
 //! - [`telemetry`]: tracing setup.
@@ -16,5 +17,6 @@ pub mod http;
 pub mod ingest;
 pub mod lambda;
 pub mod maintenance;
+pub mod query;
 pub mod serve;
 pub mod telemetry;

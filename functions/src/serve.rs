@@ -6,16 +6,18 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use shared::auth::IngestToken;
+use shared::auth::AccessToken;
 use shared::compact::queue::CompactionQueue;
 use shared::compact::{CompactSettings, Compactor};
 use shared::config::{Config, StorageConfig};
 use shared::ingest::{IngestAccess, IngestLimits, Ingestor};
+use shared::query::{QueryEngine, QuerySettings};
 use shared::storage::{LocalDirStorage, S3Storage, Storage};
 use tokio::net::TcpListener;
 
 use crate::cli::ServeArgs;
 use crate::http::{AppState, router};
+use crate::query::QueryService;
 
 /// What a running server needs, resolved from configuration and flags.
 #[derive(Debug)]
@@ -23,11 +25,15 @@ pub struct ServeSettings {
     /// Where objects go.
     pub storage: Arc<dyn Storage>,
     /// The ingest secret; `None` leaves ingest open, which only loopback listeners allow.
-    pub ingest_token: Option<IngestToken>,
+    pub ingest_token: Option<AccessToken>,
     /// Bounds on ingest requests.
     pub ingest_limits: IngestLimits,
     /// Where stored raw objects are queued for compaction; `None` stores raw objects only.
     pub compaction: Option<CompactionQueue>,
+    /// The dashboard API's engine settings; `None` serves no queries.
+    pub query: Option<QuerySettings>,
+    /// The query API's bearer token; `None` leaves it open, which only loopback listeners allow.
+    pub query_token: Option<AccessToken>,
 }
 
 /// Opens the storage `config` names, with `data_dir` taking precedence.
@@ -80,9 +86,26 @@ pub async fn run(
              or listen on 127.0.0.1"
         ),
     };
+    let query = match settings.query {
+        None => None,
+        Some(_) if settings.query_token.is_none() && !local.ip().is_loopback() => anyhow::bail!(
+            "refusing to serve the query API without a token on {local}: set \
+             AFTERGLOW_QUERY_TOKEN, or listen on 127.0.0.1"
+        ),
+        Some(query_settings) => Some(QueryService {
+            engine: QueryEngine::open(Arc::clone(&settings.storage), query_settings)
+                .context("cannot start the query engine")?,
+            token: settings.query_token,
+        }),
+    };
     let state = Arc::new(AppState {
-        ingestor: Ingestor::new(settings.storage, access, settings.ingest_limits),
+        ingestor: Some(Ingestor::new(
+            settings.storage,
+            access,
+            settings.ingest_limits,
+        )),
         compaction: settings.compaction,
+        query,
     });
     axum::serve(listener, router(state))
         .with_graceful_shutdown(shutdown)
@@ -92,10 +115,12 @@ pub async fn run(
 
 /// The `serve` subcommand: binds, prints how to point Ray here, and runs until Ctrl-C.
 pub async fn run_cli(args: ServeArgs, config: Config) -> anyhow::Result<()> {
-    if config.ingest_token.is_none() && !args.addr.ip().is_loopback() {
+    if (config.ingest_token.is_none() || config.query_token.is_none())
+        && !args.addr.ip().is_loopback()
+    {
         anyhow::bail!(
-            "refusing to listen on {} with open ingest: set AFTERGLOW_INGEST_TOKEN, or use \
-             --addr 127.0.0.1:PORT",
+            "refusing to listen on {} with an open API: set both AFTERGLOW_INGEST_TOKEN and \
+             AFTERGLOW_QUERY_TOKEN, or use --addr 127.0.0.1:PORT",
             args.addr
         );
     }
@@ -120,6 +145,8 @@ pub async fn run_cli(args: ServeArgs, config: Config) -> anyhow::Result<()> {
         ingest_token: config.ingest_token,
         ingest_limits: config.ingest_limits,
         compaction: Some(queue.clone()),
+        query: Some(QuerySettings::under(&scratch.path().join("query"))),
+        query_token: config.query_token,
     };
     run(settings, listener, async {
         let _ = tokio::signal::ctrl_c().await;
@@ -146,6 +173,7 @@ fn banner(local: SocketAddr, cluster: &str, location: &str, has_token: bool) -> 
     };
     format!(
         "Afterglow listening on http://{local} (history in {location})\n\
+         Dashboard API: http://{local}/api/summary, /api/tasks, … (see openapi.yaml)\n\
          {access}\n\
          Point a Ray (>= 2.49) cluster here: export these before `ray start`:\n\
          \x20 export RAY_enable_core_worker_ray_event_to_aggregator=1\n\

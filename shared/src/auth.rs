@@ -1,11 +1,13 @@
-//! The ingest secret. Ray cannot send headers, so the token travels in the export URL's query
-//! string and is compared in constant time. It never appears in `Debug` output or logs.
+//! Shared secrets: the ingest token (Ray cannot send headers, so it travels in the export URL's
+//! query string) and the optional query bearer token. Both are compared in constant time and
+//! never appear in `Debug` output or logs.
 
 use subtle::ConstantTimeEq;
 
-/// The shared secret that authorizes `POST /v1/events/{cluster}?token=…`.
+/// A shared secret: the one that authorizes `POST /v1/events/{cluster}?token=…`, or the bearer
+/// token of the query API.
 #[derive(Clone)]
-pub struct IngestToken(Box<str>);
+pub struct AccessToken(Box<str>);
 
 /// A token that is too short, or has characters that would need escaping in a URL.
 #[derive(Debug, thiserror::Error)]
@@ -23,7 +25,7 @@ pub enum InvalidToken {
     BadCharacter,
 }
 
-impl IngestToken {
+impl AccessToken {
     /// Shortest accepted token.
     pub const MIN_LEN: usize = 16;
 
@@ -51,9 +53,9 @@ impl IngestToken {
     }
 }
 
-impl std::fmt::Debug for IngestToken {
+impl std::fmt::Debug for AccessToken {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("IngestToken(<redacted>)")
+        f.write_str("AccessToken(<redacted>)")
     }
 }
 
@@ -63,7 +65,7 @@ mod tests {
 
     #[test]
     fn matches_only_the_exact_secret() -> Result<(), InvalidToken> {
-        let token = IngestToken::new("s3cret-token-0123456789")?;
+        let token = AccessToken::new("s3cret-token-0123456789")?;
         assert!(token.matches("s3cret-token-0123456789"));
         assert!(!token.matches("s3cret-token-012345678"));
         assert!(!token.matches("s3cret-token-01234567890"));
@@ -75,22 +77,22 @@ mod tests {
     #[test]
     fn refuses_short_or_url_unsafe_secrets() {
         assert!(matches!(
-            IngestToken::new("short"),
+            AccessToken::new("short"),
             Err(InvalidToken::TooShort { .. })
         ));
         assert!(matches!(
-            IngestToken::new("has spaces in it, sadly"),
+            AccessToken::new("has spaces in it, sadly"),
             Err(InvalidToken::BadCharacter)
         ));
         assert!(matches!(
-            IngestToken::new("ampersand&is&bad&here"),
+            AccessToken::new("ampersand&is&bad&here"),
             Err(InvalidToken::BadCharacter)
         ));
     }
 
     #[test]
     fn debug_output_never_shows_the_secret() -> Result<(), InvalidToken> {
-        let token = IngestToken::new("s3cret-token-0123456789")?;
+        let token = AccessToken::new("s3cret-token-0123456789")?;
         assert!(!format!("{token:?}").contains("s3cret"));
         Ok(())
     }

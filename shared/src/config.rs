@@ -3,6 +3,7 @@
 //! | variable | meaning | default |
 //! |---|---|---|
 //! | `AFTERGLOW_INGEST_TOKEN` | secret expected as `?token=` on ingest (≥ 16 of `A-Z a-z 0-9 - _ . ~`) | unset: ingest is open, allowed only for `serve` on loopback |
+//! | `AFTERGLOW_QUERY_TOKEN` | bearer token the query API (`/api/...`) requires (≥ 16 characters, same alphabet) | unset: no token; `serve` then only listens on loopback, and on AWS IAM guards the routes |
 //! | `AFTERGLOW_BUCKET` | S3 bucket; when set, storage is S3 | unset: local directory |
 //! | `AFTERGLOW_PREFIX` | key prefix inside the bucket | empty |
 //! | `AWS_ENDPOINT_URL_S3` | endpoint of an S3-compatible server (SeaweedFS, MinIO, moto) | AWS |
@@ -12,13 +13,14 @@
 //! | `AFTERGLOW_MAX_EVENTS_PER_REQUEST` | most events in one ingest body | 10000 |
 //! | `AFTERGLOW_LOG` | log filter (`info`, `afterglow=debug`, …) | `info` |
 //! | `AWS_LAMBDA_RUNTIME_API`, `_HANDLER` | set by Lambda: run as the function named by `_HANDLER` | unset: CLI |
+//! | `AWS_LAMBDA_FUNCTION_MEMORY_SIZE` | set by Lambda: sizes DuckDB's memory limit and threads | unset |
 //!
 //! The AWS SDK itself also reads the standard AWS variables (credentials, region).
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::auth::IngestToken;
+use crate::auth::AccessToken;
 use crate::ingest::IngestLimits;
 use crate::storage::S3Settings;
 
@@ -52,16 +54,19 @@ pub enum LambdaFunction {
     Ingest,
     /// `compact`: S3 notifications (via SQS) → Parquet tables.
     Compact,
+    /// `query`: API Gateway → the dashboard API.
+    Query,
 }
 
 impl LambdaFunction {
     /// Every `_HANDLER` value this build serves.
-    pub const ALL: &'static [&'static str] = &["ingest", "compact"];
+    pub const ALL: &'static [&'static str] = &["ingest", "compact", "query"];
 
     fn parse(value: &str) -> Result<Self, ConfigError> {
         match value {
             "ingest" => Ok(Self::Ingest),
             "compact" => Ok(Self::Compact),
+            "query" => Ok(Self::Query),
             other => Err(ConfigError::Invalid {
                 variable: "_HANDLER",
                 shown: other.to_owned(),
@@ -86,7 +91,11 @@ pub struct Config {
     /// Where objects are stored.
     pub storage: StorageConfig,
     /// The ingest secret, if configured.
-    pub ingest_token: Option<IngestToken>,
+    pub ingest_token: Option<AccessToken>,
+    /// The query API's bearer token, if configured.
+    pub query_token: Option<AccessToken>,
+    /// The Lambda function's memory (MiB), when running in Lambda.
+    pub lambda_memory_mib: Option<u64>,
     /// Bounds on ingest requests.
     pub ingest_limits: IngestLimits,
     /// Log filter directive.
@@ -111,15 +120,19 @@ impl Config {
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
         let get = |name: &str| lookup(name).filter(|value| !value.is_empty());
 
-        let ingest_token = get("AFTERGLOW_INGEST_TOKEN")
-            .map(|secret| {
-                IngestToken::new(&secret).map_err(|err| ConfigError::Invalid {
-                    variable: "AFTERGLOW_INGEST_TOKEN",
-                    shown: "<redacted>".to_owned(),
-                    reason: err.to_string(),
+        let secret = |variable: &'static str| {
+            get(variable)
+                .map(|secret| {
+                    AccessToken::new(&secret).map_err(|err| ConfigError::Invalid {
+                        variable,
+                        shown: "<redacted>".to_owned(),
+                        reason: err.to_string(),
+                    })
                 })
-            })
-            .transpose()?;
+                .transpose()
+        };
+        let ingest_token = secret("AFTERGLOW_INGEST_TOKEN")?;
+        let query_token = secret("AFTERGLOW_QUERY_TOKEN")?;
 
         let endpoint_url = get("AWS_ENDPOINT_URL_S3");
         let storage = match get("AFTERGLOW_BUCKET") {
@@ -159,14 +172,22 @@ impl Config {
             Some(_) => Some(LambdaFunction::parse(&get("_HANDLER").ok_or(
                 ConfigError::Missing {
                     variable: "_HANDLER",
-                    reason: "Lambda sets it from the function's Handler (ingest or compact)",
+                    reason: "Lambda sets it from the function's Handler (ingest, compact or query)",
                 },
             )?)?),
         };
 
+        let lambda_memory_mib = get("AWS_LAMBDA_FUNCTION_MEMORY_SIZE")
+            .map(|text| {
+                parse_count("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", Some(text), 0).map(|mib| mib as u64)
+            })
+            .transpose()?;
+
         Ok(Self {
             storage,
             ingest_token,
+            query_token,
+            lambda_memory_mib,
             ingest_limits,
             log_filter: get("AFTERGLOW_LOG").unwrap_or_else(|| "info".to_owned()),
             lambda,

@@ -14,7 +14,7 @@ use flate2::write::GzEncoder;
 use serde_json::value::RawValue;
 use ulid::Ulid;
 
-use crate::auth::IngestToken;
+use crate::auth::AccessToken;
 use crate::event::{BatchError, split_batch};
 use crate::layout::{ClusterName, raw_object_key};
 use crate::storage::{InvalidKey, ObjectKey, PutMode, Storage, StorageError};
@@ -45,7 +45,7 @@ impl Default for IngestLimits {
 #[derive(Clone, Debug)]
 pub enum IngestAccess {
     /// Only requests presenting this token.
-    Token(IngestToken),
+    Token(AccessToken),
     /// Anyone who can reach the listener: only for `serve` bound to loopback.
     Open,
 }

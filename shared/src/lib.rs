@@ -12,6 +12,7 @@
 //! - [`ingest`]: checking a Ray POST and storing it durably as NDJSON.
 //! - [`compact`]: raw NDJSON → merged Parquet tables, with a conditionally replaced manifest.
 //! - [`tables`]: the Parquet tables' schemas, written and read with DuckDB.
+//! - [`query`]: the dashboard API, answered by DuckDB over those tables.
 //! - [`layout`]: the storage key layout.
 //! - [`merge`]: Ray's rules for merging a task attempt's events into one row (pure).
 //! - [`auth`]: the ingest token.
@@ -26,5 +27,6 @@ pub mod event;
 pub mod ingest;
 pub mod layout;
 pub mod merge;
+pub mod query;
 pub mod storage;
 pub mod tables;

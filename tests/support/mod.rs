@@ -4,6 +4,7 @@
 //! S3 tests run against a real S3-protocol server when `AFTERGLOW_TEST_S3=1` (`scripts/test`
 //! starts SeaweedFS on 127.0.0.1 and always sets it); otherwise they print "skipping".
 
+pub mod api;
 pub mod ray;
 pub mod ray_entities;
 
@@ -208,7 +209,37 @@ pub fn open_settings(storage: Arc<dyn Storage>) -> ServeSettings {
         ingest_token: None,
         ingest_limits: shared::ingest::IngestLimits::default(),
         compaction: None,
+        query: None,
+        query_token: None,
     }
+}
+
+/// Posts each body to `url` as Ray does, insisting on 200.
+pub async fn post_all(url: &str, bodies: &[Vec<u8>]) -> anyhow::Result<()> {
+    let client = reqwest::Client::new();
+    for body in bodies {
+        let response = client
+            .post(url)
+            .header("content-type", "application/json")
+            .body(body.clone())
+            .send()
+            .await?;
+        anyhow::ensure!(
+            response.status() == 200,
+            "ingest answered {}",
+            response.status()
+        );
+    }
+    Ok(())
+}
+
+/// Every body a run delivered, in arrival order (failed deliveries and their retries included).
+pub fn bodies(run: &FixtureRun) -> anyhow::Result<Vec<Vec<u8>>> {
+    Ok(run
+        .requests()?
+        .into_iter()
+        .map(|request| request.body)
+        .collect())
 }
 
 /// A deterministic shuffle (xorshift), so that a failure reproduces.
@@ -252,6 +283,27 @@ pub fn compacting_settings(
         ..open_settings(storage)
     };
     Ok((settings, queue, scratch))
+}
+
+/// Settings of a full `serve`: open ingest, background compaction and the query API, with
+/// scratch and query cache in a temporary folder (kept alive by the guard).
+pub fn serving_settings(
+    storage: Arc<dyn Storage>,
+) -> anyhow::Result<(
+    ServeSettings,
+    shared::compact::queue::CompactionQueue,
+    tempfile::TempDir,
+)> {
+    let (settings, queue, scratch) = compacting_settings(storage)?;
+    let query = shared::query::QuerySettings::under(&scratch.path().join("query"));
+    Ok((
+        ServeSettings {
+            query: Some(query),
+            ..settings
+        },
+        queue,
+        scratch,
+    ))
 }
 
 /// Copies the live files of one table of every session of `cluster` into a temporary folder,

@@ -65,7 +65,7 @@ pub struct Comparison {
 }
 
 /// Ray prints times as UTC dates with microseconds (`2026-11-22 06:11:47.258000`); as epoch ms.
-fn ray_millis(text: &str) -> anyhow::Result<String> {
+pub fn ray_millis(text: &str) -> anyhow::Result<String> {
     let (date, time) = text.split_once(' ').context("date and time")?;
     let stamp = format!("{date}T{time}Z");
     Ok(shared::event::encoding::Timestamp::parse_rfc3339(&stamp)?

@@ -60,6 +60,31 @@ pub struct StoredWorkerDeath {
     pub detail: String,
 }
 
+/// What a session holds, kept current by compaction for readers that list sessions.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionStats {
+    /// Distinct task attempts in `task_attempts`.
+    pub attempts: u64,
+    /// Earliest event time seen (ms since the epoch).
+    pub first_ms: Option<i64>,
+    /// Latest event time seen (ms since the epoch).
+    pub last_ms: Option<i64>,
+}
+
+impl SessionStats {
+    /// Widens the time span to include `first..=last`.
+    pub fn include_span(&mut self, first: Option<i64>, last: Option<i64>) {
+        self.first_ms = match (self.first_ms, first) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        self.last_ms = match (self.last_ms, last) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+    }
+}
+
 /// The manifest document.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Manifest {
@@ -81,6 +106,9 @@ pub struct Manifest {
     pub worker_deaths: BTreeMap<String, StoredWorkerDeath>,
     /// Files waiting out the grace period before deletion.
     pub retired: Vec<RetiredFile>,
+    /// What the session holds.
+    #[serde(default)]
+    pub stats: SessionStats,
 }
 
 impl Manifest {

@@ -10,6 +10,7 @@
 //!
 //! This module owns the orchestration; Parquet I/O is in [`crate::tables`].
 
+pub mod catalog;
 pub mod manifest;
 pub mod notification;
 pub mod queue;
@@ -23,13 +24,16 @@ use std::time::Duration;
 use bytes::Bytes;
 use ulid::Ulid;
 
-use self::manifest::{DataFile, Manifest, ManifestError, RetiredFile, VersionedManifest};
+use self::manifest::{
+    DataFile, Manifest, ManifestError, RetiredFile, SessionStats, VersionedManifest,
+};
 use self::raw::{QuarantinedLine, RawError, read_raw};
 use crate::event::RayEvent;
+use crate::event::encoding::Id;
 use crate::layout::ClusterName;
 use crate::merge::entities::SessionEntities;
 use crate::merge::{SessionTasks, TaskAttempt, merge_all};
-use crate::storage::{InvalidKey, ObjectKey, PutMode, Storage, StorageError};
+use crate::storage::{FileCache, InvalidKey, ObjectKey, PutMode, Storage, StorageError};
 use crate::tables::entities::{self, EntityKind};
 use crate::tables::task_attempts::{self, RowFilter, TableError};
 use crate::tables::task_profile;
@@ -117,6 +121,7 @@ pub struct Compactor {
     storage: Arc<dyn Storage>,
     settings: CompactSettings,
     scratch: PathBuf,
+    cache: FileCache,
 }
 
 /// A session's valid name: it becomes a key segment.
@@ -130,10 +135,12 @@ fn valid_session(name: &str) -> bool {
 impl Compactor {
     /// A compactor writing through `storage`, with local scratch files under `scratch`.
     pub fn new(storage: Arc<dyn Storage>, settings: CompactSettings, scratch: PathBuf) -> Self {
+        let cache = FileCache::new(Arc::clone(&storage), scratch.join("cache"), 8);
         Self {
             storage,
             settings,
             scratch,
+            cache,
         }
     }
 
@@ -179,14 +186,21 @@ impl Compactor {
         for ((cluster, session), events) in sessions {
             let mut fold = SessionTasks::default();
             let mut entities = SessionEntities::default();
+            let mut span = SessionStats::default();
             for event in &events {
                 fold.apply(event);
                 let at = event.timestamp.map_or(0, |timestamp| timestamp.nanos());
                 entities.apply(at, &event.payload);
+                if let Some(timestamp) = event.timestamp {
+                    span.include_span(Some(timestamp.millis()), Some(timestamp.millis()));
+                }
             }
-            let (rows, retries) = self
-                .compact_session(&cluster, &session, &fold, &entities)
-                .await?;
+            let batch = SessionBatch {
+                tasks: &fold,
+                entities: &entities,
+                span: &span,
+            };
+            let (rows, retries) = self.compact_session(&cluster, &session, &batch).await?;
             report.rows_written += rows;
             report.retries += retries;
         }
@@ -237,26 +251,29 @@ impl Compactor {
     }
 
     /// Merges one session's new facts into its tables; returns rows written and races lost.
-    #[tracing::instrument(name = "compact_session", skip(self, fold, entities), fields(cluster = %cluster, session = %session, attempts = fold.attempts.len()))]
+    #[tracing::instrument(name = "compact_session", skip(self, batch), fields(cluster = %cluster, session = %session, attempts = batch.tasks.attempts.len()))]
     async fn compact_session(
         &self,
         cluster: &ClusterName,
         session: &str,
-        fold: &SessionTasks,
-        entities: &SessionEntities,
+        batch: &SessionBatch<'_>,
     ) -> Result<(u64, usize), CompactError> {
         let manifest_key = manifest::manifest_key(cluster, session)?;
         for attempt in 0..self.settings.max_manifest_retries {
             let current = manifest::load(&*self.storage, &manifest_key).await?;
-            let (mut next, mut written, mut rows) =
-                self.next_manifest(cluster, session, fold, &current).await?;
+            let (mut next, mut written, mut rows) = self
+                .next_manifest(cluster, session, batch.tasks, &current)
+                .await?;
+            next.stats
+                .include_span(batch.span.first_ms, batch.span.last_ms);
             rows += self
-                .next_entities(cluster, session, entities, &mut next, &mut written)
+                .next_entities(cluster, session, batch.entities, &mut next, &mut written)
                 .await?;
             match manifest::store(&*self.storage, &manifest_key, &next, current.etag.as_ref()).await
             {
                 Ok(_) => {
                     self.delete_expired(&next, &current.manifest).await;
+                    catalog::record(&*self.storage, cluster, session, &next.stats).await?;
                     return Ok((rows, attempt));
                 }
                 Err(ManifestError::Storage(StorageError::Precondition { .. })) => {
@@ -321,24 +338,39 @@ impl Compactor {
         let path = delta_path.clone();
         let profile_path = self.scratch.join(format!("profile-{delta_name}.parquet"));
         let write_profile_path = profile_path.clone();
-        let (rows, spans) = run_blocking(move || -> Result<(u64, u64), CompactError> {
-            let connection = task_attempts::open_duckdb()?;
-            let stored = task_attempts::read_attempts(&connection, &files, &filter)?;
-            let attempts = merge_all(stored.into_iter().chain(new_attempts));
-            let target = AttemptFiles {
-                cluster: &cluster_name,
-                session: &session_name,
-                attempts: &path,
-                profile: &write_profile_path,
-            };
-            target.write(&connection, &attempts, &write_failures)
-        })
-        .await?;
+        let (rows, spans, added) =
+            run_blocking(move || -> Result<(u64, u64, u64), CompactError> {
+                let connection = task_attempts::open_duckdb()?;
+                let stored = task_attempts::read_attempts(&connection, &files, &filter)?;
+                let stored_keys: HashSet<(Option<Id>, i32)> = stored
+                    .iter()
+                    .map(|attempt| (attempt.task_id.clone(), attempt.attempt_number))
+                    .collect();
+                let added = new_attempts
+                    .iter()
+                    .filter(|attempt| {
+                        attempt.task_id.is_some()
+                            && !stored_keys
+                                .contains(&(attempt.task_id.clone(), attempt.attempt_number))
+                    })
+                    .count() as u64;
+                let attempts = merge_all(stored.into_iter().chain(new_attempts));
+                let target = AttemptFiles {
+                    cluster: &cluster_name,
+                    session: &session_name,
+                    attempts: &path,
+                    profile: &write_profile_path,
+                };
+                let (rows, spans) = target.write(&connection, &attempts, &write_failures)?;
+                Ok((rows, spans, added))
+            })
+            .await?;
 
         let mut written = Vec::new();
         let mut next = current.manifest.clone();
         next.format = Manifest::FORMAT;
         next.sequence += 1;
+        next.stats.attempts += added;
         next.set_failures(&failures);
         if rows > 0 {
             let bytes = self.upload(&delta_path, &delta_key).await?;
@@ -549,26 +581,15 @@ impl Compactor {
         ))
     }
 
-    /// Copies live data files into scratch (they are immutable, so a cached copy is current).
+    /// Local copies of live data files (they are immutable, so a cached copy is current).
     async fn fetch<'a>(
         &self,
         files: impl Iterator<Item = &'a DataFile>,
     ) -> Result<Vec<PathBuf>, CompactError> {
-        let cache = self.scratch.join("cache");
-        tokio::fs::create_dir_all(&cache).await?;
-        let mut paths = Vec::new();
-        for file in files {
-            let key = ObjectKey::new(file.key.clone())?;
-            let path = cache.join(file.key.replace('/', "~"));
-            if tokio::fs::metadata(&path).await.is_err() {
-                let stored = self.storage.get(&key).await?;
-                let partial = path.with_extension("partial");
-                tokio::fs::write(&partial, &stored.body).await?;
-                tokio::fs::rename(&partial, &path).await?;
-            }
-            paths.push(path);
-        }
-        Ok(paths)
+        let keys = files
+            .map(|file| ObjectKey::new(file.key.clone()))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(self.cache.files(&keys).await?)
     }
 
     async fn upload(&self, path: &Path, key: &ObjectKey) -> Result<u64, CompactError> {
@@ -595,6 +616,14 @@ impl Compactor {
             }
         }
     }
+}
+
+/// One session's share of a compaction run.
+struct SessionBatch<'a> {
+    tasks: &'a SessionTasks,
+    entities: &'a SessionEntities,
+    /// The time span of the batch's events.
+    span: &'a SessionStats,
 }
 
 /// Where one write of merged attempts goes: a `task_attempts` file and its `task_profile` twin.

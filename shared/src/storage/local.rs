@@ -242,4 +242,8 @@ impl Storage for LocalDirStorage {
     fn location(&self) -> String {
         self.root.display().to_string()
     }
+
+    fn local_path(&self, key: &ObjectKey) -> Option<PathBuf> {
+        Some(self.root.join(key.as_str()))
+    }
 }

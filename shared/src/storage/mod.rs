@@ -6,6 +6,7 @@
 //! Both pass the same conformance suite (`tests/storage.rs`). Nothing here knows what the
 //! objects contain.
 
+mod cache;
 mod key;
 mod local;
 mod s3;
@@ -15,6 +16,7 @@ use std::fmt;
 use async_trait::async_trait;
 use bytes::Bytes;
 
+pub use self::cache::FileCache;
 pub use self::key::{InvalidKey, ObjectKey};
 pub use self::local::LocalDirStorage;
 pub use self::s3::{S3Settings, S3Storage};
@@ -128,4 +130,10 @@ pub trait Storage: Send + Sync + fmt::Debug {
 
     /// Where the objects live, for people (`s3://bucket/prefix`, a directory path).
     fn location(&self) -> String;
+
+    /// The object's own file, when the backend keeps objects as local files: readers of
+    /// immutable objects then use it in place instead of copying it.
+    fn local_path(&self, _key: &ObjectKey) -> Option<std::path::PathBuf> {
+        None
+    }
 }

@@ -343,7 +343,7 @@ pub fn read_entities(
     entities: &mut SessionEntities,
 ) -> Result<(), TableError> {
     let mut statement = connection.prepare(&format!(
-        "SELECT record FROM read_parquet({})",
+        "SELECT record FROM read_parquet({}, hive_partitioning = false)",
         path_literal(path)
     ))?;
     let records: Vec<String> = statement

@@ -344,7 +344,7 @@ pub fn read_attempts(
     let list: Vec<String> = files.iter().map(|path| path_literal(path)).collect();
     let columns: Vec<&str> = COLUMNS.iter().map(|(column, _)| *column).collect();
     let sql = format!(
-        "WITH t AS (SELECT * FROM read_parquet([{files}])),
+        "WITH t AS (SELECT * FROM read_parquet([{files}], hive_partitioning = false)),
               k AS (SELECT task_id, attempt_number FROM wanted_keys
                     UNION
                     SELECT task_id, attempt_number FROM t
@@ -375,7 +375,7 @@ pub fn read_all_attempts(
     let list: Vec<String> = files.iter().map(|path| path_literal(path)).collect();
     let columns: Vec<&str> = COLUMNS.iter().map(|(column, _)| *column).collect();
     let sql = format!(
-        "SELECT {} FROM read_parquet([{}])",
+        "SELECT {} FROM read_parquet([{}], hive_partitioning = false)",
         columns.join(", "),
         list.join(", ")
     );

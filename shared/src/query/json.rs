@@ -1,0 +1,61 @@
+//! DuckDB result rows as JSON objects, by column name.
+
+use duckdb::types::{Value, ValueRef};
+use serde_json::{Map, Value as Json};
+
+use super::QueryError;
+
+/// One result row: column name → value.
+pub type JsonRow = Map<String, Json>;
+
+/// Runs `sql` with bound `params` and returns every row as a JSON object.
+pub fn query_rows(
+    connection: &duckdb::Connection,
+    sql: &str,
+    params: &[Value],
+) -> Result<Vec<JsonRow>, QueryError> {
+    let mut statement = connection.prepare(sql)?;
+    let mut rows = statement.query(duckdb::params_from_iter(params.iter()))?;
+    let names: Vec<String> = rows
+        .as_ref()
+        .map(|statement| statement.column_names())
+        .unwrap_or_default();
+    let mut out = Vec::new();
+    while let Some(row) = rows.next()? {
+        let mut object = Map::with_capacity(names.len());
+        for (index, name) in names.iter().enumerate() {
+            object.insert(name.clone(), to_json(row.get_ref(index)?)?);
+        }
+        out.push(object);
+    }
+    Ok(out)
+}
+
+/// A DuckDB value as JSON. Integers stay integers; 128-bit ones (sums) become `i64` when they
+/// fit, which every count here does.
+fn to_json(value: ValueRef<'_>) -> Result<Json, QueryError> {
+    Ok(match value {
+        ValueRef::Null => Json::Null,
+        ValueRef::Boolean(flag) => Json::Bool(flag),
+        ValueRef::TinyInt(number) => number.into(),
+        ValueRef::SmallInt(number) => number.into(),
+        ValueRef::Int(number) => number.into(),
+        ValueRef::BigInt(number) => number.into(),
+        ValueRef::UTinyInt(number) => number.into(),
+        ValueRef::USmallInt(number) => number.into(),
+        ValueRef::UInt(number) => number.into(),
+        ValueRef::UBigInt(number) => number.into(),
+        ValueRef::HugeInt(number) => i64::try_from(number)
+            .map(Json::from)
+            .map_err(|_| QueryError::Internal(format!("{number} does not fit 64 bits")))?,
+        ValueRef::Float(number) => Json::from(f64::from(number)),
+        ValueRef::Double(number) => Json::from(number),
+        ValueRef::Text(bytes) => Json::String(String::from_utf8_lossy(bytes).into_owned()),
+        other => {
+            return Err(QueryError::Internal(format!(
+                "unexpected DuckDB value type {:?}",
+                other.data_type()
+            )));
+        }
+    })
+}

@@ -1,0 +1,239 @@
+//! The dashboard API: JSON answers from embedded DuckDB over the compacted Parquet tables.
+//!
+//! A request goes through four steps, each in its own module:
+//!
+//! 1. [`params`]: the query string is parsed strictly into typed filters (a bad value is a 400
+//!    that names the parameter).
+//! 2. [`snapshot`]: the catalog names the sessions in scope, their manifests name the live
+//!    files, and a [`FileCache`] makes local copies of the files not seen before (they are
+//!    immutable, so a copy never goes stale). Nothing is listed.
+//! 3. [`sql`]: SQL is assembled from allow-listed identifiers and bound parameters; base and
+//!    delta files are merged at read time by taking each row's newest version, the rule
+//!    compaction itself applies.
+//! 4. The route's module (`tasks`, `aggregates`, `entities`, `timeline`) runs it on a pooled
+//!    DuckDB connection under a deadline and shapes the JSON (see DESIGN §4 and `openapi.yaml`).
+//!
+//! The engine knows nothing about HTTP: the binary maps an [`ApiRoute`] and query pairs to a
+//! call of [`QueryEngine::answer`] and a [`QueryError`] to a status code.
+
+mod aggregates;
+mod entities;
+pub mod json;
+pub mod params;
+pub mod snapshot;
+pub mod sql;
+mod tasks;
+mod timeline;
+
+pub use self::aggregates::BUCKET_BOUNDS_MS;
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::Value as Json;
+
+use crate::compact::manifest::ManifestError;
+use crate::storage::{FileCache, Storage, StorageError};
+use crate::tables::entities::EntityKind;
+
+/// Why a request got no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum QueryError {
+    /// The request is wrong; the message says how (HTTP 400).
+    #[error("{0}")]
+    BadRequest(String),
+    /// Nothing has that id (HTTP 404).
+    #[error("{0}")]
+    NotFound(String),
+    /// The query ran out of time and was interrupted (HTTP 504).
+    #[error("the query took longer than {0:?} and was stopped; narrow it with filters")]
+    Timeout(Duration),
+    /// Storage failed (HTTP 502).
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    /// A manifest or the catalog could not be read (HTTP 502).
+    #[error(transparent)]
+    Manifest(#[from] ManifestError),
+    /// DuckDB failed (HTTP 500).
+    #[error("DuckDB: {0}")]
+    DuckDb(#[from] duckdb::Error),
+    /// A bug or a corrupt file (HTTP 500).
+    #[error("{0}")]
+    Internal(String),
+}
+
+/// How the query engine runs.
+#[derive(Clone, Debug)]
+pub struct QuerySettings {
+    /// Where fetched Parquet files are kept (`/tmp/...` on Lambda).
+    pub cache_dir: PathBuf,
+    /// DuckDB's spill directory and home.
+    pub temp_dir: PathBuf,
+    /// DuckDB's memory limit in MiB; `None` keeps DuckDB's default (80% of RAM).
+    pub memory_limit_mib: Option<u64>,
+    /// DuckDB worker threads; `None` keeps DuckDB's default (one per core).
+    pub threads: Option<usize>,
+    /// Longest a query may run before it is interrupted.
+    pub timeout: Duration,
+    /// Files fetched at once.
+    pub fetch_parallelism: usize,
+}
+
+impl QuerySettings {
+    /// Settings with everything under `dir`, DuckDB's own defaults, and a 25 s deadline (API
+    /// Gateway gives up at 30 s).
+    pub fn under(dir: &std::path::Path) -> Self {
+        Self {
+            cache_dir: dir.join("cache"),
+            temp_dir: dir.join("duckdb"),
+            memory_limit_mib: None,
+            threads: None,
+            timeout: Duration::from_secs(25),
+            fetch_parallelism: 16,
+        }
+    }
+
+    /// Sized for a Lambda function with `memory_mib` of memory: DuckDB gets 60% of it (the
+    /// rest is the runtime, response building and the page cache of `/tmp`), and one thread
+    /// per vCPU Lambda allots (one per 1769 MiB, at least one).
+    pub fn for_lambda(dir: &std::path::Path, memory_mib: u64) -> Self {
+        let vcpus = usize::try_from(memory_mib.div_ceil(1769))
+            .unwrap_or(1)
+            .max(1);
+        Self {
+            memory_limit_mib: Some(memory_mib * 6 / 10),
+            threads: Some(vcpus),
+            ..Self::under(dir)
+        }
+    }
+}
+
+/// The routes of the dashboard API.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ApiRoute {
+    /// `GET /api/clusters`.
+    Clusters,
+    /// `GET /api/summary`.
+    Summary,
+    /// `GET /api/aggregates`.
+    Aggregates,
+    /// `GET /api/tasks`.
+    Tasks,
+    /// `GET /api/tasks/{task_id}`.
+    Task(String),
+    /// `GET /api/jobs`, `/api/actors`, `/api/nodes`, `/api/workers`, `/api/placement_groups`.
+    Entities(EntityKind),
+    /// `GET /api/timeline`.
+    Timeline,
+}
+
+/// Answers dashboard API requests over one store.
+#[derive(Debug)]
+pub struct QueryEngine {
+    storage: Arc<dyn Storage>,
+    cache: FileCache,
+    /// The first connection of the process's one in-memory database; each request uses a
+    /// clone, so Parquet metadata cached by DuckDB is shared across requests.
+    database: Mutex<duckdb::Connection>,
+    settings: QuerySettings,
+}
+
+impl QueryEngine {
+    /// An engine reading `storage`, with DuckDB configured by `settings`.
+    pub fn open(storage: Arc<dyn Storage>, settings: QuerySettings) -> Result<Self, QueryError> {
+        for dir in [&settings.cache_dir, &settings.temp_dir] {
+            std::fs::create_dir_all(dir).map_err(|err| {
+                QueryError::Internal(format!("cannot create {}: {err}", dir.display()))
+            })?;
+        }
+        let connection = crate::tables::task_attempts::open_duckdb()
+            .map_err(|err| QueryError::Internal(err.to_string()))?;
+        let mut setup = vec![
+            "SET autoinstall_known_extensions = false".to_owned(),
+            "SET enable_object_cache = true".to_owned(),
+            format!(
+                "SET temp_directory = {}",
+                sql::path_literal(&settings.temp_dir)
+            ),
+            format!(
+                "SET home_directory = {}",
+                sql::path_literal(&settings.temp_dir)
+            ),
+        ];
+        if let Some(memory) = settings.memory_limit_mib {
+            setup.push(format!("SET memory_limit = '{memory}MiB'"));
+        }
+        if let Some(threads) = settings.threads {
+            setup.push(format!("SET threads = {threads}"));
+        }
+        for statement in setup {
+            connection.execute_batch(&statement)?;
+        }
+        let cache = FileCache::new(
+            Arc::clone(&storage),
+            settings.cache_dir.clone(),
+            settings.fetch_parallelism,
+        );
+        Ok(Self {
+            storage,
+            cache,
+            database: Mutex::new(connection),
+            settings,
+        })
+    }
+
+    /// Answers `route` with the query-string `params`.
+    #[tracing::instrument(name = "query", skip(self, params), fields(route = ?route))]
+    pub async fn answer(
+        &self,
+        route: &ApiRoute,
+        params: &[(String, String)],
+    ) -> Result<Json, QueryError> {
+        match route {
+            ApiRoute::Clusters => tasks::clusters(self, params).await,
+            ApiRoute::Summary => tasks::summary(self, params).await,
+            ApiRoute::Aggregates => aggregates::aggregates(self, params).await,
+            ApiRoute::Tasks => tasks::tasks(self, params).await,
+            ApiRoute::Task(task_id) => tasks::task(self, task_id, params).await,
+            ApiRoute::Entities(kind) => entities::entities(self, *kind, params).await,
+            ApiRoute::Timeline => timeline::timeline(self, params).await,
+        }
+    }
+
+    fn storage(&self) -> &Arc<dyn Storage> {
+        &self.storage
+    }
+
+    async fn snapshot(
+        &self,
+        scope: &params::Scope,
+        needs: snapshot::Needs,
+    ) -> Result<snapshot::Snapshot, QueryError> {
+        snapshot::snapshot(&self.storage, &self.cache, scope, needs).await
+    }
+
+    /// Runs `work` on its own connection off the async executor, interrupting DuckDB when the
+    /// deadline passes.
+    async fn run<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&duckdb::Connection) -> Result<T, QueryError> + Send + 'static,
+    ) -> Result<T, QueryError> {
+        let connection = self
+            .database
+            .lock()
+            .map_err(|_| QueryError::Internal("the DuckDB pool is poisoned".into()))?
+            .try_clone()?;
+        let interrupt = connection.interrupt_handle();
+        let mut job = tokio::task::spawn_blocking(move || work(&connection));
+        match tokio::time::timeout(self.settings.timeout, &mut job).await {
+            Ok(joined) => joined.map_err(|err| QueryError::Internal(err.to_string()))?,
+            Err(_) => {
+                interrupt.interrupt();
+                // Wait for the interrupted query, so no work outlives the request.
+                let _ = job.await;
+                Err(QueryError::Timeout(self.settings.timeout))
+            }
+        }
+    }
+}

@@ -1,0 +1,177 @@
+//! What one request reads: the sessions in scope, their manifests, and local copies of the live
+//! files those manifests name. Nothing is listed: the catalog names the sessions and each
+//! manifest names its files, so a request costs one GET per manifest plus the files not cached.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use tokio::task::JoinSet;
+
+use super::QueryError;
+use super::params::Scope;
+use crate::compact::catalog::{self, Catalog};
+use crate::compact::manifest::{self, Manifest, SessionStats};
+use crate::layout::ClusterName;
+use crate::storage::{FileCache, ObjectKey, Storage};
+use crate::tables::entities::EntityKind;
+
+/// One session's manifest.
+#[derive(Clone, Debug)]
+pub struct SessionManifest {
+    /// Cluster.
+    pub cluster: String,
+    /// Session.
+    pub session: String,
+    /// Its manifest.
+    pub manifest: Manifest,
+}
+
+/// Local files of one table: base files and deltas (oldest first).
+#[derive(Clone, Debug, Default)]
+pub struct LocalTable {
+    /// Merged base files.
+    pub base: Vec<PathBuf>,
+    /// Deltas, oldest first within each session.
+    pub deltas: Vec<PathBuf>,
+}
+
+impl LocalTable {
+    /// The files as [`super::sql::TableFiles`].
+    pub fn files(&self) -> super::sql::TableFiles<'_> {
+        super::sql::TableFiles {
+            base: self.base.iter().map(PathBuf::as_path).collect(),
+            deltas: self.deltas.iter().map(PathBuf::as_path).collect(),
+        }
+    }
+}
+
+/// The tables of every session in scope, as local files.
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    /// `task_attempts`.
+    pub task_attempts: LocalTable,
+    /// Entity tables: one file per session each.
+    pub entities: BTreeMap<EntityKind, Vec<PathBuf>>,
+}
+
+/// Reads the catalog: cluster → session → statistics.
+pub async fn catalog(storage: &dyn Storage) -> Result<Catalog, QueryError> {
+    Ok(catalog::load(storage).await?.0)
+}
+
+/// The manifests of every session in `scope`, fetched in parallel.
+#[tracing::instrument(name = "manifests", skip(storage), fields(sessions = tracing::field::Empty))]
+pub async fn manifests(
+    storage: &Arc<dyn Storage>,
+    scope: &Scope,
+) -> Result<Vec<SessionManifest>, QueryError> {
+    let catalog = catalog(&**storage).await?;
+    let mut loads = JoinSet::new();
+    for (cluster, sessions) in &catalog.clusters {
+        for session in sessions.keys() {
+            if !scope.includes(cluster, session) {
+                continue;
+            }
+            let storage = Arc::clone(storage);
+            let cluster = cluster.clone();
+            let session = session.clone();
+            loads.spawn(async move {
+                let name = ClusterName::new(&cluster)
+                    .map_err(|err| QueryError::Internal(format!("catalog: {err}")))?;
+                let key = manifest::manifest_key(&name, &session)
+                    .map_err(|err| QueryError::Internal(format!("catalog: {err}")))?;
+                let loaded = manifest::load(&*storage, &key).await?;
+                Ok::<_, QueryError>(SessionManifest {
+                    cluster,
+                    session,
+                    manifest: loaded.manifest,
+                })
+            });
+        }
+    }
+    let mut found = Vec::new();
+    while let Some(joined) = loads.join_next().await {
+        found.push(joined.map_err(|err| QueryError::Internal(err.to_string()))??);
+    }
+    found.sort_by(|a, b| (&a.cluster, &a.session).cmp(&(&b.cluster, &b.session)));
+    tracing::Span::current().record("sessions", found.len());
+    Ok(found)
+}
+
+/// Which tables a request needs, so it fetches nothing else.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Needs {
+    /// `task_attempts` (which also holds each attempt's profile spans).
+    pub attempts: bool,
+    /// One entity table.
+    pub entity: Option<EntityKind>,
+}
+
+/// Local copies of the files `needs` names, for every session in `scope`.
+pub async fn snapshot(
+    storage: &Arc<dyn Storage>,
+    cache: &FileCache,
+    scope: &Scope,
+    needs: Needs,
+) -> Result<Snapshot, QueryError> {
+    let sessions = manifests(storage, scope).await?;
+    let mut keys: Vec<ObjectKey> = Vec::new();
+    let mut plan: Vec<(Slot, usize)> = Vec::new();
+    let mut add = |slot: Slot, key: &str| -> Result<(), QueryError> {
+        plan.push((slot, keys.len()));
+        keys.push(
+            ObjectKey::new(key.to_owned())
+                .map_err(|err| QueryError::Internal(format!("manifest: {err}")))?,
+        );
+        Ok(())
+    };
+    for session in &sessions {
+        let manifest = &session.manifest;
+        if needs.attempts {
+            for file in &manifest.task_attempts.base {
+                add(Slot::Base, &file.key)?;
+            }
+            for file in &manifest.task_attempts.deltas {
+                add(Slot::Delta, &file.key)?;
+            }
+        }
+        if let Some(kind) = needs.entity
+            && let Some(file) = manifest.entities.get(kind.table())
+        {
+            add(Slot::Entity(kind), &file.key)?;
+        }
+    }
+    let paths = cache.files(&keys).await?;
+    let mut snapshot = Snapshot::default();
+    for (slot, index) in plan {
+        let path = paths[index].clone();
+        match slot {
+            Slot::Base => snapshot.task_attempts.base.push(path),
+            Slot::Delta => snapshot.task_attempts.deltas.push(path),
+            Slot::Entity(kind) => snapshot.entities.entry(kind).or_default().push(path),
+        }
+    }
+    Ok(snapshot)
+}
+
+/// The statistics of every session in `scope`, from the catalog alone.
+pub async fn session_stats(
+    storage: &dyn Storage,
+    scope: &Scope,
+) -> Result<BTreeMap<String, BTreeMap<String, SessionStats>>, QueryError> {
+    let mut clusters = catalog(storage).await?.clusters;
+    clusters.retain(|cluster, sessions| {
+        sessions.retain(|session, _| scope.includes(cluster, session));
+        !sessions.is_empty()
+    });
+    Ok(clusters)
+}
+
+/// Where a fetched file goes in the [`Snapshot`].
+#[derive(Clone, Copy, Debug)]
+enum Slot {
+    Base,
+    Delta,
+    Entity(EntityKind),
+}

@@ -1,0 +1,351 @@
+//! `/api/clusters`, `/api/summary`, `/api/tasks` and `/api/tasks/{task_id}`.
+
+use duckdb::types::Value;
+use serde_json::{Map, Value as Json, json};
+
+use super::json::{JsonRow, query_rows};
+use super::params::{Cursor, Params, Scope, TaskFilter, parse_hex};
+use super::snapshot::{Needs, session_stats};
+use super::sql::{Sql, keyset_after, newest_rows, task_conditions};
+use super::{QueryEngine, QueryError};
+use crate::tables::task_attempts::status_columns;
+
+/// The fields of a task-table row (DESIGN §4), by Ray's state-API names.
+pub(super) const ROW_COLUMNS: &[&str] = &[
+    "cluster",
+    "session_name",
+    "task_id",
+    "attempt_number",
+    "name",
+    "func_or_class_name",
+    "type",
+    "language",
+    "state",
+    "job_id",
+    "actor_id",
+    "parent_task_id",
+    "placement_group_id",
+    "node_id",
+    "worker_id",
+    "worker_pid",
+    "error_type",
+    "creation_time_ms",
+    "start_time_ms",
+    "end_time_ms",
+    "duration_ms",
+    "synthesized_failure",
+];
+
+/// The newest rows of `task_attempts` in scope, or `None` when there are none.
+pub(super) async fn attempts_relation(
+    engine: &QueryEngine,
+    scope: &Scope,
+) -> Result<Option<String>, QueryError> {
+    let snapshot = engine
+        .snapshot(
+            scope,
+            Needs {
+                attempts: true,
+                ..Needs::default()
+            },
+        )
+        .await?;
+    Ok(newest_rows(&snapshot.task_attempts.files()))
+}
+
+/// `GET /api/clusters`: every cluster and its sessions, from the catalog alone.
+pub(super) async fn clusters(
+    engine: &QueryEngine,
+    params: &[(String, String)],
+) -> Result<Json, QueryError> {
+    let params = Params::parse(params, &Scope::PARAMS)?;
+    let scope = Scope::from_params(&params)?;
+    let clusters = session_stats(&**engine.storage(), &scope).await?;
+    let clusters: Vec<Json> = clusters
+        .into_iter()
+        .map(|(cluster, sessions)| {
+            let attempts: u64 = sessions.values().map(|stats| stats.attempts).sum();
+            let sessions: Vec<Json> = sessions
+                .into_iter()
+                .map(|(session, stats)| {
+                    json!({
+                        "session_name": session,
+                        "attempts": stats.attempts,
+                        "first_ms": stats.first_ms,
+                        "last_ms": stats.last_ms,
+                    })
+                })
+                .collect();
+            json!({"cluster": cluster, "attempts": attempts, "sessions": sessions})
+        })
+        .collect();
+    Ok(json!({ "clusters": clusters }))
+}
+
+/// `GET /api/summary`: attempt counts by state, the total and the time span.
+pub(super) async fn summary(
+    engine: &QueryEngine,
+    params: &[(String, String)],
+) -> Result<Json, QueryError> {
+    let params = Params::parse(params, &TaskFilter::PARAMS)?;
+    let filter = TaskFilter::from_params(&params)?;
+    let Some(relation) = attempts_relation(engine, &filter.scope).await? else {
+        return Ok(json!({"total": 0, "by_state": {}, "first_ms": null, "last_ms": null}));
+    };
+    let mut sql = Sql::default();
+    sql.push("SELECT state, count(*) AS n, min(creation_time_ms) AS first_ms, ")
+        .push("max(greatest(creation_time_ms, start_time_ms, end_time_ms)) AS last_ms FROM ")
+        .push(&relation)
+        .push(" WHERE ")
+        .append(task_conditions(&filter))
+        .push(" GROUP BY state ORDER BY state");
+    let rows = engine
+        .run(move |connection| query_rows(connection, &sql.text, &sql.params))
+        .await?;
+    let mut by_state = Map::new();
+    let mut total = 0_i64;
+    let (mut first, mut last): (Option<i64>, Option<i64>) = (None, None);
+    for row in rows {
+        let count = row["n"].as_i64().unwrap_or(0);
+        total += count;
+        if let Some(state) = row["state"].as_str() {
+            by_state.insert(state.to_owned(), count.into());
+        }
+        if let Some(ms) = row["first_ms"].as_i64() {
+            first = Some(first.map_or(ms, |first| first.min(ms)));
+        }
+        if let Some(ms) = row["last_ms"].as_i64() {
+            last = Some(last.map_or(ms, |last| last.max(ms)));
+        }
+    }
+    Ok(json!({"total": total, "by_state": by_state, "first_ms": first, "last_ms": last}))
+}
+
+/// The orderings of the task table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum TaskSort {
+    Creation,
+    Duration,
+}
+
+impl TaskSort {
+    /// The sort expression; never null, so keyset comparisons stay simple.
+    fn expression(self) -> &'static str {
+        match self {
+            Self::Creation => "coalesce(creation_time_ms, 0)",
+            Self::Duration => "coalesce(duration_ms, -1)",
+        }
+    }
+}
+
+/// The columns after the sort value that make the order total.
+const TIE_BREAK: [&str; 4] = ["cluster", "session_name", "task_id", "attempt_number"];
+
+/// `GET /api/tasks`: one page of the task table.
+pub(super) async fn tasks(
+    engine: &QueryEngine,
+    params: &[(String, String)],
+) -> Result<Json, QueryError> {
+    let mut allowed = TaskFilter::PARAMS.to_vec();
+    allowed.extend(["sort", "order", "limit", "cursor", "include_error_message"]);
+    let params = Params::parse(params, &allowed)?;
+    let filter = TaskFilter::from_params(&params)?;
+    let sort = match params.choice("sort", &["creation", "duration"], "creation")? {
+        "duration" => TaskSort::Duration,
+        _ => TaskSort::Creation,
+    };
+    let descending = params.choice("order", &["desc", "asc"], "desc")? == "desc";
+    let limit = params.limit()?;
+    let with_error = params.flag("include_error_message")?;
+    let kind = format!(
+        "tasks:{}:{}",
+        if sort == TaskSort::Duration {
+            "duration"
+        } else {
+            "creation"
+        },
+        if descending { "desc" } else { "asc" }
+    );
+    let cursor = params.cursor(&kind)?;
+    let Some(relation) = attempts_relation(engine, &filter.scope).await? else {
+        return Ok(json!({"tasks": [], "next": null}));
+    };
+
+    let mut columns: Vec<&str> = ROW_COLUMNS.to_vec();
+    if with_error {
+        columns.push("error_message");
+    }
+    let mut sql = Sql::default();
+    sql.push("SELECT ")
+        .push(&columns.join(", "))
+        .push(", sort_key FROM (SELECT *, ")
+        .push(sort.expression())
+        .push(" AS sort_key FROM ")
+        .push(&relation)
+        .push(" WHERE ")
+        .append(task_conditions(&filter))
+        .push(")");
+    if let Some(cursor) = &cursor {
+        sql.push(" WHERE ").append(keyset_after(
+            &task_position(&cursor.after)?
+                .iter()
+                .map(|(column, value)| (*column, value.clone(), descending))
+                .collect::<Vec<_>>(),
+        ));
+    }
+    let direction = if descending { " DESC" } else { " ASC" };
+    let order: Vec<String> = std::iter::once("sort_key")
+        .chain(TIE_BREAK)
+        .map(|column| format!("{column}{direction}"))
+        .collect();
+    sql.push(" ORDER BY ")
+        .push(&order.join(", "))
+        .push(&format!(" LIMIT {}", limit + 1));
+    let mut rows = engine
+        .run(move |connection| query_rows(connection, &sql.text, &sql.params))
+        .await?;
+    let next = page_cursor(&mut rows, limit, |last| Cursor {
+        kind: kind.clone(),
+        after: std::iter::once("sort_key")
+            .chain(TIE_BREAK)
+            .map(|column| last.get(column).cloned().unwrap_or(Json::Null))
+            .collect(),
+    });
+    for row in &mut rows {
+        row.remove("sort_key");
+    }
+    Ok(json!({"tasks": rows, "next": next}))
+}
+
+/// Trims a page fetched with one extra row and returns the cursor of the page's last row when
+/// there is more.
+pub(super) fn page_cursor(
+    rows: &mut Vec<JsonRow>,
+    limit: usize,
+    cursor_of: impl Fn(&JsonRow) -> Cursor,
+) -> Option<String> {
+    if rows.len() <= limit {
+        return None;
+    }
+    rows.truncate(limit);
+    rows.last().map(|last| cursor_of(last).encode())
+}
+
+/// A task-table cursor's values, checked: `[sort value, cluster, session, task id, attempt]`.
+fn task_position(after: &[Json]) -> Result<Vec<(&'static str, Value)>, QueryError> {
+    let invalid = || QueryError::BadRequest("`cursor` is not a cursor this route returned".into());
+    let [sort_value, cluster, session, task_id, attempt] = after else {
+        return Err(invalid());
+    };
+    let number = |value: &Json| value.as_i64().map(Value::BigInt).ok_or_else(invalid);
+    let text = |value: &Json| {
+        value
+            .as_str()
+            .map(|text| Value::Text(text.to_owned()))
+            .ok_or_else(invalid)
+    };
+    Ok(vec![
+        ("sort_key", number(sort_value)?),
+        ("cluster", text(cluster)?),
+        ("session_name", text(session)?),
+        ("task_id", text(task_id)?),
+        ("attempt_number", number(attempt)?),
+    ])
+}
+
+/// `GET /api/tasks/{task_id}`: every attempt of a task, in every session in scope.
+pub(super) async fn task(
+    engine: &QueryEngine,
+    task_id: &str,
+    params: &[(String, String)],
+) -> Result<Json, QueryError> {
+    let params = Params::parse(params, &Scope::PARAMS)?;
+    let scope = Scope::from_params(&params)?;
+    let task_id = parse_hex("task_id", task_id)?;
+    let Some(relation) = attempts_relation(engine, &scope).await? else {
+        return Err(QueryError::NotFound(format!("no task {task_id}")));
+    };
+    let filter = TaskFilter {
+        scope,
+        include_drivers: true,
+        include_incomplete: true,
+        ..TaskFilter::default()
+    };
+    let mut sql = Sql::default();
+    sql.push("SELECT * FROM ")
+        .push(&relation)
+        .push(" WHERE ")
+        .append(task_conditions(&filter))
+        .push(" AND task_id = ")
+        .bind(task_id.clone())
+        .push(" ORDER BY cluster, session_name, attempt_number");
+    let rows = engine
+        .run(move |connection| query_rows(connection, &sql.text, &sql.params))
+        .await?;
+    if rows.is_empty() {
+        return Err(QueryError::NotFound(format!("no task {task_id}")));
+    }
+    let attempts: Vec<Json> = rows.into_iter().map(attempt_detail).collect();
+    Ok(json!({"task_id": task_id, "attempts": attempts}))
+}
+
+/// One stored row as the detail of an attempt: the table row, the error, the state
+/// transitions in time order, and what the definition and logs say.
+fn attempt_detail(row: JsonRow) -> Json {
+    let mut detail = Map::new();
+    for column in ROW_COLUMNS.iter().chain(&["error_message"]) {
+        detail.insert(
+            (*column).to_owned(),
+            row.get(*column).cloned().unwrap_or(Json::Null),
+        );
+    }
+    let mut events: Vec<(i64, String)> = status_columns()
+        .filter_map(|(status, column)| {
+            row.get(column)
+                .and_then(Json::as_i64)
+                .map(|ns| (ns, status.as_str().to_owned()))
+        })
+        .collect();
+    events.sort();
+    detail.insert(
+        "events".into(),
+        events
+            .into_iter()
+            .map(|(ns, state)| json!({"state": state, "created_ms": ns.div_euclid(1_000_000)}))
+            .collect(),
+    );
+    let text = |column: &str| row.get(column).cloned().unwrap_or(Json::Null);
+    let parsed = |column: &str| match row.get(column).and_then(Json::as_str) {
+        Some(text) => serde_json::from_str(text).unwrap_or(Json::Null),
+        None => Json::Null,
+    };
+    detail.insert("required_resources".into(), parsed("required_resources"));
+    detail.insert("label_selector".into(), parsed("label_selector"));
+    detail.insert("profile_events".into(), parsed("profile_events"));
+    detail.insert("call_site".into(), text("call_site"));
+    detail.insert(
+        "runtime_env_info".into(),
+        json!({"serialized_runtime_env": text("serialized_runtime_env")}),
+    );
+    detail.insert(
+        "task_log_info".into(),
+        json!({
+            "stdout_file": text("stdout_file"),
+            "stderr_file": text("stderr_file"),
+            "stdout_start": text("stdout_start"),
+            "stdout_end": text("stdout_end"),
+            "stderr_start": text("stderr_start"),
+            "stderr_end": text("stderr_end"),
+        }),
+    );
+    for column in [
+        "module_name",
+        "class_name",
+        "function_name",
+        "actor_repr_name",
+        "is_debugger_paused",
+    ] {
+        detail.insert(column.into(), text(column));
+    }
+    Json::Object(detail)
+}

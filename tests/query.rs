@@ -1,0 +1,572 @@
+//! The dashboard API over Ray's captured traffic: posted to ingest, compacted, then queried
+//! through `serve` (HTTP) and through the Lambda query function on SeaweedFS. Answers are held
+//! to Ray's own state-API output for the same runs, and every answer (errors included) is
+//! checked against `openapi.yaml`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use afterglow::http::{AppState, router};
+use afterglow::serve::ServeSettings;
+use afterglow_tests::api::{Api, our_rows, ray_counts_by_name};
+use afterglow_tests::ray::{LOSSY_RUN, check, ray_millis};
+use afterglow_tests::{
+    FixtureRun, TestServer, bodies, local_storage, post_all, s3_storage, serving_settings,
+};
+use anyhow::{Context as _, ensure};
+use serde_json::Value as Json;
+use shared::auth::AccessToken;
+use shared::config::Config;
+use shared::storage::Storage;
+
+/// A server with every function, and every fixture run posted to it (one cluster per run)
+/// and compacted.
+struct Served {
+    server: TestServer,
+    _scratch: tempfile::TempDir,
+    _data: Option<tempfile::TempDir>,
+}
+
+async fn serve_runs(
+    storage: Arc<dyn Storage>,
+    runs: &[FixtureRun],
+    configure: impl FnOnce(ServeSettings) -> anyhow::Result<ServeSettings>,
+) -> anyhow::Result<Served> {
+    let (settings, queue, scratch) = serving_settings(storage)?;
+    let server = TestServer::start(configure(settings)?).await?;
+    for run in runs {
+        post_all(
+            &format!("{}/v1/events/{}", server.url, run.name),
+            &bodies(run)?,
+        )
+        .await?;
+    }
+    queue.idle().await;
+    Ok(Served {
+        server,
+        _scratch: scratch,
+        _data: None,
+    })
+}
+
+async fn serve_locally(runs: &[FixtureRun]) -> anyhow::Result<(Served, Api)> {
+    let (data, storage) = local_storage()?;
+    let mut served = serve_runs(Arc::new(storage), runs, Ok).await?;
+    served._data = Some(data);
+    let api = Api::Http(served.server.url.clone());
+    Ok((served, api))
+}
+
+/// Counts by state of Ray's own task list.
+fn ray_counts_by_state(truth: &Json) -> anyhow::Result<BTreeMap<String, i64>> {
+    let mut counts = BTreeMap::new();
+    for task in truth.as_array().context("tasks.json")? {
+        *counts
+            .entry(task["state"].as_str().context("state")?.to_owned())
+            .or_default() += 1;
+    }
+    Ok(counts)
+}
+
+fn counts_of(object: &Json) -> anyhow::Result<BTreeMap<String, i64>> {
+    object
+        .as_object()
+        .context("by_state")?
+        .iter()
+        .map(|(state, count)| Ok((state.clone(), count.as_i64().context("count")?)))
+        .collect()
+}
+
+/// Everything the API says about `run` agrees with Ray: every attempt of `ray list tasks` in
+/// the task table with the same fields, the summary's counts, per-name state counts (which is
+/// what `ray summary tasks` shows), actors and nodes.
+async fn check_run(api: &Api, run: &FixtureRun) -> anyhow::Result<()> {
+    let cluster = &run.name;
+    let truth = run.ground_truth("tasks.json")?;
+    let tasks = api
+        .all_pages(
+            "/api/tasks",
+            &format!("cluster={cluster}&limit=40&include_error_message=true"),
+            "tasks",
+        )
+        .await?;
+    let rows = our_rows(&tasks)?;
+    check(run, &rows, "query API /api/tasks")?;
+
+    let summary = api.ok(&format!("/api/summary?cluster={cluster}")).await?;
+    ensure!(
+        summary["total"].as_u64() == Some(tasks.len() as u64),
+        "{cluster}: summary total {} but the table pages through {} rows",
+        summary["total"],
+        tasks.len()
+    );
+    let groups = api
+        .ok(&format!(
+            "/api/aggregates?cluster={cluster}&by=name&limit=1000"
+        ))
+        .await?;
+    let ours_by_name: BTreeMap<String, BTreeMap<String, i64>> = groups["groups"]
+        .as_array()
+        .context("groups")?
+        .iter()
+        .map(|group| {
+            Ok((
+                group["key"].as_str().unwrap_or_default().to_owned(),
+                counts_of(&group["by_state"])?,
+            ))
+        })
+        .collect::<anyhow::Result<_>>()?;
+    if run.name != LOSSY_RUN {
+        ensure!(
+            summary["total"].as_u64() == truth.as_array().map(|tasks| tasks.len() as u64),
+            "{cluster}: total {} vs Ray's {}",
+            summary["total"],
+            truth.as_array().map_or(0, Vec::len)
+        );
+        ensure!(
+            counts_of(&summary["by_state"])? == ray_counts_by_state(&truth)?,
+            "{cluster}: by_state {} vs Ray's {:?}",
+            summary["by_state"],
+            ray_counts_by_state(&truth)?
+        );
+        ensure!(
+            ours_by_name == ray_counts_by_name(&truth)?,
+            "{cluster}: per-name counts {ours_by_name:?} vs Ray's {:?}",
+            ray_counts_by_name(&truth)?
+        );
+        // The run that saved `ray summary tasks` itself: the same groups and counts.
+        if let Ok(ray_summary) = run.ground_truth("summary_tasks.json") {
+            let cluster_summary = &ray_summary["tasks"]["cluster"];
+            let theirs: BTreeMap<String, BTreeMap<String, i64>> = cluster_summary["summary"]
+                .as_object()
+                .context("summary")?
+                .iter()
+                .map(|(name, group)| Ok((name.clone(), counts_of(&group["state_counts"])?)))
+                .collect::<anyhow::Result<_>>()?;
+            ensure!(
+                ours_by_name == theirs,
+                "{cluster}: per-name counts {ours_by_name:?} vs ray summary tasks {theirs:?}"
+            );
+            let ray_total = ["total_tasks", "total_actor_tasks", "total_actor_scheduled"]
+                .iter()
+                .map(|field| cluster_summary[field].as_i64().unwrap_or(0))
+                .sum::<i64>();
+            ensure!(
+                summary["total"].as_i64() == Some(ray_total),
+                "{cluster}: total {} vs ray summary tasks {ray_total}",
+                summary["total"]
+            );
+        }
+        // Actors and nodes: the same ids in the same states.
+        for (route, file, id) in [
+            ("actors", "actors.json", "actor_id"),
+            ("nodes", "nodes.json", "node_id"),
+        ] {
+            let ours: BTreeMap<String, String> = api
+                .all_pages(
+                    &format!("/api/{route}"),
+                    &format!("cluster={cluster}&limit=3"),
+                    route,
+                )
+                .await?
+                .iter()
+                .map(|row| {
+                    (
+                        row[id].as_str().unwrap_or_default().to_owned(),
+                        row["state"].as_str().unwrap_or_default().to_owned(),
+                    )
+                })
+                .collect();
+            let theirs: BTreeMap<String, String> = run
+                .ground_truth(file)?
+                .as_array()
+                .context("entities")?
+                .iter()
+                .map(|row| {
+                    (
+                        row[id].as_str().unwrap_or_default().to_owned(),
+                        row["state"].as_str().unwrap_or_default().to_owned(),
+                    )
+                })
+                .collect();
+            ensure!(
+                ours == theirs,
+                "{cluster} {route}: {ours:?} vs Ray's {theirs:?}"
+            );
+        }
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn every_run_agrees_with_ray_through_serve() -> anyhow::Result<()> {
+    let runs = FixtureRun::all()?;
+    let (served, api) = serve_locally(&runs).await?;
+    let clusters = api.ok("/api/clusters").await?;
+    let listed: BTreeSet<&str> = clusters["clusters"]
+        .as_array()
+        .context("clusters")?
+        .iter()
+        .filter_map(|cluster| cluster["cluster"].as_str())
+        .collect();
+    let expected: BTreeSet<&str> = runs.iter().map(|run| run.name.as_str()).collect();
+    ensure!(listed == expected, "clusters {listed:?}");
+    for run in &runs {
+        check_run(&api, run).await?;
+    }
+    served.server.stop().await
+}
+
+/// The Lambda query function (`afterglow::lambda::query_service`, as `_HANDLER=query` builds
+/// it) over SeaweedFS, driven with API Gateway v2 events.
+#[tokio::test]
+async fn every_run_agrees_with_ray_through_the_lambda_function_on_s3() -> anyhow::Result<()> {
+    let Some(storage) = s3_storage("lambda query").await else {
+        return Ok(());
+    };
+    let storage = Arc::new(storage);
+    let runs = FixtureRun::all()?;
+    let served = serve_runs(Arc::clone(&storage) as Arc<dyn Storage>, &runs, Ok).await?;
+    served.server.stop().await?;
+
+    let config = Config::from_lookup(|name| {
+        (name == "AWS_LAMBDA_FUNCTION_MEMORY_SIZE").then(|| "1769".to_owned())
+    })?;
+    let state = Arc::new(AppState {
+        query: Some(afterglow::lambda::query_service(storage, &config)?),
+        ..AppState::default()
+    });
+    let api = Api::Lambda(router(state));
+    for run in &runs {
+        check_run(&api, run).await?;
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn search_finds_a_task_by_a_word_of_its_stack_trace() -> anyhow::Result<()> {
+    let run = FixtureRun::named("basic-workload")?;
+    let (served, api) = serve_locally(std::slice::from_ref(&run)).await?;
+    let truth = run.ground_truth("tasks.json")?;
+    let failing = truth
+        .as_array()
+        .context("tasks")?
+        .iter()
+        .find(|task| {
+            task["error_message"]
+                .as_str()
+                .is_some_and(|message| message.contains("KeyError"))
+        })
+        .context("a task whose stack trace names KeyError")?;
+    let wanted = failing["task_id"].as_str().context("task_id")?;
+    // Lower case on purpose: search ignores case.
+    let found = api
+        .all_pages(
+            "/api/tasks",
+            "q=keyerror&include_error_message=true",
+            "tasks",
+        )
+        .await?;
+    ensure!(
+        found.iter().any(|task| task["task_id"] == wanted),
+        "searching `keyerror` did not find {wanted}"
+    );
+    for task in &found {
+        let text = [
+            "task_id",
+            "job_id",
+            "actor_id",
+            "node_id",
+            "worker_id",
+            "parent_task_id",
+            "name",
+            "func_or_class_name",
+            "error_type",
+            "error_message",
+        ]
+        .iter()
+        .filter_map(|field| task[*field].as_str())
+        .collect::<Vec<_>>()
+        .join(" ")
+        .to_lowercase();
+        ensure!(
+            text.contains("keyerror"),
+            "{task} does not mention keyerror"
+        );
+    }
+    // And a word that is nowhere finds nothing.
+    let none = api.ok("/api/tasks?q=no-such-word-anywhere").await?;
+    ensure!(none["tasks"].as_array().is_some_and(Vec::is_empty));
+    served.server.stop().await
+}
+
+#[tokio::test]
+async fn pagination_visits_every_row_exactly_once_in_every_order() -> anyhow::Result<()> {
+    let run = FixtureRun::named("basic-workload")?;
+    let (served, api) = serve_locally(std::slice::from_ref(&run)).await?;
+    let total = api.ok("/api/summary").await?["total"]
+        .as_u64()
+        .context("total")?;
+    for sort in ["creation", "duration"] {
+        for order in ["desc", "asc"] {
+            let rows = api
+                .all_pages(
+                    "/api/tasks",
+                    &format!("sort={sort}&order={order}&limit=7"),
+                    "tasks",
+                )
+                .await?;
+            let keys: BTreeSet<(String, i64)> = rows
+                .iter()
+                .map(|row| {
+                    (
+                        row["task_id"].as_str().unwrap_or_default().to_owned(),
+                        row["attempt_number"].as_i64().unwrap_or(-1),
+                    )
+                })
+                .collect();
+            ensure!(
+                rows.len() as u64 == total && keys.len() == rows.len(),
+                "{sort} {order}: {} rows, {} distinct, {total} in the summary",
+                rows.len(),
+                keys.len()
+            );
+            let field = if sort == "creation" {
+                "creation_time_ms"
+            } else {
+                "duration_ms"
+            };
+            let values: Vec<i64> = rows
+                .iter()
+                .map(|row| row[field].as_i64().unwrap_or(-1))
+                .collect();
+            let sorted = values.windows(2).all(|pair| {
+                if order == "desc" {
+                    pair[0] >= pair[1]
+                } else {
+                    pair[0] <= pair[1]
+                }
+            });
+            ensure!(sorted, "{sort} {order}: rows out of order");
+        }
+    }
+    // Filters page too: FAILED attempts only, every one of them.
+    let failed = api
+        .all_pages("/api/tasks", "state=FAILED&limit=3", "tasks")
+        .await?;
+    let summary = api.ok("/api/summary?state=FAILED").await?;
+    ensure!(failed.len() as u64 == summary["total"].as_u64().unwrap_or(0));
+    ensure!(failed.iter().all(|task| task["state"] == "FAILED"));
+    // Aggregate groups page as well.
+    let groups = api
+        .all_pages("/api/aggregates", "by=name&limit=2", "groups")
+        .await?;
+    let whole = api.ok("/api/aggregates?by=name&limit=1000").await?;
+    ensure!(Some(&Json::Array(groups)) == whole.get("groups"));
+    served.server.stop().await
+}
+
+#[tokio::test]
+async fn bad_parameters_get_a_400_that_names_them() -> anyhow::Result<()> {
+    let run = FixtureRun::named("edge-cases")?;
+    let (served, api) = serve_locally(std::slice::from_ref(&run)).await?;
+    let cases = [
+        ("/api/tasks?limit=0", "limit"),
+        ("/api/tasks?limit=100000", "limit"),
+        ("/api/tasks?limit=ten", "limit"),
+        ("/api/tasks?state=DONE", "state"),
+        ("/api/tasks?job_id=not-hex", "job_id"),
+        ("/api/tasks?sort=name", "sort"),
+        ("/api/tasks?order=sideways", "order"),
+        ("/api/tasks?cursor=bm90LWEtY3Vyc29y", "cursor"),
+        ("/api/tasks?since_ms=10&until_ms=5", "since_ms"),
+        ("/api/tasks?type=LAMBDA", "type"),
+        ("/api/tasks?include_drivers=maybe", "include_drivers"),
+        ("/api/tasks?colour=red", "colour"),
+        ("/api/tasks?name=a&name=b", "name"),
+        ("/api/aggregates?by=colour", "by"),
+        ("/api/summary?cluster=no%20spaces", "cluster"),
+        ("/api/tasks/xyz", "task_id"),
+        ("/api/actors?state=ALIVE&job_id=zz", "job_id"),
+        ("/api/timeline?limit=1000000", "limit"),
+    ];
+    for (url, parameter) in cases {
+        let answer = api.get(url).await?;
+        let message = answer.body["error"].as_str().unwrap_or_default();
+        ensure!(
+            answer.status == 400 && message.contains(parameter),
+            "{url}: {} {message:?}",
+            answer.status
+        );
+    }
+    // A cursor of one ordering is refused by another.
+    let page = api.ok("/api/tasks?limit=1&sort=duration").await?;
+    let cursor = page["next"].as_str().context("next")?;
+    let answer = api
+        .get(&format!("/api/tasks?limit=1&cursor={cursor}"))
+        .await?;
+    ensure!(answer.status == 400, "{}", answer.body);
+    let missing = api.get("/api/tasks/00ff").await?;
+    ensure!(missing.status == 404, "{}", missing.body);
+    served.server.stop().await
+}
+
+#[tokio::test]
+async fn task_detail_shows_every_attempt_with_rays_transitions() -> anyhow::Result<()> {
+    let run = FixtureRun::named("basic-workload")?;
+    let (served, api) = serve_locally(std::slice::from_ref(&run)).await?;
+    let truth = run.ground_truth("tasks.json")?;
+    let mut by_task: BTreeMap<&str, Vec<&Json>> = BTreeMap::new();
+    for task in truth.as_array().context("tasks")? {
+        by_task
+            .entry(task["task_id"].as_str().context("task_id")?)
+            .or_default()
+            .push(task);
+    }
+    let retried = by_task
+        .values()
+        .filter(|attempts| attempts.len() > 1)
+        .count();
+    ensure!(retried > 0, "the fixture has a retried task");
+    for (task_id, ray_attempts) in &by_task {
+        let detail = api.ok(&format!("/api/tasks/{task_id}")).await?;
+        let attempts = detail["attempts"].as_array().context("attempts")?;
+        ensure!(
+            attempts.len() == ray_attempts.len(),
+            "{task_id}: {} attempts vs Ray's {}",
+            attempts.len(),
+            ray_attempts.len()
+        );
+        for ray in ray_attempts {
+            let ours = attempts
+                .iter()
+                .find(|attempt| attempt["attempt_number"] == ray["attempt_number"])
+                .with_context(|| format!("{task_id} attempt {}", ray["attempt_number"]))?;
+            let theirs: Vec<(String, String)> = ray["events"]
+                .as_array()
+                .context("events")?
+                .iter()
+                .map(|event| {
+                    Ok((
+                        event["state"].as_str().context("state")?.to_owned(),
+                        ray_millis(event["created_ms"].as_str().context("created_ms")?)?,
+                    ))
+                })
+                .collect::<anyhow::Result<_>>()?;
+            let mine: Vec<(String, String)> = ours["events"]
+                .as_array()
+                .context("events")?
+                .iter()
+                .map(|event| {
+                    (
+                        event["state"].as_str().unwrap_or_default().to_owned(),
+                        event["created_ms"].to_string(),
+                    )
+                })
+                .collect();
+            ensure!(
+                mine == theirs,
+                "{task_id}: events {mine:?} vs Ray's {theirs:?}"
+            );
+            ensure!(
+                ours["error_message"] == ray["error_message"],
+                "{task_id}: error {} vs {}",
+                ours["error_message"],
+                ray["error_message"]
+            );
+            ensure!(
+                ours["task_log_info"]["stdout_file"] == ray["task_log_info"]["stdout_file"],
+                "{task_id}: log info"
+            );
+            ensure!(
+                ours["required_resources"] == ray["required_resources"],
+                "{task_id}: resources"
+            );
+        }
+    }
+    served.server.stop().await
+}
+
+#[tokio::test]
+async fn timeline_draws_every_attempt_that_ran() -> anyhow::Result<()> {
+    let run = FixtureRun::named("basic-workload")?;
+    let (served, api) = serve_locally(std::slice::from_ref(&run)).await?;
+    let truth = run.ground_truth("tasks.json")?;
+    let ran = truth
+        .as_array()
+        .context("tasks")?
+        .iter()
+        .filter(|task| !task["start_time_ms"].is_null() && !task["end_time_ms"].is_null())
+        .count();
+    let trace = api.ok("/api/timeline").await?;
+    let events = trace["traceEvents"].as_array().context("traceEvents")?;
+    let tasks = events.iter().filter(|event| event["cat"] == "task").count();
+    ensure!(tasks == ran, "{tasks} task spans, {ran} attempts that ran");
+    ensure!(events.iter().any(|event| event["cat"] == "profile"));
+    ensure!(events.iter().any(|event| event["name"] == "process_name"));
+    let limited = api.ok("/api/timeline?limit=5").await?;
+    ensure!(limited["otherData"]["truncated"] == true);
+    served.server.stop().await
+}
+
+#[tokio::test]
+async fn bearer_mode_refuses_requests_without_the_token() -> anyhow::Result<()> {
+    const QUERY_TOKEN: &str = "query-token-0123456789";
+    let run = FixtureRun::named("edge-cases")?;
+    let (data, storage) = local_storage()?;
+    let served = serve_runs(Arc::new(storage), std::slice::from_ref(&run), |settings| {
+        Ok(ServeSettings {
+            query_token: Some(AccessToken::new(QUERY_TOKEN)?),
+            ..settings
+        })
+    })
+    .await?;
+    let api = Api::Http(served.server.url.clone());
+    let none = api.get("/api/summary").await?;
+    ensure!(none.status == 401, "{}", none.body);
+    let wrong = api
+        .get_with("/api/summary", Some("Bearer wrong-token-0123456789"))
+        .await?;
+    ensure!(wrong.status == 403, "{}", wrong.body);
+    let right = api
+        .get_with("/api/summary", Some(&format!("Bearer {QUERY_TOKEN}")))
+        .await?;
+    ensure!(right.status == 200 && right.body["total"].as_u64() > Some(0));
+    drop(data);
+    served.server.stop().await
+}
+
+/// DESIGN §7: a batch is visible in `serve` within 2 s of its POST.
+#[tokio::test]
+async fn a_replayed_run_is_visible_in_the_summary_within_two_seconds() -> anyhow::Result<()> {
+    let run = FixtureRun::named("basic-workload")?;
+    let expected = run
+        .ground_truth("tasks.json")?
+        .as_array()
+        .map_or(0, Vec::len) as u64;
+    let (data, storage) = local_storage()?;
+    let (settings, _queue, _scratch) = serving_settings(Arc::new(storage))?;
+    let server = TestServer::start(settings).await?;
+    let api = Api::Http(server.url.clone());
+    post_all(&format!("{}/v1/events/fresh", server.url), &bodies(&run)?).await?;
+    let posted = Instant::now();
+    let mut seen = 0;
+    while posted.elapsed() < Duration::from_secs(2) {
+        seen = api.ok("/api/summary?cluster=fresh").await?["total"]
+            .as_u64()
+            .unwrap_or(0);
+        if seen == expected {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let waited = posted.elapsed();
+    ensure!(
+        seen == expected,
+        "after {waited:?} the summary shows {seen} of {expected} attempts"
+    );
+    println!("visible {waited:?} after the last POST");
+    drop(data);
+    server.stop().await
+}
