@@ -102,7 +102,8 @@ impl Drop for Running {
 }
 
 #[tokio::test]
-async fn serve_prints_the_ray_settings_and_stores_what_ray_posts() -> anyhow::Result<()> {
+async fn serve_prints_the_ray_settings_stores_what_ray_posts_and_answers_queries()
+-> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let mut child = Running(
         afterglow()?
@@ -178,6 +179,34 @@ async fn serve_prints_the_ray_settings_and_stores_what_ray_posts() -> anyhow::Re
         "stored {} events, sent {}",
         stored.len(),
         sent.len()
+    );
+
+    // The same process answers the dashboard API over what it compacted: the same attempts
+    // Ray listed for this run.
+    let base = export_url
+        .split("/v1/events/")
+        .next()
+        .context("base URL")?
+        .to_owned();
+    let expected = run
+        .ground_truth("tasks.json")?
+        .as_array()
+        .map_or(0, Vec::len) as u64;
+    let mut total = 0;
+    while Instant::now() < deadline && total != expected {
+        let text = client
+            .get(format!("{base}/api/summary?cluster=laptop"))
+            .send()
+            .await?
+            .text()
+            .await?;
+        let summary: serde_json::Value = serde_json::from_str(&text)?;
+        total = summary["total"].as_u64().unwrap_or(0);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    ensure!(
+        total == expected,
+        "summary shows {total} of {expected} attempts"
     );
     drop(child);
     Ok(())
