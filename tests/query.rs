@@ -95,6 +95,19 @@ async fn check_run(api: &Api, run: &FixtureRun) -> anyhow::Result<()> {
     check(run, &rows, "query API /api/tasks")?;
 
     let summary = api.ok(&format!("/api/summary?cluster={cluster}")).await?;
+    // The catalog's count (kept by compaction, batch by batch) is every stored attempt.
+    let everything = api
+        .ok(&format!(
+            "/api/summary?cluster={cluster}&include_drivers=true&include_incomplete=true"
+        ))
+        .await?;
+    let listed = api.ok(&format!("/api/clusters?cluster={cluster}")).await?;
+    ensure!(
+        listed["clusters"][0]["attempts"] == everything["total"],
+        "{cluster}: the catalog counts {} attempts, the tables hold {}",
+        listed["clusters"][0]["attempts"],
+        everything["total"]
+    );
     ensure!(
         summary["total"].as_u64() == Some(tasks.len() as u64),
         "{cluster}: summary total {} but the table pages through {} rows",
@@ -569,4 +582,32 @@ async fn a_replayed_run_is_visible_in_the_summary_within_two_seconds() -> anyhow
     println!("visible {waited:?} after the last POST");
     drop(data);
     server.stop().await
+}
+
+/// The page is served beside the API, with relative URLs so a proxy can mount both anywhere.
+#[tokio::test]
+async fn the_dashboard_page_and_its_assets_are_served() -> anyhow::Result<()> {
+    let (served, _api) = serve_locally(&[]).await?;
+    let client = reqwest::Client::new();
+    for (path, content_type, must_contain) in [
+        ("/", "text/html", "src=\"assets/app.js\""),
+        ("/assets/app.js", "text/javascript", "fetch(`api/"),
+        ("/assets/style.css", "text/css", "--failed"),
+    ] {
+        let response = client
+            .get(format!("{}{path}", served.server.url))
+            .send()
+            .await?;
+        ensure!(response.status() == 200, "{path}: {}", response.status());
+        let kind = response
+            .headers()
+            .get("content-type")
+            .and_then(|value| value.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        ensure!(kind.starts_with(content_type), "{path}: {kind}");
+        let text = response.text().await?;
+        ensure!(text.contains(must_contain), "{path} lacks {must_contain}");
+    }
+    served.server.stop().await
 }

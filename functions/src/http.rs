@@ -34,7 +34,9 @@ pub fn router(state: Arc<AppState>) -> Router {
         router = router.route("/v1/events/{cluster}", post(crate::ingest::post_events));
     }
     if state.query.is_some() {
-        router = router.merge(crate::query::routes());
+        router = router
+            .merge(crate::query::routes())
+            .merge(crate::page::routes());
     }
     router
         .fallback(not_found)

@@ -6,6 +6,7 @@
 //! - [`compact`]: S3/SQS notifications onto `shared::compact`.
 //! - [`http`]: the one axum router that `serve` and API Gateway both drive.
 //! - [`ingest`]: `POST /v1/events/{cluster}` onto `shared::ingest`.
+//! - [`page`]: the dashboard page at `/`.
 //! - [`query`]: `GET /api/...` onto `shared::query`.
 //! - [`serve`]: the embedded default: every function on a local directory.
 //! - [`maintenance`]: `compact` and `rebuild` from the command line.
@@ -17,6 +18,7 @@ pub mod http;
 pub mod ingest;
 pub mod lambda;
 pub mod maintenance;
+pub mod page;
 pub mod query;
 pub mod serve;
 pub mod telemetry;

@@ -15,6 +15,7 @@ fn afterglow() -> anyhow::Result<Command> {
     for variable in [
         "AFTERGLOW_BUCKET",
         "AFTERGLOW_INGEST_TOKEN",
+        "AFTERGLOW_QUERY_TOKEN",
         "AFTERGLOW_DATA_DIR",
         "AWS_LAMBDA_RUNTIME_API",
         "_HANDLER",
@@ -209,5 +210,93 @@ async fn serve_prints_the_ray_settings_stores_what_ray_posts_and_answers_queries
         "summary shows {total} of {expected} attempts"
     );
     drop(child);
+    Ok(())
+}
+
+/// Secrets never reach the logs, even at the most verbose level: the ingest token travels in the
+/// query string of every Ray POST, the query token in every dashboard request.
+#[tokio::test]
+async fn secrets_never_appear_in_the_logs() -> anyhow::Result<()> {
+    const INGEST_TOKEN: &str = "ingest-secret-7f3a9c1e5b";
+    const QUERY_TOKEN: &str = "query-secret-2d8e6b4a0c";
+    let dir = tempfile::tempdir()?;
+    let log_path = dir.path().join("serve.log");
+    let log = std::fs::File::create(&log_path)?;
+    let child = Running(
+        afterglow()?
+            .args([
+                "serve",
+                "--addr",
+                "127.0.0.1:0",
+                "--cluster",
+                "secretive",
+                "--data-dir",
+            ])
+            .arg(dir.path().join("data"))
+            .env("AFTERGLOW_INGEST_TOKEN", INGEST_TOKEN)
+            .env("AFTERGLOW_QUERY_TOKEN", QUERY_TOKEN)
+            .env("AFTERGLOW_LOG", "trace")
+            .stdout(Stdio::from(log.try_clone()?))
+            .stderr(Stdio::from(log))
+            .spawn()?,
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let base = loop {
+        let text = std::fs::read_to_string(&log_path)?;
+        if let Some(rest) = text.split("Afterglow listening on ").nth(1)
+            && let Some(url) = rest.split_whitespace().next()
+        {
+            break url.to_owned();
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "serve printed no address: {text}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let client = reqwest::Client::new();
+    let body = FixtureRun::named("edge-cases")?
+        .requests()?
+        .into_iter()
+        .next()
+        .context("a body")?
+        .body;
+    for (token, expected) in [(INGEST_TOKEN, 200), ("wrong-secret-0123456789", 403)] {
+        let status = client
+            .post(format!("{base}/v1/events/secretive?token={token}"))
+            .body(body.clone())
+            .send()
+            .await?
+            .status();
+        ensure!(status == expected, "ingest with {token}: {status}");
+    }
+    for (authorization, expected) in [
+        (format!("Bearer {QUERY_TOKEN}"), 200),
+        ("Bearer wrong-secret-0123456789".to_owned(), 403),
+    ] {
+        let status = client
+            .get(format!("{base}/api/summary"))
+            .header("authorization", authorization)
+            .send()
+            .await?
+            .status();
+        ensure!(status == expected, "query: {status}");
+    }
+    drop(child);
+    let text = std::fs::read_to_string(&log_path)?;
+    ensure!(
+        text.contains("request"),
+        "the log shows no requests at all:\n{text}"
+    );
+    for secret in [INGEST_TOKEN, QUERY_TOKEN] {
+        ensure!(
+            !text.contains(secret),
+            "the log contains a secret:\n{}",
+            text.lines()
+                .filter(|line| line.contains(secret))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+    }
     Ok(())
 }

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
-use super::manifest::{ManifestError, SessionStats};
+use super::manifest::{Document, ManifestError, SessionStats, load_document};
 use crate::layout::ClusterName;
 use crate::storage::{ETag, ObjectKey, PutMode, Storage, StorageError};
 
@@ -29,9 +29,19 @@ pub struct Catalog {
     pub clusters: BTreeMap<String, BTreeMap<String, SessionStats>>,
 }
 
-impl Catalog {
-    /// Current format version.
-    pub const FORMAT: u32 = 1;
+impl Document for Catalog {
+    const FORMAT: u32 = 1;
+
+    fn format(&self) -> u32 {
+        self.format
+    }
+
+    fn empty() -> Self {
+        Self {
+            format: Self::FORMAT,
+            ..Self::default()
+        }
+    }
 }
 
 fn catalog_key() -> Result<ObjectKey, ManifestError> {
@@ -40,35 +50,7 @@ fn catalog_key() -> Result<ObjectKey, ManifestError> {
 
 /// Reads the catalog (empty when nothing was compacted yet) and its version.
 pub async fn load(storage: &dyn Storage) -> Result<(Catalog, Option<ETag>), ManifestError> {
-    let key = catalog_key()?;
-    match storage.get(&key).await {
-        Ok(stored) => {
-            let catalog: Catalog =
-                serde_json::from_slice(&stored.body).map_err(|err| ManifestError::Unreadable {
-                    key: key.clone(),
-                    reason: err.to_string(),
-                })?;
-            if catalog.format != Catalog::FORMAT {
-                return Err(ManifestError::Unreadable {
-                    key,
-                    reason: format!(
-                        "format {} (this build reads {})",
-                        catalog.format,
-                        Catalog::FORMAT
-                    ),
-                });
-            }
-            Ok((catalog, Some(stored.etag)))
-        }
-        Err(StorageError::NotFound { .. }) => Ok((
-            Catalog {
-                format: Catalog::FORMAT,
-                ..Catalog::default()
-            },
-            None,
-        )),
-        Err(err) => Err(err.into()),
-    }
+    load_document(storage, &catalog_key()?).await
 }
 
 /// Records `stats` for `(cluster, session)`, replacing the catalog conditionally and redoing

@@ -112,9 +112,6 @@ pub struct Manifest {
 }
 
 impl Manifest {
-    /// Current format version.
-    pub const FORMAT: u32 = 1;
-
     /// What failure synthesis knows so far.
     pub fn failures(&self) -> FailureContext {
         let mut context = FailureContext::default();
@@ -197,42 +194,67 @@ pub struct VersionedManifest {
     pub etag: Option<ETag>,
 }
 
+/// A small JSON document replaced by conditional writes (a manifest, the catalog).
+pub(crate) trait Document: Serialize + serde::de::DeserializeOwned {
+    /// The format this build reads and writes.
+    const FORMAT: u32;
+    /// The document's format field.
+    fn format(&self) -> u32;
+    /// The document before anything was written.
+    fn empty() -> Self;
+}
+
+/// Reads the document at `key` and its version, or the empty document when there is none.
+pub(crate) async fn load_document<T: Document>(
+    storage: &dyn Storage,
+    key: &ObjectKey,
+) -> Result<(T, Option<ETag>), ManifestError> {
+    match storage.get(key).await {
+        Ok(stored) => {
+            let document: T =
+                serde_json::from_slice(&stored.body).map_err(|err| ManifestError::Unreadable {
+                    key: key.clone(),
+                    reason: err.to_string(),
+                })?;
+            if document.format() != T::FORMAT {
+                return Err(ManifestError::Unreadable {
+                    key: key.clone(),
+                    reason: format!(
+                        "format {} (this build reads {})",
+                        document.format(),
+                        T::FORMAT
+                    ),
+                });
+            }
+            Ok((document, Some(stored.etag)))
+        }
+        Err(StorageError::NotFound { .. }) => Ok((T::empty(), None)),
+        Err(err) => Err(err.into()),
+    }
+}
+
+impl Document for Manifest {
+    const FORMAT: u32 = 1;
+
+    fn format(&self) -> u32 {
+        self.format
+    }
+
+    fn empty() -> Self {
+        Self {
+            format: Self::FORMAT,
+            ..Self::default()
+        }
+    }
+}
+
 /// Reads the manifest at `key`, or an empty one.
 pub async fn load(
     storage: &dyn Storage,
     key: &ObjectKey,
 ) -> Result<VersionedManifest, ManifestError> {
-    match storage.get(key).await {
-        Ok(stored) => {
-            let manifest: Manifest =
-                serde_json::from_slice(&stored.body).map_err(|err| ManifestError::Unreadable {
-                    key: key.clone(),
-                    reason: err.to_string(),
-                })?;
-            if manifest.format != Manifest::FORMAT {
-                return Err(ManifestError::Unreadable {
-                    key: key.clone(),
-                    reason: format!(
-                        "format {} (this build reads {})",
-                        manifest.format,
-                        Manifest::FORMAT
-                    ),
-                });
-            }
-            Ok(VersionedManifest {
-                manifest,
-                etag: Some(stored.etag),
-            })
-        }
-        Err(StorageError::NotFound { .. }) => Ok(VersionedManifest {
-            manifest: Manifest {
-                format: Manifest::FORMAT,
-                ..Manifest::default()
-            },
-            etag: None,
-        }),
-        Err(err) => Err(err.into()),
-    }
+    let (manifest, etag) = load_document(storage, key).await?;
+    Ok(VersionedManifest { manifest, etag })
 }
 
 /// Replaces the manifest only if it is still the version read (or still absent). A lost race is

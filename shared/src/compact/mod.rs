@@ -25,7 +25,7 @@ use bytes::Bytes;
 use ulid::Ulid;
 
 use self::manifest::{
-    DataFile, Manifest, ManifestError, RetiredFile, SessionStats, VersionedManifest,
+    DataFile, Document as _, Manifest, ManifestError, RetiredFile, SessionStats, VersionedManifest,
 };
 use self::raw::{QuarantinedLine, RawError, read_raw};
 use crate::event::RayEvent;

@@ -1,0 +1,277 @@
+// The Afterglow dashboard: every panel is one call to the query API (relative URLs, so a
+// dashboard proxy can serve the page and the API under any prefix). Nothing loads the whole
+// table: the task list pages with keyset cursors, panels read pre-grouped answers.
+
+const BOUNDS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1e3, 2e3, 5e3, 1e4, 2e4, 5e4, 1e5, 2e5,
+  5e5, 1e6, 2e6, 5e6, 1e7, 2e7, 5e7];
+const LIVE_WINDOW_MS = 120_000;
+const REFRESH_MS = 5_000;
+
+const $ = (id) => document.getElementById(id);
+const filters = { state: "", name: "", error_type: "", job_id: "", q: "" };
+let sort = "creation";
+let cursors = [null];
+let clusters = [];
+
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [name, value] of Object.entries(attrs)) {
+    if (name === "class") node.className = value;
+    else if (name.startsWith("on")) node.addEventListener(name.slice(2), value);
+    else node.setAttribute(name, value);
+  }
+  for (const child of children.flat()) {
+    if (child != null) node.append(child instanceof Node ? child : String(child));
+  }
+  return node;
+}
+
+function svg(tag, attrs = {}, ...children) {
+  const node = document.createElementNS("http://www.w3.org/2000/svg", tag);
+  for (const [name, value] of Object.entries(attrs)) node.setAttribute(name, value);
+  for (const child of children.flat()) if (child != null) node.append(child);
+  return node;
+}
+
+function scopeParams() {
+  const params = new URLSearchParams();
+  if ($("cluster").value) params.set("cluster", $("cluster").value);
+  if ($("session").value) params.set("session", $("session").value);
+  const job = $("job").value || filters.job_id;
+  if (job) params.set("job_id", job);
+  const since = $("since").value, until = $("until").value;
+  if (since) params.set("since_ms", String(Date.parse(since + "Z")));
+  if (until) params.set("until_ms", String(Date.parse(until + "Z")));
+  return params;
+}
+
+function filterParams(extra = {}) {
+  const params = scopeParams();
+  for (const name of ["state", "name", "error_type", "q"]) {
+    if (filters[name]) params.set(name, filters[name]);
+  }
+  for (const [name, value] of Object.entries(extra)) params.set(name, value);
+  return params;
+}
+
+async function api(path, params = new URLSearchParams()) {
+  const query = params.toString();
+  const response = await fetch(`api/${path}${query ? "?" + query : ""}`);
+  const body = await response.json();
+  if (!response.ok) throw new Error(body.error || `${path}: ${response.status}`);
+  return body;
+}
+
+function showError(err) {
+  $("error").textContent = err.message;
+  $("error").hidden = false;
+  setTimeout(() => { $("error").hidden = true; }, 6000);
+}
+
+const short = (id) => (id ? id.slice(0, 8) : "");
+const when = (ms) => (ms == null ? "" : new Date(ms).toISOString().replace("T", " ").slice(0, 23));
+function duration(ms) {
+  if (ms == null) return "";
+  if (ms < 1000) return `${ms} ms`;
+  if (ms < 60_000) return `${(ms / 1000).toFixed(1)} s`;
+  return `${(ms / 60_000).toFixed(1)} min`;
+}
+
+function setFilter(changes) {
+  Object.assign(filters, changes);
+  cursors = [null];
+  refresh();
+}
+
+// --- scope pickers -------------------------------------------------------------------------
+
+async function loadScope() {
+  const answer = await api("clusters");
+  clusters = answer.clusters;
+  const cluster = $("cluster"), session = $("session");
+  const chosenCluster = cluster.value, chosenSession = session.value;
+  cluster.replaceChildren(el("option", { value: "" }, "all"),
+    ...clusters.map((c) => el("option", { value: c.cluster }, `${c.cluster} (${c.attempts})`)));
+  cluster.value = chosenCluster;
+  const sessions = clusters.filter((c) => !chosenCluster || c.cluster === chosenCluster)
+    .flatMap((c) => c.sessions);
+  session.replaceChildren(el("option", { value: "" }, "all"),
+    ...sessions.map((s) => el("option", { value: s.session_name }, s.session_name)));
+  session.value = chosenSession;
+  const jobs = await api("jobs", (() => {
+    const params = new URLSearchParams();
+    if (chosenCluster) params.set("cluster", chosenCluster);
+    if (chosenSession) params.set("session", chosenSession);
+    params.set("limit", "1000");
+    return params;
+  })());
+  const job = $("job"), chosenJob = job.value;
+  job.replaceChildren(el("option", { value: "" }, "all"),
+    ...jobs.jobs.map((j) => el("option", { value: j.job_id }, `${j.job_id} ${j.entrypoint || ""}`.trim())));
+  job.value = chosenJob;
+}
+
+function clusterIsLive() {
+  const now = Date.now();
+  return clusters.some((c) => c.sessions.some((s) => s.last_ms && now - s.last_ms < LIVE_WINDOW_MS));
+}
+
+// --- summary cards -------------------------------------------------------------------------
+
+async function loadSummary() {
+  const params = filterParams();
+  params.delete("state");
+  const summary = await api("summary", params);
+  const cards = [["TOTAL", summary.total, ""]].concat(
+    Object.entries(summary.by_state).sort((a, b) => b[1] - a[1]).map(([state, n]) => [state, n, state]));
+  $("cards").replaceChildren(...cards.map(([label, n, state]) =>
+    el("div", {
+      class: `card state-${state}${filters.state === state && state ? " active" : ""}`,
+      "data-state": state,
+      onclick: () => setFilter({ state: filters.state === state ? "" : state }),
+    }, el("span", { class: "n" }, n.toLocaleString()), el("span", { class: "label" }, label))));
+  $("span").textContent = summary.total
+    ? `attempts created ${when(summary.first_ms)} … last event ${when(summary.last_ms)} (UTC)`
+    : "no attempts match";
+}
+
+// --- aggregate panels ----------------------------------------------------------------------
+
+function histogram(distribution) {
+  const width = 120, height = 24, slot = width / (BOUNDS.length + 1);
+  const max = Math.max(1, ...distribution.histogram.map((b) => b.count));
+  const p99 = distribution.p99;
+  return svg("svg", { class: "hist", width, height, viewBox: `0 0 ${width} ${height}` },
+    svg("title", {}, `p50 ${duration(distribution.p50)} · p90 ${duration(distribution.p90)} · p99 ${duration(p99)} · max ${duration(distribution.max)}`),
+    distribution.histogram.map((bucket) => {
+      const index = bucket.le == null ? BOUNDS.length : BOUNDS.indexOf(bucket.le);
+      const h = Math.max(1, Math.sqrt(bucket.count / max) * height);
+      const tail = p99 != null && (bucket.le == null || bucket.le > p99);
+      return svg("rect", { x: index * slot, y: height - h, width: slot - 1, height: h, class: tail ? "tail" : "" });
+    }));
+}
+
+async function loadPanel(panel) {
+  const by = panel.dataset.by;
+  const params = filterParams({ by, limit: "12" });
+  params.delete("state");
+  params.delete(by);
+  const answer = await api("aggregates", params);
+  const rows = answer.groups.map((group) => el("div", { class: "group" },
+    el("span", { class: "key", title: group.key ?? "(none)", onclick: () => setFilter({ [by]: group.key ?? "" }) },
+      group.key ?? "(none)"),
+    el("span", { class: "counts" }, Object.entries(group.by_state).map(([state, n]) =>
+      el("span", {
+        class: `count state-${state}`, "data-state": state, "data-key": group.key ?? "",
+        title: `${n} ${state}`,
+        onclick: () => setFilter({ [by]: group.key ?? "", state }),
+      }, n.toLocaleString()))),
+    histogram(group.duration_ms)));
+  panel.querySelector(".rows").replaceChildren(...(rows.length ? rows : [el("p", { class: "span" }, "nothing here")]));
+}
+
+// --- task table ----------------------------------------------------------------------------
+
+function renderFilters() {
+  const chips = ["state", "name", "error_type", "job_id", "q"].filter((name) => filters[name])
+    .map((name) => el("span", { class: "chip", onclick: () => {
+      if (name === "q") $("search").value = "";
+      setFilter({ [name]: "" });
+    } }, `${name}=${filters[name]}`));
+  $("filters").replaceChildren(...chips);
+  $("timeline").href = `api/timeline?${filterParams().toString()}`;
+}
+
+async function loadTasks() {
+  const params = filterParams({ sort, limit: "50", include_error_message: "true" });
+  const cursor = cursors[cursors.length - 1];
+  if (cursor) params.set("cursor", cursor);
+  const page = await api("tasks", params);
+  $("rows").replaceChildren(...page.tasks.map((task) => el("tr", {
+    "data-task": task.task_id, onclick: () => openTask(task),
+  },
+  el("td", { class: `state-${task.state}` }, task.state),
+  el("td", {}, task.name ?? ""),
+  el("td", { class: "id", title: task.task_id }, short(task.task_id)),
+  el("td", {}, task.attempt_number),
+  el("td", { class: "id" }, task.job_id ?? ""),
+  el("td", { class: "id", title: task.node_id ?? "" }, short(task.node_id)),
+  el("td", { class: "error", title: task.error_message ?? "" }, task.error_type ?? ""),
+  el("td", {}, duration(task.duration_ms)),
+  el("td", {}, when(task.creation_time_ms)))));
+  $("next").disabled = !page.next;
+  $("next").onclick = () => { cursors.push(page.next); loadTasks().catch(showError); };
+  $("first").disabled = cursors.length === 1;
+}
+
+// --- task detail ---------------------------------------------------------------------------
+
+function transitions(events) {
+  if (!events.length) return null;
+  const width = 640, start = events[0].created_ms;
+  const span = Math.max(1, events[events.length - 1].created_ms - start);
+  return svg("svg", { class: "transitions", width: "100%", height: 60, viewBox: `0 0 ${width} 60` },
+    svg("line", { x1: 10, y1: 20, x2: width - 10, y2: 20 }),
+    events.map((event, index) => {
+      const x = 10 + ((event.created_ms - start) / span) * (width - 20);
+      return svg("g", {},
+        svg("circle", { cx: x, cy: 20, r: 5, class: event.state }, svg("title", {}, `${event.state} ${when(event.created_ms)}`)),
+        svg("text", { x, y: index % 2 ? 52 : 40, "text-anchor": "middle" }, event.state.replace(/_/g, " ").toLowerCase()));
+    }));
+}
+
+async function openTask(task) {
+  const params = new URLSearchParams({ cluster: task.cluster, session: task.session_name });
+  const detail = await api(`tasks/${task.task_id}`, params);
+  const body = detail.attempts.map((attempt) => el("div", { class: "attempt" },
+    el("h3", {}, `attempt ${attempt.attempt_number}: `, el("span", { class: `state-${attempt.state}` }, attempt.state),
+      attempt.synthesized_failure ? " (failed by Ray at job end or worker death)" : ""),
+    transitions(attempt.events),
+    attempt.error_message ? el("pre", { class: "trace" }, `${attempt.error_type ?? ""}\n${attempt.error_message}`) : null,
+    el("dl", {}, [
+      ["task", attempt.task_id], ["name", attempt.name], ["function", attempt.func_or_class_name],
+      ["type", attempt.type], ["job", attempt.job_id], ["actor", attempt.actor_id],
+      ["parent", attempt.parent_task_id], ["node", attempt.node_id], ["worker", attempt.worker_id],
+      ["pid", attempt.worker_pid], ["created", when(attempt.creation_time_ms)],
+      ["started", when(attempt.start_time_ms)], ["ended", when(attempt.end_time_ms)],
+      ["duration", duration(attempt.duration_ms)],
+      ["resources", attempt.required_resources ? JSON.stringify(attempt.required_resources) : null],
+      ["stdout", attempt.task_log_info?.stdout_file], ["stderr", attempt.task_log_info?.stderr_file],
+    ].filter(([, value]) => value != null && value !== "").flatMap(([name, value]) => [el("dt", {}, name), el("dd", {}, value)]))));
+  $("detail-body").replaceChildren(el("h2", {}, task.name ?? task.task_id), ...body);
+  $("detail").hidden = false;
+}
+
+// --- wiring --------------------------------------------------------------------------------
+
+async function refresh() {
+  renderFilters();
+  const work = [loadSummary(), ...[...document.querySelectorAll(".panel")].map(loadPanel), loadTasks()];
+  const results = await Promise.allSettled(work);
+  const failed = results.find((result) => result.status === "rejected");
+  if (failed) showError(failed.reason);
+}
+
+function init() {
+  for (const id of ["cluster", "session", "job", "since", "until"]) {
+    $(id).addEventListener("change", async () => {
+      if (id === "cluster" || id === "session") await loadScope().catch(showError);
+      cursors = [null];
+      refresh();
+    });
+  }
+  $("sort").addEventListener("change", () => { sort = $("sort").value; cursors = [null]; loadTasks().catch(showError); });
+  $("search").addEventListener("keydown", (event) => {
+    if (event.key === "Enter") setFilter({ q: $("search").value.trim() });
+  });
+  $("first").addEventListener("click", () => { cursors = [null]; loadTasks().catch(showError); });
+  $("close").addEventListener("click", () => { $("detail").hidden = true; });
+  loadScope().then(refresh).catch(showError);
+  setInterval(async () => {
+    if (!$("live").checked || document.hidden) return;
+    await loadScope().catch(() => {});
+    if (clusterIsLive()) refresh();
+  }, REFRESH_MS);
+}
+
+init();

@@ -1,0 +1,91 @@
+// The dashboard page in a real browser (Debian's Chromium, driven by playwright-core) over a
+// fixture run served by `afterglow serve`: every panel shows real data; clicking a FAILED count
+// filters the table to the failed attempts; opening one shows its stack trace. Screenshots go
+// to SCREENSHOTS (CI keeps them as artifacts).
+//
+//   node dashboard.mjs BASE_URL EXPECTED_FAILED SCREENSHOTS_DIR
+import { mkdirSync } from "node:fs";
+import { chromium } from "playwright-core";
+
+const [base, expectedFailedText, shots] = process.argv.slice(2);
+const expectedFailed = Number(expectedFailedText);
+mkdirSync(shots, { recursive: true });
+
+function check(condition, message) {
+  if (!condition) throw new Error(message);
+  console.log(`ok: ${message}`);
+}
+
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+  args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"],
+});
+const failures = [];
+try {
+  const page = await browser.newPage({ viewport: { width: 1440, height: 1000 } });
+  page.on("pageerror", (err) => failures.push(`page error: ${err.message}`));
+  page.on("console", (message) => {
+    if (message.type() === "error") failures.push(`console error: ${message.text()}`);
+  });
+  await page.goto(base + "/", { waitUntil: "networkidle" });
+
+  // Every panel shows fixture data.
+  await page.waitForSelector(".card[data-state='FAILED']");
+  await page.waitForSelector(".panel[data-by='name'] .group");
+  await page.waitForSelector(".panel[data-by='error_type'] .group");
+  await page.waitForSelector(".panel[data-by='job_id'] .group");
+  await page.waitForSelector("#rows tr");
+  const failedCard = await page.textContent(".card[data-state='FAILED'] .n");
+  check(Number(failedCard.replace(/\D/g, "")) === expectedFailed,
+    `the FAILED card shows ${failedCard}, Ray lists ${expectedFailed}`);
+  check((await page.locator(".panel[data-by='name'] svg.hist rect").count()) > 0,
+    "duration histograms are drawn");
+  const clusters = await page.locator("#cluster option").count();
+  check(clusters > 1, "the cluster picker lists the cluster");
+  await page.screenshot({ path: `${shots}/1-overview.png`, fullPage: true });
+
+  // A FAILED count in the function panel filters the table to that function's failures.
+  const count = page.locator(".panel[data-by='name'] .count.state-FAILED").first();
+  const name = await count.getAttribute("data-key");
+  const n = Number((await count.textContent()).replace(/\D/g, ""));
+  await count.click();
+  await page.waitForFunction(
+    ([wanted, rows]) => document.querySelectorAll("#rows tr").length === rows &&
+      [...document.querySelectorAll("#rows tr td:first-child")].every((td) => td.textContent === "FAILED") &&
+      [...document.querySelectorAll("#rows tr td:nth-child(2)")].every((td) => td.textContent === wanted),
+    [name, Math.min(n, 50)], { timeout: 10_000 });
+  check(true, `clicking FAILED of ${name} shows its ${n} failed attempts only`);
+  const chips = await page.textContent("#filters");
+  check(chips.includes("state=FAILED") && chips.includes(`name=${name}`), `filter chips: ${chips}`);
+  await page.screenshot({ path: `${shots}/2-failed-filter.png`, fullPage: true });
+
+  // Opening one shows its stack trace.
+  await page.locator("#rows tr").first().click();
+  await page.waitForSelector("#detail:not([hidden]) pre.trace");
+  const trace = await page.textContent("#detail pre.trace");
+  check(/Traceback|File "|Error/.test(trace), "the detail panel shows the stack trace");
+  check((await page.locator("#detail svg.transitions circle").count()) >= 2,
+    "the detail panel draws the state transitions");
+  await page.screenshot({ path: `${shots}/3-task-detail.png`, fullPage: true });
+  await page.click("#close");
+
+  // Search by a word of a stack trace, and the Perfetto link.
+  await page.click(".chip >> nth=0");
+  await page.fill("#search", "keyerror");
+  await page.press("#search", "Enter");
+  await page.waitForFunction(() => document.querySelector("#filters").textContent.includes("q=keyerror"));
+  await page.waitForFunction(() => document.querySelectorAll("#rows tr").length >= 1);
+  const href = await page.getAttribute("#timeline", "href");
+  check(href.startsWith("api/timeline?"), `timeline link ${href}`);
+  const trace_json = await (await page.request.get(`${base}/${href}`)).json();
+  check(Array.isArray(trace_json.traceEvents), "the timeline link answers Chrome trace JSON");
+  await page.screenshot({ path: `${shots}/4-search.png`, fullPage: true });
+} finally {
+  await browser.close();
+}
+if (failures.length) {
+  console.error(failures.join("\n"));
+  process.exit(1);
+}
+console.log("dashboard: all checks passed");

@@ -1,0 +1,135 @@
+"""The end-to-end workload: every kind of task history a Ray user produces.
+
+Thousands of short tasks, named tasks, tasks raising exceptions, a retry that fails then
+succeeds (and one whose worker crashes first), nested tasks, actors with methods, an actor that
+exits itself and one that is killed, a cancelled task, and a task still running when the job
+ends. Run as a Ray driver (RAY_ADDRESS set); N_TASKS sets the number of short tasks.
+"""
+import os
+import sys
+import tempfile
+import time
+
+import ray
+
+N_TASKS = int(os.environ.get("N_TASKS", "2000"))
+STATE_DIR = tempfile.mkdtemp(prefix="afterglow-e2e-")
+
+
+@ray.remote
+def short(i):
+    return i * i
+
+
+@ray.remote
+def fails(i):
+    raise ValueError(f"e2e failure number {i}")
+
+
+@ray.remote
+def child(x):
+    time.sleep(0.01)
+    return x + 1
+
+
+@ray.remote
+def parent(x):
+    return ray.get(child.remote(x)) * 2
+
+
+@ray.remote
+def sleeps(seconds):
+    time.sleep(seconds)
+    return seconds
+
+
+@ray.remote(max_retries=3, retry_exceptions=True)
+def flaky_exception(path):
+    n = int(open(path).read()) if os.path.exists(path) else 0
+    with open(path, "w") as f:
+        f.write(str(n + 1))
+    if n == 0:
+        raise RuntimeError(f"flaky_exception: attempt {n} fails on purpose")
+    return n
+
+
+@ray.remote(max_retries=2)
+def flaky_crash(path):
+    n = int(open(path).read()) if os.path.exists(path) else 0
+    with open(path, "w") as f:
+        f.write(str(n + 1))
+    if n == 0:
+        os._exit(1)
+    return n
+
+
+@ray.remote
+class Counter:
+    def __init__(self, start=0):
+        self.n = start
+
+    def incr(self, k=1):
+        self.n += k
+        return self.n
+
+    def boom(self):
+        raise KeyError("actor method failure on purpose")
+
+
+@ray.remote
+class Doomed:
+    def ping(self):
+        return "pong"
+
+    def die(self):
+        ray.actor.exit_actor()
+
+
+def main():
+    ray.init()
+    cancelled = sleeps.remote(60)
+
+    refs = [short.remote(i) for i in range(N_TASKS)]
+    named = [short.options(name=f"named-short-{i}").remote(i) for i in range(5)]
+    time.sleep(1.0)
+    # A graceful cancel does not interrupt a sleeping task in Ray 2.60 (it would finish after
+    # its sleep); force kills the worker, and Ray records the task as cancelled.
+    ray.cancel(cancelled, force=True)
+    try:
+        ray.get(cancelled)
+    except (ray.exceptions.TaskCancelledError, ray.exceptions.WorkerCrashedError):
+        pass
+
+    failing = [fails.remote(i) for i in range(20)]
+    nested = [parent.remote(i) for i in range(5)]
+
+    counter = Counter.remote(10)
+    actor_refs = [counter.incr.remote(i) for i in range(20)]
+    boom = counter.boom.remote()
+
+    exits, killed = Doomed.remote(), Doomed.remote()
+    ray.get([exits.ping.remote(), killed.ping.remote()])
+    try:
+        ray.get(exits.die.remote())
+    except ray.exceptions.RayActorError:
+        pass
+    ray.kill(killed)
+
+    retried = flaky_exception.remote(os.path.join(STATE_DIR, "exception.cnt"))
+    crashed = flaky_crash.remote(os.path.join(STATE_DIR, "crash.cnt"))
+
+    ray.get(refs + named + nested + actor_refs + [retried, crashed])
+    for ref in failing + [boom]:
+        try:
+            ray.get(ref)
+        except Exception:
+            pass
+    # Still running when the driver exits: Ray fails it at job end.
+    sleeps.remote(600)
+    time.sleep(1.0)
+    print(f"workload done: {N_TASKS} short tasks")
+
+
+if __name__ == "__main__":
+    main()
+    sys.exit(0)
