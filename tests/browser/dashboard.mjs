@@ -71,11 +71,15 @@ try {
   await page.click("#close");
 
   // Search by a word of a stack trace, and the Perfetto link.
-  await page.click(".chip >> nth=0");
+  while ((await page.locator(".chip").count()) > 0) {
+    await page.locator(".chip").first().click();
+  }
   await page.fill("#search", "keyerror");
   await page.press("#search", "Enter");
-  await page.waitForFunction(() => document.querySelector("#filters").textContent.includes("q=keyerror"));
-  await page.waitForFunction(() => document.querySelectorAll("#rows tr").length >= 1);
+  await page.waitForFunction(() => document.querySelector("#filters").textContent === "q=keyerror");
+  await page.waitForFunction(() => [...document.querySelectorAll("#rows tr td:nth-child(2)")]
+    .some((td) => td.textContent === "Counter.boom"), null, { timeout: 10_000 });
+  check(true, "searching `keyerror` finds the actor method whose stack trace raised KeyError");
   const href = await page.getAttribute("#timeline", "href");
   check(href.startsWith("api/timeline?"), `timeline link ${href}`);
   const trace_json = await (await page.request.get(`${base}/${href}`)).json();

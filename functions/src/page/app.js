@@ -208,15 +208,21 @@ async function loadTasks() {
 
 function transitions(events) {
   if (!events.length) return null;
+  // Evenly spaced in order (transitions often bunch within a millisecond), each labelled with
+  // its offset from the first.
   const width = 640, start = events[0].created_ms;
-  const span = Math.max(1, events[events.length - 1].created_ms - start);
-  return svg("svg", { class: "transitions", width: "100%", height: 60, viewBox: `0 0 ${width} 60` },
-    svg("line", { x1: 10, y1: 20, x2: width - 10, y2: 20 }),
+  const step = events.length > 1 ? (width - 120) / (events.length - 1) : 0;
+  const stagger = events.length > 5 ? 24 : 0;
+  const height = 52 + stagger;
+  return svg("svg", { class: "transitions", width: "100%", height, viewBox: `0 0 ${width} ${height}` },
+    svg("line", { x1: 60, y1: 16, x2: width - 60, y2: 16 }),
     events.map((event, index) => {
-      const x = 10 + ((event.created_ms - start) / span) * (width - 20);
+      const x = 60 + index * step;
       return svg("g", {},
-        svg("circle", { cx: x, cy: 20, r: 5, class: event.state }, svg("title", {}, `${event.state} ${when(event.created_ms)}`)),
-        svg("text", { x, y: index % 2 ? 52 : 40, "text-anchor": "middle" }, event.state.replace(/_/g, " ").toLowerCase()));
+        svg("circle", { cx: x, cy: 16, r: 5, class: event.state }, svg("title", {}, `${event.state} ${when(event.created_ms)}`)),
+        svg("text", { x, y: 34 + (index % 2) * stagger, "text-anchor": "middle" }, event.state.replace(/_/g, " ").toLowerCase()),
+        svg("text", { x, y: 46 + (index % 2) * stagger, "text-anchor": "middle", class: "offset" },
+          index === 0 ? when(event.created_ms).slice(11) : `+${duration(event.created_ms - start)}`));
     }));
 }
 
