@@ -43,6 +43,50 @@ impl<D: Ord, T: Ord> Record<D, T> {
     }
 }
 
+/// Folds a partial record into the record of the same entity.
+fn fold_in<D: Ord, T: Ord>(records: &mut BTreeMap<String, Record<D, T>>, record: Record<D, T>) {
+    match records.entry(record.id.clone()) {
+        std::collections::btree_map::Entry::Occupied(mut known) => known.get_mut().merge(record),
+        std::collections::btree_map::Entry::Vacant(new) => {
+            new.insert(record);
+        }
+    }
+}
+
+/// Folds a definition of entity `id`, reported at `at` (ns), into its record.
+fn define<D: Ord, T: Ord>(
+    records: &mut BTreeMap<String, Record<D, T>>,
+    id: String,
+    at: i64,
+    value: D,
+) {
+    let definition = Some(Reported { at, value });
+    fold_in(
+        records,
+        Record {
+            id,
+            definition,
+            transitions: Vec::new(),
+        },
+    );
+}
+
+/// Folds state transitions of entity `id` into its record.
+fn add_transitions<D: Ord, T: Ord>(
+    records: &mut BTreeMap<String, Record<D, T>>,
+    id: String,
+    transitions: Vec<T>,
+) {
+    fold_in(
+        records,
+        Record {
+            id,
+            definition: None,
+            transitions,
+        },
+    );
+}
+
 fn hex(id: Option<&Id>) -> Option<String> {
     id.map(|id| id.as_hex().to_owned())
 }
@@ -361,20 +405,18 @@ impl SessionEntities {
                 let Some(id) = hex(event.job_id.as_ref()) else {
                     return;
                 };
-                self.jobs.entry(id.clone()).or_default().merge(Record {
+                define(
+                    &mut self.jobs,
                     id,
-                    definition: Some(Reported {
-                        at,
-                        value: JobDefinitionFacts {
-                            driver_pid: event.driver_pid,
-                            driver_node_id: hex(event.driver_node_id.as_ref()),
-                            entrypoint: event.entrypoint.clone(),
-                            serialized_runtime_env: event.config.serialized_runtime_env.clone(),
-                            metadata: json(&event.config.metadata),
-                        },
-                    }),
-                    transitions: Vec::new(),
-                });
+                    at,
+                    JobDefinitionFacts {
+                        driver_pid: event.driver_pid,
+                        driver_node_id: hex(event.driver_node_id.as_ref()),
+                        entrypoint: event.entrypoint.clone(),
+                        serialized_runtime_env: event.config.serialized_runtime_env.clone(),
+                        metadata: json(&event.config.metadata),
+                    },
+                );
             }
             EventPayload::DriverJobLifecycle(event) => {
                 let Some(id) = hex(event.job_id.as_ref()) else {
@@ -385,38 +427,32 @@ impl SessionEntities {
                     .iter()
                     .map(|transition| (transition.timestamp.nanos(), transition.state.to_string()))
                     .collect();
-                self.jobs.entry(id.clone()).or_default().merge(Record {
-                    id,
-                    definition: None,
-                    transitions,
-                });
+                add_transitions(&mut self.jobs, id, transitions);
             }
             EventPayload::ActorDefinition(event) => {
                 let Some(id) = hex(event.actor_id.as_ref()) else {
                     return;
                 };
-                self.actors.entry(id.clone()).or_default().merge(Record {
+                define(
+                    &mut self.actors,
                     id,
-                    definition: Some(Reported {
-                        at,
-                        value: ActorDefinitionFacts {
-                            job_id: hex(event.job_id.as_ref()),
-                            class_name: event.class_name.clone(),
-                            name: event.name.clone(),
-                            ray_namespace: event.ray_namespace.clone(),
-                            is_detached: event.is_detached,
-                            placement_group_id: event
-                                .placement_group_id
-                                .as_ref()
-                                .filter(|id| !id.is_nil())
-                                .map(|id| id.as_hex().to_owned()),
-                            required_resources: json(&event.required_resources),
-                            serialized_runtime_env: event.serialized_runtime_env.clone(),
-                            call_site: event.call_site.clone(),
-                        },
-                    }),
-                    transitions: Vec::new(),
-                });
+                    at,
+                    ActorDefinitionFacts {
+                        job_id: hex(event.job_id.as_ref()),
+                        class_name: event.class_name.clone(),
+                        name: event.name.clone(),
+                        ray_namespace: event.ray_namespace.clone(),
+                        is_detached: event.is_detached,
+                        placement_group_id: event
+                            .placement_group_id
+                            .as_ref()
+                            .filter(|id| !id.is_nil())
+                            .map(|id| id.as_hex().to_owned()),
+                        required_resources: json(&event.required_resources),
+                        serialized_runtime_env: event.serialized_runtime_env.clone(),
+                        call_site: event.call_site.clone(),
+                    },
+                );
             }
             EventPayload::ActorLifecycle(event) => {
                 let Some(id) = hex(event.actor_id.as_ref()) else {
@@ -439,32 +475,26 @@ impl SessionEntities {
                             .map(super::strip_ansi),
                     })
                     .collect();
-                self.actors.entry(id.clone()).or_default().merge(Record {
-                    id,
-                    definition: None,
-                    transitions,
-                });
+                add_transitions(&mut self.actors, id, transitions);
             }
             EventPayload::NodeDefinition(event) => {
                 let Some(id) = hex(event.node_id.as_ref()) else {
                     return;
                 };
-                self.nodes.entry(id.clone()).or_default().merge(Record {
+                define(
+                    &mut self.nodes,
                     id,
-                    definition: Some(Reported {
-                        at,
-                        value: NodeDefinitionFacts {
-                            node_ip: event.node_ip_address.clone(),
-                            node_name: event.node_name.clone(),
-                            hostname: event.hostname.clone(),
-                            labels: json(&event.labels),
-                            start_ns: event.start_timestamp.map(|start| start.nanos()),
-                            instance_id: event.instance_id.clone(),
-                            instance_type_name: event.instance_type_name.clone(),
-                        },
-                    }),
-                    transitions: Vec::new(),
-                });
+                    at,
+                    NodeDefinitionFacts {
+                        node_ip: event.node_ip_address.clone(),
+                        node_name: event.node_name.clone(),
+                        hostname: event.hostname.clone(),
+                        labels: json(&event.labels),
+                        start_ns: event.start_timestamp.map(|start| start.nanos()),
+                        instance_id: event.instance_id.clone(),
+                        instance_type_name: event.instance_type_name.clone(),
+                    },
+                );
             }
             EventPayload::NodeLifecycle(event) => {
                 let Some(id) = hex(event.node_id.as_ref()) else {
@@ -486,28 +516,22 @@ impl SessionEntities {
                         }),
                     })
                     .collect();
-                self.nodes.entry(id.clone()).or_default().merge(Record {
-                    id,
-                    definition: None,
-                    transitions,
-                });
+                add_transitions(&mut self.nodes, id, transitions);
             }
             EventPayload::WorkerDefinition(event) => {
                 let Some(id) = hex(event.worker_id.as_ref()) else {
                     return;
                 };
-                self.workers.entry(id.clone()).or_default().merge(Record {
+                define(
+                    &mut self.workers,
                     id,
-                    definition: Some(Reported {
-                        at,
-                        value: WorkerDefinitionFacts {
-                            node_id: hex(event.node_id.as_ref()),
-                            worker_type: event.worker_type.to_string(),
-                            pid: event.pid,
-                        },
-                    }),
-                    transitions: Vec::new(),
-                });
+                    at,
+                    WorkerDefinitionFacts {
+                        node_id: hex(event.node_id.as_ref()),
+                        worker_type: event.worker_type.to_string(),
+                        pid: event.pid,
+                    },
+                );
             }
             EventPayload::WorkerLifecycle(event) => {
                 let Some(id) = hex(event.worker_id.as_ref()) else {
@@ -532,11 +556,7 @@ impl SessionEntities {
                             .map(|info| info.exit_detail.clone()),
                     })
                     .collect();
-                self.workers.entry(id.clone()).or_default().merge(Record {
-                    id,
-                    definition: None,
-                    transitions,
-                });
+                add_transitions(&mut self.workers, id, transitions);
             }
             EventPayload::PlacementGroupDefinition(event) => {
                 let Some(id) = hex(event.placement_group_id.as_ref()) else {
@@ -553,26 +573,17 @@ impl SessionEntities {
                         })
                     })
                     .collect();
-                self.placement_groups
-                    .entry(id.clone())
-                    .or_default()
-                    .merge(Record {
-                        id,
-                        definition: Some(Reported {
-                            at,
-                            value: PlacementGroupDefinitionFacts {
-                                name: event.name.clone(),
-                                ray_namespace: event.ray_namespace.clone(),
-                                strategy: event.strategy.to_string(),
-                                is_detached: event.is_detached,
-                                creator_job_id: hex(event.creator_job_id.as_ref()),
-                                creator_actor_id: hex(event.creator_actor_id.as_ref())
-                                    .filter(|id| !id.bytes().all(|digit| digit == b'f')),
-                                bundles: serde_json::Value::Array(bundles).to_string(),
-                            },
-                        }),
-                        transitions: Vec::new(),
-                    });
+                let facts = PlacementGroupDefinitionFacts {
+                    name: event.name.clone(),
+                    ray_namespace: event.ray_namespace.clone(),
+                    strategy: event.strategy.to_string(),
+                    is_detached: event.is_detached,
+                    creator_job_id: hex(event.creator_job_id.as_ref()),
+                    creator_actor_id: hex(event.creator_actor_id.as_ref())
+                        .filter(|id| !id.bytes().all(|digit| digit == b'f')),
+                    bundles: serde_json::Value::Array(bundles).to_string(),
+                };
+                define(&mut self.placement_groups, id, at, facts);
             }
             EventPayload::PlacementGroupLifecycle(event) => {
                 let Some(id) = hex(event.placement_group_id.as_ref()) else {
@@ -583,14 +594,7 @@ impl SessionEntities {
                     .iter()
                     .map(|transition| (transition.timestamp.nanos(), transition.state.to_string()))
                     .collect();
-                self.placement_groups
-                    .entry(id.clone())
-                    .or_default()
-                    .merge(Record {
-                        id,
-                        definition: None,
-                        transitions,
-                    });
+                add_transitions(&mut self.placement_groups, id, transitions);
             }
             _ => {}
         }
