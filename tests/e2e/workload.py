@@ -53,7 +53,10 @@ def flaky_exception(path):
     return n
 
 
-@ray.remote(max_retries=2)
+# Its own runtime env gives it a worker of its own: os._exit() kills the worker process, and
+# on a reused worker that also loses task events other tasks left buffered there (Ray then
+# lists such a task as RUNNING forever, while the exported worker death fails it here).
+@ray.remote(max_retries=2, runtime_env={"env_vars": {"AFTERGLOW_E2E_CRASH_WORKER": "1"}})
 def flaky_crash(path):
     n = int(open(path).read()) if os.path.exists(path) else 0
     with open(path, "w") as f:
