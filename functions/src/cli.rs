@@ -19,6 +19,13 @@ pub struct Cli {
     pub command: Command,
 }
 
+impl Cli {
+    /// True for the commands that draw progress bars on stderr.
+    pub fn shows_progress(&self) -> bool {
+        matches!(self.command, Command::Generate(_) | Command::Bench(_))
+    }
+}
+
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
@@ -35,6 +42,100 @@ pub enum Command {
     ///
     /// Stop `serve` (and the compact function) on the same store first.
     Rebuild(StoreArgs),
+    /// Generate synthetic Ray 2.60 event traffic (deterministic for a seed).
+    ///
+    /// Writes POST bodies to --out DIR (bodies/*.json plus truth.json, what was generated) or
+    /// POSTs them to --post URL (an ingest URL, token included), retrying like Ray does.
+    Generate(GenerateArgs),
+    /// Measure the whole pipeline at scale: ingest, compaction, storage and every dashboard
+    /// route, cold and warm. Prints JSON to stdout and a table to stderr.
+    ///
+    /// Build with --release. 10 million attempts need about 25 GB of free disk in --dir (or
+    /// TMPDIR) while running.
+    Bench(BenchArgs),
+}
+
+/// The shape of synthetic traffic.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SynthArgs {
+    /// Task attempts to generate.
+    #[arg(long, value_name = "N", default_value_t = 100_000)]
+    pub tasks: u64,
+    /// Jobs (drivers).
+    #[arg(long, value_name = "J", default_value_t = 8)]
+    pub jobs: u32,
+    /// Nodes, each sending its own bodies.
+    #[arg(long, value_name = "K", default_value_t = 16)]
+    pub nodes: u32,
+    /// Share of tasks whose first attempt fails (some are retried).
+    #[arg(long, value_name = "RATE", default_value_t = 0.02)]
+    pub failure_rate: f64,
+    /// Share of bodies delivered twice.
+    #[arg(long, value_name = "RATE", default_value_t = 0.005)]
+    pub duplicate_rate: f64,
+    /// Also emit TASK_PROFILE_EVENTs (Ray sends them only when asked to).
+    #[arg(long)]
+    pub profile: bool,
+    /// Seed: the same flags and seed give the same bytes.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+}
+
+impl SynthArgs {
+    /// The generator's settings.
+    pub fn settings(&self) -> shared::synth::SynthSettings {
+        shared::synth::SynthSettings {
+            attempts: self.tasks,
+            jobs: self.jobs,
+            nodes: self.nodes,
+            failure_rate: self.failure_rate,
+            duplicate_rate: self.duplicate_rate,
+            profile: self.profile,
+            seed: self.seed,
+            ..shared::synth::SynthSettings::default()
+        }
+    }
+}
+
+/// Flags of `afterglow generate`.
+#[derive(Debug, clap::Args)]
+#[command(group(clap::ArgGroup::new("target").required(true).args(["out", "post"])))]
+pub struct GenerateArgs {
+    /// What to generate.
+    #[command(flatten)]
+    pub synth: SynthArgs,
+    /// Write the bodies as files under this directory.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// POST the bodies to this ingest URL, e.g. http://127.0.0.1:8700/v1/events/local.
+    #[arg(long, value_name = "URL")]
+    pub post: Option<String>,
+}
+
+/// Flags of `afterglow bench`.
+#[derive(Debug, clap::Args)]
+pub struct BenchArgs {
+    /// What to generate.
+    #[command(flatten)]
+    pub synth: SynthArgs,
+    /// Work directory (kept afterwards); a temporary one (removed) when not given.
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// Warm repetitions of each route.
+    #[arg(long, value_name = "R", default_value_t = 20)]
+    pub repeat: usize,
+    /// Raw objects per compaction run (the compact function's SQS batch size).
+    #[arg(long, value_name = "N", default_value_t = 500)]
+    pub objects_per_run: usize,
+    /// Only time the routes, over the store an earlier run left in --dir.
+    #[arg(long, requires = "dir")]
+    pub query_only: bool,
+    /// With --query-only: the session to query (the only one, when not given).
+    #[arg(long, value_name = "NAME")]
+    pub session: Option<String>,
+    /// With --query-only: fold the deltas into the base first (`afterglow compact --fold`).
+    #[arg(long, requires = "query_only")]
+    pub fold: bool,
 }
 
 /// Which store a maintenance command works on.
@@ -54,6 +155,10 @@ pub struct CompactArgs {
     /// Raw object keys (`raw/{cluster}/…ndjson.gz`); all raw objects when none are given.
     #[arg(value_name = "KEY")]
     pub keys: Vec<String>,
+    /// Only fold every session's delta files into its base (for sessions that have gone
+    /// quiet: reads get faster); no raw object is read.
+    #[arg(long, conflicts_with = "keys")]
+    pub fold: bool,
 }
 
 /// Flags of `afterglow serve`.
@@ -77,5 +182,7 @@ pub async fn run(cli: Cli, config: Config) -> anyhow::Result<()> {
         Command::Serve(args) => crate::serve::run_cli(args, config).await,
         Command::Compact(args) => crate::maintenance::compact(args, config).await,
         Command::Rebuild(args) => crate::maintenance::rebuild(args, config).await,
+        Command::Generate(args) => crate::generate::run(args).await,
+        Command::Bench(args) => crate::bench::run(args).await,
     }
 }

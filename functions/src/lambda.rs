@@ -58,7 +58,12 @@ pub async fn run(function: LambdaFunction, config: Config) -> anyhow::Result<()>
             let storage = Arc::new(S3Storage::connect(settings).await);
             let scratch = std::env::temp_dir().join("afterglow-compact");
             std::fs::create_dir_all(&scratch).context("cannot create the scratch directory")?;
-            let compactor = Compactor::new(storage, CompactSettings::default(), scratch);
+            // DuckDB's merges get 60 % of the function's memory and spill the rest to /tmp.
+            let settings = CompactSettings {
+                memory_limit_mib: config.lambda_memory_mib.map(|memory| memory * 6 / 10),
+                ..CompactSettings::default()
+            };
+            let compactor = Compactor::new(storage, settings, scratch);
             let compactor = &compactor;
             let prefix = prefix.as_str();
             lambda_runtime::run(lambda_runtime::service_fn(move |event| {

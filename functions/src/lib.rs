@@ -10,10 +10,14 @@
 //! - [`query`]: `GET /api/...` onto `shared::query`.
 //! - [`serve`]: the embedded default: every function on a local directory.
 //! - [`maintenance`]: `compact` and `rebuild` from the command line.
+//! - [`generate`]: `afterglow generate`, synthetic Ray traffic.
+//! - [`bench`]: `afterglow bench`, the pipeline measured at scale.
 //! - [`telemetry`]: tracing setup.
 
+pub mod bench;
 pub mod cli;
 pub mod compact;
+pub mod generate;
 pub mod http;
 pub mod ingest;
 pub mod lambda;

@@ -17,7 +17,15 @@ fn main() -> ExitCode {
         }
     };
     let lambda = config.lambda;
-    afterglow::telemetry::init(&config.log_filter, lambda.is_some());
+    // Commands that draw progress bars log only warnings unless asked, so logs do not bury them.
+    let quiet = cli
+        .as_ref()
+        .is_some_and(afterglow::cli::Cli::shows_progress);
+    let filter = config
+        .log_filter
+        .as_deref()
+        .unwrap_or(if quiet { "warn" } else { "info" });
+    afterglow::telemetry::init(filter, lambda.is_some());
 
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

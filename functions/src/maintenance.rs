@@ -30,6 +30,11 @@ fn print(report: &CompactReport) {
 /// Compacts the given raw keys, or every raw object.
 pub async fn compact(args: CompactArgs, config: Config) -> anyhow::Result<()> {
     let (compactor, _scratch) = compactor(&args.store, &config).await?;
+    if args.fold {
+        let folded = compactor.fold().await?;
+        println!("folded the deltas of {folded} sessions into their base");
+        return Ok(());
+    }
     let keys = if args.keys.is_empty() {
         compactor.raw_keys().await?
     } else {

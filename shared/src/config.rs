@@ -11,7 +11,7 @@
 //! | `AFTERGLOW_DATA_DIR` | local data directory when no bucket is set | `./afterglow-data` |
 //! | `AFTERGLOW_MAX_BODY_BYTES` | largest ingest body | 5 MiB |
 //! | `AFTERGLOW_MAX_EVENTS_PER_REQUEST` | most events in one ingest body | 10000 |
-//! | `AFTERGLOW_LOG` | log filter (`info`, `afterglow=debug`, …) | `info` |
+//! | `AFTERGLOW_LOG` | log filter (`info`, `afterglow=debug`, …) | `info` (`warn` for `generate` and `bench`) |
 //! | `AWS_LAMBDA_RUNTIME_API`, `_HANDLER` | set by Lambda: run as the function named by `_HANDLER` | unset: CLI |
 //! | `AWS_LAMBDA_FUNCTION_MEMORY_SIZE` | set by Lambda: sizes DuckDB's memory limit and threads | unset |
 //!
@@ -98,8 +98,8 @@ pub struct Config {
     pub lambda_memory_mib: Option<u64>,
     /// Bounds on ingest requests.
     pub ingest_limits: IngestLimits,
-    /// Log filter directive.
-    pub log_filter: String,
+    /// Log filter directive (`AFTERGLOW_LOG`), when set.
+    pub log_filter: Option<String>,
     /// `Some` when running inside AWS Lambda.
     pub lambda: Option<LambdaFunction>,
 }
@@ -189,7 +189,7 @@ impl Config {
             query_token,
             lambda_memory_mib,
             ingest_limits,
-            log_filter: get("AFTERGLOW_LOG").unwrap_or_else(|| "info".to_owned()),
+            log_filter: get("AFTERGLOW_LOG"),
             lambda,
         })
     }

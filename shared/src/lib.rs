@@ -15,6 +15,7 @@
 //! - [`query`]: the dashboard API, answered by DuckDB over those tables.
 //! - [`layout`]: the storage key layout.
 //! - [`merge`]: Ray's rules for merging a task attempt's events into one row (pure).
+//! - [`synth`]: synthetic Ray traffic of any size, for `generate` and `bench`.
 //! - [`auth`]: the ingest token.
 //! - [`config`]: the environment variables, read in one place.
 
@@ -29,4 +30,5 @@ pub mod layout;
 pub mod merge;
 pub mod query;
 pub mod storage;
+pub mod synth;
 pub mod tables;

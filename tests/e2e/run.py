@@ -176,6 +176,45 @@ def ray_answers(env, address):
     return {"tasks": tasks, "actors": actors, "jobs": jobs, "nodes": nodes, "summary": summary}
 
 
+def timed(url, repeat):
+    """Median and p95 latency (ms) of `repeat` GETs of `url`, after one untimed warm-up."""
+    http_json(url, timeout=120)
+    samples = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        http_json(url, timeout=120)
+        samples.append((time.perf_counter() - started) * 1000)
+    samples.sort()
+    return {"p50_ms": samples[len(samples) // 2],
+            "p95_ms": samples[min(len(samples) - 1, int(len(samples) * 0.95))]}
+
+
+def versus_ray(dashboard, base, ray, repeat):
+    """The same questions asked of Ray's dashboard API and of Afterglow, on the same tasks,
+    while both hold them. Prints one JSON line; ratio > 1 means Afterglow is faster."""
+    failed = next((t for t in ray["tasks"] if t["state"] == "FAILED"), ray["tasks"][0])
+    task_id = failed["task_id"]
+    scope = f"cluster={CLUSTER}"
+    pairs = {
+        "table_page": (f"{dashboard}/api/v0/tasks?limit=100&detail=1",
+                       f"{base}/api/tasks?{scope}&limit=100"),
+        "failed_page": (f"{dashboard}/api/v0/tasks?limit=100&detail=1&filter_keys=state"
+                        f"&filter_predicates=%3D&filter_values=FAILED",
+                        f"{base}/api/tasks?{scope}&limit=100&state=FAILED"),
+        "per_name_summary": (f"{dashboard}/api/v0/tasks/summarize",
+                             f"{base}/api/aggregates?{scope}&by=name&limit=1000"),
+        "point_lookup": (f"{dashboard}/api/v0/tasks?detail=1&filter_keys=task_id"
+                         f"&filter_predicates=%3D&filter_values={task_id}",
+                         f"{base}/api/tasks/{task_id}?{scope}"),
+    }
+    report = {"attempts": len(ray["tasks"]), "repeat": repeat, "routes": {}}
+    for name, (theirs, ours) in pairs.items():
+        ray_time, our_time = timed(theirs, repeat), timed(ours, repeat)
+        report["routes"][name] = {"ray": ray_time, "afterglow": our_time,
+                                  "ratio_p50": ray_time["p50_ms"] / our_time["p50_ms"]}
+    print("versus_ray " + json.dumps(report), flush=True)
+
+
 def all_pages(base, path, query, field):
     rows, cursor = [], None
     while True:
@@ -261,6 +300,8 @@ def main():
     parser.add_argument("--variant", choices=["serve", "faults"], default="serve")
     parser.add_argument("--tasks", type=int, default=2000, help="short tasks in the workload")
     parser.add_argument("--keep", help="keep the work directory here")
+    parser.add_argument("--versus-ray", type=int, default=0, metavar="R",
+                        help="also time R requests of each route against Ray's dashboard API")
     args = parser.parse_args()
 
     work = args.keep or tempfile.mkdtemp(prefix="afterglow-e2e-")
@@ -273,7 +314,7 @@ def main():
     export_addr = f"http://127.0.0.1:{proxy.server_address[1]}/v1/events/{CLUSTER}"
     env = ray_env(export_addr, os.path.join(work, "ray"))
     os.makedirs(env["RAY_TMPDIR"], exist_ok=True)
-    gcs_port = free_port()
+    gcs_port, dashboard_port = free_port(), free_port()
     address = f"127.0.0.1:{gcs_port}"
     log(f"variant {args.variant}: afterglow at {afterglow.url}, Ray exports to {export_addr}")
 
@@ -281,7 +322,7 @@ def main():
     ray_stopped = False
     try:
         ray_cli(env, "start", "--head", "--num-cpus=2", "--include-dashboard=true",
-                "--dashboard-host=127.0.0.1", f"--dashboard-port={free_port()}",
+                "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard_port}",
                 "--node-ip-address=127.0.0.1", f"--port={gcs_port}", "--disable-usage-stats",
                 f"--temp-dir={env['RAY_TMPDIR']}")
         log("Ray started")
@@ -307,6 +348,8 @@ def main():
         log(f"Ray lists {len(ray['tasks'])} attempts")
         seen = wait_for_attempts(afterglow.url, len(ray["tasks"]), timeout=180)
         log(f"Afterglow shows {seen} attempts")
+        if args.versus_ray:
+            versus_ray(f"http://127.0.0.1:{dashboard_port}", afterglow.url, ray, args.versus_ray)
         ray_cli(env, "stop", "--force")
         ray_stopped = True
         log("Ray stopped; comparing")

@@ -185,6 +185,14 @@ pub fn manifest_key(cluster: &ClusterName, session: &str) -> Result<ObjectKey, I
     ))
 }
 
+/// The `(cluster, session)` a manifest key names; `None` for any other key.
+pub fn session_of(key: &ObjectKey) -> Option<(ClusterName, String)> {
+    let rest = key.as_str().strip_prefix("tables/manifests/cluster=")?;
+    let (cluster, rest) = rest.split_once("/session=")?;
+    let session = rest.strip_suffix(".json")?;
+    Some((ClusterName::new(cluster).ok()?, session.to_owned()))
+}
+
 /// A manifest as read, with the version a conditional update must name.
 #[derive(Clone, Debug)]
 pub struct VersionedManifest {
@@ -274,4 +282,20 @@ pub async fn store(
         None => PutMode::Create,
     };
     Ok(storage.put(key, Bytes::from(body), mode).await?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_manifest_key_names_its_session() -> Result<(), Box<dyn std::error::Error>> {
+        let cluster = ClusterName::new("prod-1")?;
+        let key = manifest_key(&cluster, "session_2026-11-22_06-11-29_227665_10899")?;
+        let (named_cluster, session) = session_of(&key).ok_or("not a manifest key")?;
+        assert_eq!(named_cluster.to_string(), "prod-1");
+        assert_eq!(session, "session_2026-11-22_06-11-29_227665_10899");
+        assert!(session_of(&ObjectKey::new("tables/catalog.json")?).is_none());
+        Ok(())
+    }
 }

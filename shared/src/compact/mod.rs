@@ -27,7 +27,7 @@ use ulid::Ulid;
 use self::manifest::{
     DataFile, Document as _, Manifest, ManifestError, RetiredFile, SessionStats, VersionedManifest,
 };
-use self::raw::{QuarantinedLine, RawError, read_raw};
+use self::raw::{QuarantinedLine, RawError, RawObject, read_raw};
 use crate::event::RayEvent;
 use crate::event::encoding::Id;
 use crate::layout::ClusterName;
@@ -35,8 +35,12 @@ use crate::merge::entities::SessionEntities;
 use crate::merge::{SessionTasks, TaskAttempt, merge_all};
 use crate::storage::{FileCache, InvalidKey, ObjectKey, PutMode, Storage, StorageError};
 use crate::tables::entities::{self, EntityKind};
+use crate::tables::newest::LocalFiles;
 use crate::tables::task_attempts::{self, RowFilter, TableError};
 use crate::tables::task_profile;
+
+/// Raw objects fetched and parsed at once.
+const READ_PARALLELISM: usize = 8;
 
 /// Tuning of compaction.
 #[derive(Clone, Debug)]
@@ -47,6 +51,9 @@ pub struct CompactSettings {
     pub retire_grace: Duration,
     /// Give up after this many lost manifest races in a row.
     pub max_manifest_retries: usize,
+    /// DuckDB's memory limit for merges (MiB); beyond it, sorts spill to the scratch
+    /// directory. `None`: DuckDB's default (80 % of the machine).
+    pub memory_limit_mib: Option<u64>,
 }
 
 impl Default for CompactSettings {
@@ -55,6 +62,7 @@ impl Default for CompactSettings {
             max_deltas: 16,
             retire_grace: Duration::from_secs(15 * 60),
             max_manifest_retries: 20,
+            memory_limit_mib: None,
         }
     }
 }
@@ -151,8 +159,8 @@ impl Compactor {
         let mut sessions: BTreeMap<(ClusterName, String), Vec<RayEvent>> = BTreeMap::new();
         let mut seen = HashSet::new();
         let mut quarantined: Vec<QuarantinedLine> = Vec::new();
-        for key in raw_keys {
-            let object = read_raw(&*self.storage, key).await?;
+        for object in self.read_all(raw_keys).await? {
+            let key = object.key;
             report.raw_objects += 1;
             quarantined.extend(object.quarantined);
             for event in object.events {
@@ -206,6 +214,75 @@ impl Compactor {
         }
         tracing::info!(?report, "compaction finished");
         Ok(report)
+    }
+
+    /// Folds every session's deltas into its base now, instead of waiting for the delta count
+    /// to pass [`CompactSettings::max_deltas`]: for a session that has gone quiet, so readers
+    /// stop paying for the deltas. Returns the number of sessions folded.
+    #[tracing::instrument(name = "fold", skip(self))]
+    pub async fn fold(&self) -> Result<usize, CompactError> {
+        let mut folded = 0;
+        for meta in self.storage.list("tables/manifests/").await? {
+            let current = manifest::load(&*self.storage, &meta.key).await?;
+            if current.manifest.task_attempts.deltas.is_empty() {
+                continue;
+            }
+            let Some((cluster, session)) = manifest::session_of(&meta.key) else {
+                continue;
+            };
+            let (base, profile, _) = self
+                .merge_base(&cluster, &session, &current.manifest)
+                .await?;
+            let mut next = current.manifest.clone();
+            next.sequence += 1;
+            let now = now_ms();
+            for old in next.task_attempts.all().chain(next.task_profile.all()) {
+                next.retired.push(RetiredFile {
+                    key: old.key.clone(),
+                    retired_at_ms: now,
+                });
+            }
+            let base_key = ObjectKey::new(base.key.clone())?;
+            next.task_attempts.base = vec![base];
+            next.task_attempts.deltas.clear();
+            next.task_profile.deltas.clear();
+            next.task_profile.base = profile.into_iter().collect();
+            match manifest::store(&*self.storage, &meta.key, &next, current.etag.as_ref()).await {
+                Ok(_) => folded += 1,
+                // A compaction got there first; its own merges keep the session in shape.
+                Err(ManifestError::Storage(StorageError::Precondition { .. })) => {
+                    let _ = self.storage.delete(&base_key).await;
+                }
+                Err(err) => return Err(err.into()),
+            }
+        }
+        Ok(folded)
+    }
+
+    /// Reads and parses `keys`, several at a time (fetches overlap, parses use every core),
+    /// returned in the order given.
+    async fn read_all(&self, keys: &[ObjectKey]) -> Result<Vec<RawObject>, CompactError> {
+        let mut reads = tokio::task::JoinSet::new();
+        let slots = Arc::new(tokio::sync::Semaphore::new(READ_PARALLELISM));
+        for (index, key) in keys.iter().enumerate() {
+            let storage = Arc::clone(&self.storage);
+            let key = key.clone();
+            let slots = Arc::clone(&slots);
+            reads.spawn(async move {
+                let _slot = slots.acquire_owned().await;
+                read_raw(&*storage, &key)
+                    .await
+                    .map(|object| (index, object))
+            });
+        }
+        let mut objects: Vec<Option<RawObject>> = keys.iter().map(|_| None).collect();
+        while let Some(joined) = reads.join_next().await {
+            let (index, object) = joined.map_err(|err| CompactError::Worker(err.to_string()))??;
+            if let Some(slot) = objects.get_mut(index) {
+                *slot = Some(object);
+            }
+        }
+        Ok(objects.into_iter().flatten().collect())
     }
 
     /// Every raw object in the store, for `rebuild`.
@@ -398,8 +475,7 @@ impl Compactor {
 
         let mut rows_written = rows + spans;
         if next.task_attempts.deltas.len() > self.settings.max_deltas {
-            let (base, profile, base_rows) =
-                self.merge_base(cluster, session, &next, &failures).await?;
+            let (base, profile, base_rows) = self.merge_base(cluster, session, &next).await?;
             written.push(ObjectKey::new(base.key.clone())?);
             let now = now_ms();
             for old in next.task_attempts.all().chain(next.task_profile.all()) {
@@ -522,36 +598,49 @@ impl Compactor {
         Ok(rows_written)
     }
 
-    /// Folds every live file into one new base file.
+    /// Folds every live file into one new base file, newest version of each key first, in
+    /// DuckDB alone: the rows never become merge state, so a base of millions of attempts
+    /// costs a sort that spills to disk, not memory for every attempt.
     async fn merge_base(
         &self,
         cluster: &ClusterName,
         session: &str,
         manifest: &Manifest,
-        failures: &crate::merge::FailureContext,
     ) -> Result<(DataFile, Option<DataFile>, u64), CompactError> {
-        let files = self.fetch(manifest.task_attempts.all()).await?;
+        let attempts = LocalFiles {
+            base: self.fetch(manifest.task_attempts.base.iter()).await?,
+            deltas: self.fetch(manifest.task_attempts.deltas.iter()).await?,
+            one_session: true,
+        };
+        let profile = LocalFiles {
+            base: self.fetch(manifest.task_profile.base.iter()).await?,
+            deltas: self.fetch(manifest.task_profile.deltas.iter()).await?,
+            one_session: true,
+        };
         let name = Ulid::new().to_string();
         let key = ObjectKey::new(format!(
             "tables/task_attempts/cluster={cluster}/session={session}/base-{name}.parquet"
         ))?;
         let path = self.scratch.join(format!("base-{name}.parquet"));
         let profile_path = self.scratch.join(format!("profile-base-{name}.parquet"));
-        let cluster_name = cluster.to_string();
-        let session_name = session.to_owned();
-        let failures = failures.clone();
         let write_path = path.clone();
         let write_profile_path = profile_path.clone();
+        let spill = self.scratch.join("duckdb-spill");
+        let memory_limit = self.settings.memory_limit_mib;
         let (rows, spans) = run_blocking(move || -> Result<(u64, u64), CompactError> {
             let connection = task_attempts::open_duckdb()?;
-            let attempts = merge_all(task_attempts::read_all_attempts(&connection, &files)?);
-            let target = AttemptFiles {
-                cluster: &cluster_name,
-                session: &session_name,
-                attempts: &write_path,
-                profile: &write_profile_path,
-            };
-            target.write(&connection, &attempts, &failures)
+            let mut setup = format!(
+                "SET temp_directory = {};",
+                crate::tables::newest::path_literal(&spill)
+            );
+            if let Some(memory) = memory_limit {
+                setup.push_str(&format!(" SET memory_limit = '{memory}MiB';"));
+            }
+            connection.execute_batch(&setup).map_err(TableError::from)?;
+            let rows = task_attempts::write_newest(&connection, &attempts.files(), &write_path)?;
+            let spans =
+                task_profile::write_newest(&connection, &profile.files(), &write_profile_path)?;
+            Ok((rows, spans))
         })
         .await?;
         let bytes = self.upload(&path, &key).await?;

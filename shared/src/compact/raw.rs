@@ -64,13 +64,25 @@ pub fn cluster_of(key: &ObjectKey) -> Option<ClusterName> {
     ClusterName::new(cluster).ok()
 }
 
-/// Reads and parses one raw object.
+/// Reads and parses one raw object (the parse runs on a blocking thread: it is CPU work).
 #[tracing::instrument(name = "read_raw", skip(storage), fields(key = %key))]
 pub async fn read_raw(storage: &dyn Storage, key: &ObjectKey) -> Result<RawObject, RawError> {
     let cluster = cluster_of(key).ok_or_else(|| RawError::NotRaw(key.clone()))?;
     let stored = storage.get(key).await?;
+    let key = key.clone();
+    let parse_key = key.clone();
+    tokio::task::spawn_blocking(move || parse_raw(parse_key, cluster, &stored.body))
+        .await
+        .map_err(|err| RawError::Corrupt {
+            key,
+            source: std::io::Error::other(err.to_string()),
+        })?
+}
+
+/// Parses the bytes of one raw object.
+fn parse_raw(key: ObjectKey, cluster: ClusterName, body: &[u8]) -> Result<RawObject, RawError> {
     let mut text = String::new();
-    GzDecoder::new(&stored.body[..])
+    GzDecoder::new(body)
         .read_to_string(&mut text)
         .map_err(|source| RawError::Corrupt {
             key: key.clone(),
@@ -99,7 +111,7 @@ pub async fn read_raw(storage: &dyn Storage, key: &ObjectKey) -> Result<RawObjec
         }
     }
     Ok(RawObject {
-        key: key.clone(),
+        key,
         cluster,
         events,
         quarantined,

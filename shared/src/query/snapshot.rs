@@ -15,6 +15,7 @@ use crate::compact::manifest::{self, Manifest, SessionStats};
 use crate::layout::ClusterName;
 use crate::storage::{FileCache, ObjectKey, Storage};
 use crate::tables::entities::EntityKind;
+use crate::tables::newest::LocalFiles;
 
 /// One session's manifest.
 #[derive(Clone, Debug)]
@@ -27,30 +28,11 @@ pub struct SessionManifest {
     pub manifest: Manifest,
 }
 
-/// Local files of one table: base files and deltas (oldest first).
-#[derive(Clone, Debug, Default)]
-pub struct LocalTable {
-    /// Merged base files.
-    pub base: Vec<PathBuf>,
-    /// Deltas, oldest first within each session.
-    pub deltas: Vec<PathBuf>,
-}
-
-impl LocalTable {
-    /// The files as [`super::sql::TableFiles`].
-    pub fn files(&self) -> super::sql::TableFiles<'_> {
-        super::sql::TableFiles {
-            base: self.base.iter().map(PathBuf::as_path).collect(),
-            deltas: self.deltas.iter().map(PathBuf::as_path).collect(),
-        }
-    }
-}
-
 /// The tables of every session in scope, as local files.
 #[derive(Clone, Debug, Default)]
 pub struct Snapshot {
     /// `task_attempts`.
-    pub task_attempts: LocalTable,
+    pub task_attempts: LocalFiles,
     /// Entity tables: one file per session each.
     pub entities: BTreeMap<EntityKind, Vec<PathBuf>>,
 }
@@ -144,6 +126,7 @@ pub async fn snapshot(
     }
     let paths = cache.files(&keys).await?;
     let mut snapshot = Snapshot::default();
+    snapshot.task_attempts.one_session = sessions.len() <= 1;
     for (slot, index) in plan {
         let path = paths[index].clone();
         match slot {

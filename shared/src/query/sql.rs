@@ -3,8 +3,6 @@
 //! Only three things are ever spliced into SQL text: identifiers from this module's allow-lists,
 //! numbers this process computed, and paths of files this process chose (quoted as literals).
 
-use std::path::Path;
-
 use duckdb::types::Value;
 
 use super::params::TaskFilter;
@@ -40,78 +38,22 @@ impl Sql {
     }
 }
 
-/// A SQL string literal of a path this process chose.
-pub fn path_literal(path: &Path) -> String {
-    format!("'{}'", path.display().to_string().replace('\'', "''"))
-}
+pub use crate::tables::newest::{TableFiles, newest_rows, path_literal, read_parquet};
 
-/// `read_parquet([...])` over `paths`. Hive partitioning stays off: the key layout's
-/// `cluster=…/session=…` folders would otherwise add columns the files already have.
-pub fn read_parquet(paths: &[&Path], extra: &str) -> String {
-    let list: Vec<String> = paths.iter().map(|path| path_literal(path)).collect();
-    format!(
-        "read_parquet([{}], hive_partitioning = false{extra})",
-        list.join(", ")
-    )
-}
+/// Columns `q` searches as stored: ids, already lowercase hex.
+const SEARCHED_IDS: [&str; 6] = [
+    "task_id",
+    "job_id",
+    "actor_id",
+    "node_id",
+    "worker_id",
+    "parent_task_id",
+];
 
-/// The files of one table as a reader sees them.
-#[derive(Clone, Debug, Default)]
-pub struct TableFiles<'a> {
-    /// Merged base files: no key repeats among them.
-    pub base: Vec<&'a Path>,
-    /// Delta files, oldest first (across sessions, whose keys never collide).
-    pub deltas: Vec<&'a Path>,
-}
-
-/// The key of a row of `task_attempts` (and of its profile spans).
-const ATTEMPT_KEY: [&str; 4] = ["cluster", "session_name", "task_id", "attempt_number"];
-
-/// A relation with the newest version of every row of a keyed table: base rows that no delta
-/// replaced, plus each key's row from the newest delta that has it. Compaction writes full
-/// merged rows, so the newest version is the merge of all of them — the same rule compaction
-/// applies. `None` when the table has no files.
-pub fn newest_rows(files: &TableFiles<'_>) -> Option<String> {
-    if files.base.is_empty() && files.deltas.is_empty() {
-        return None;
-    }
-    if files.deltas.is_empty() {
-        return Some(format!("(SELECT * FROM {})", read_parquet(&files.base, "")));
-    }
-    let ranks: Vec<String> = files
-        .deltas
-        .iter()
-        .enumerate()
-        .map(|(rank, path)| format!("({}, {rank})", path_literal(path)))
-        .collect();
-    let key = ATTEMPT_KEY.join(", ");
-    let newest_delta = format!(
-        "SELECT * EXCLUDE (filename, file_rank) FROM (
-           SELECT d.*, r.file_rank FROM {deltas} d
-           JOIN (VALUES {ranks}) r(filename, file_rank) ON d.filename = r.filename)
-         QUALIFY row_number() OVER (PARTITION BY {key} ORDER BY file_rank DESC) = 1",
-        deltas = read_parquet(&files.deltas, ", filename = true"),
-        ranks = ranks.join(", "),
-    );
-    if files.base.is_empty() {
-        return Some(format!("({newest_delta})"));
-    }
-    let on: Vec<String> = ATTEMPT_KEY
-        .iter()
-        .map(|column| format!("b.{column} = n.{column}"))
-        .collect();
-    Some(format!(
-        "(SELECT b.* FROM {base} b ANTI JOIN ({newest_delta}) n ON {on}
-          UNION ALL BY NAME
-          {newest_delta})",
-        base = read_parquet(&files.base, ""),
-        on = on.join(" AND "),
-    ))
-}
-
-/// Text searched by `q`: ids, names and the error with its stack trace, lower-cased.
-const SEARCHED: &str = "lower(concat_ws(' ', task_id, job_id, actor_id, node_id, worker_id, \
-                        parent_task_id, name, func_or_class_name, error_type, error_message))";
+/// Columns `q` searches lower-cased: names and the error with its stack trace. One `contains`
+/// per column, not one over their concatenation: that would build a string per row, while
+/// most of these are dictionary-encoded or null (the error text exists only on failed rows).
+const SEARCHED_TEXT: [&str; 4] = ["name", "func_or_class_name", "error_type", "error_message"];
 
 /// `WHERE` conditions (joined by `AND`, starting with `TRUE`) for `filter` over `task_attempts`.
 pub fn task_conditions(filter: &TaskFilter) -> Sql {
@@ -164,11 +106,23 @@ pub fn task_conditions(filter: &TaskFilter) -> Sql {
         sql.push(" AND definition_at IS NOT NULL");
     }
     if let Some(search) = &filter.search {
-        sql.push(" AND contains(")
-            .push(SEARCHED)
-            .push(", ")
-            .bind(search.to_lowercase())
-            .push(")");
+        let needle = search.to_lowercase();
+        sql.push(" AND (FALSE");
+        for column in SEARCHED_IDS {
+            sql.push(" OR contains(")
+                .push(column)
+                .push(", ")
+                .bind(needle.clone())
+                .push(")");
+        }
+        for column in SEARCHED_TEXT {
+            sql.push(" OR contains(lower(")
+                .push(column)
+                .push("), ")
+                .bind(needle.clone())
+                .push(")");
+        }
+        sql.push(")");
     }
     sql
 }

@@ -94,7 +94,9 @@ pub(super) async fn summary(
     };
     let mut sql = Sql::default();
     sql.push("SELECT state, count(*) AS n, min(creation_time_ms) AS first_ms, ")
-        .push("max(greatest(creation_time_ms, start_time_ms, end_time_ms)) AS last_ms FROM ")
+        // The maximum of each column, not of a per-row `greatest`: the same value, one pass
+        // over three columns instead of an expression per row.
+        .push("greatest(max(creation_time_ms), max(start_time_ms), max(end_time_ms)) AS last_ms FROM ")
         .push(&relation)
         .push(" WHERE ")
         .append(task_conditions(&filter))
@@ -129,11 +131,22 @@ enum TaskSort {
 }
 
 impl TaskSort {
-    /// The sort expression; never null, so keyset comparisons stay simple.
+    /// The sort expression; never null, so keyset comparisons stay simple. Nulls stand in as
+    /// (almost) the smallest BIGINT, below every real value (durations can be negative under clock skew).
     fn expression(self) -> &'static str {
         match self {
-            Self::Creation => "coalesce(creation_time_ms, 0)",
-            Self::Duration => "coalesce(duration_ms, -1)",
+            Self::Creation => "coalesce(creation_time_ms, -9223372036854775807)",
+            Self::Duration => "coalesce(duration_ms, -9223372036854775807)",
+        }
+    }
+
+    /// The column the expression reads. Pages are ordered by it, with nulls where the
+    /// expression's stand-in value would put them (below every real value): the same order,
+    /// but one DuckDB's top-N can push into the scan as a filter on row-group statistics.
+    fn column(self) -> &'static str {
+        match self {
+            Self::Creation => "creation_time_ms",
+            Self::Duration => "duration_ms",
         }
     }
 }
@@ -194,9 +207,17 @@ pub(super) async fn tasks(
         ));
     }
     let direction = if descending { " DESC" } else { " ASC" };
-    let order: Vec<String> = std::iter::once("sort_key")
-        .chain(TIE_BREAK)
-        .map(|column| format!("{column}{direction}"))
+    let nulls = if descending {
+        " NULLS LAST"
+    } else {
+        " NULLS FIRST"
+    };
+    let order: Vec<String> = std::iter::once(format!("{}{direction}{nulls}", sort.column()))
+        .chain(
+            TIE_BREAK
+                .iter()
+                .map(|column| format!("{column}{direction}")),
+        )
         .collect();
     sql.push(" ORDER BY ")
         .push(&order.join(", "))
@@ -277,8 +298,13 @@ pub(super) async fn task(
         .push(" WHERE ")
         .append(task_conditions(&filter))
         .push(" AND task_id = ")
-        .bind(task_id.clone())
-        .push(" ORDER BY cluster, session_name, attempt_number");
+        .bind(task_id.clone());
+    // A task id ends with its job id: naming the job lets row groups of other jobs be skipped
+    // (files are sorted by job first).
+    if let Some(job_id) = job_of_task(&task_id) {
+        sql.push(" AND job_id = ").bind(job_id.to_owned());
+    }
+    sql.push(" ORDER BY cluster, session_name, attempt_number");
     let rows = engine
         .run(move |connection| query_rows(connection, &sql.text, &sql.params))
         .await?;
@@ -287,6 +313,11 @@ pub(super) async fn task(
     }
     let attempts: Vec<Json> = rows.into_iter().map(attempt_detail).collect();
     Ok(json!({"task_id": task_id, "attempts": attempts}))
+}
+
+/// The job id (last 4 bytes) of a 24-byte task id in hex.
+fn job_of_task(task_id: &str) -> Option<&str> {
+    (task_id.len() == 48).then(|| &task_id[40..])
 }
 
 /// One stored row as the detail of an attempt: the table row, the error, the state

@@ -9,6 +9,7 @@ use duckdb::types::Value;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use super::newest::path_literal;
 use super::task_attempts::TableError;
 use crate::merge::entities::{
     ActorRecord, JobRecord, NodeRecord, PlacementGroupRecord, SessionEntities, WorkerRecord,
@@ -285,10 +286,6 @@ fn record(value: &impl Serialize) -> Result<Value, TableError> {
 
 fn parse<T: DeserializeOwned>(json: &str) -> Result<T, TableError> {
     serde_json::from_str(json).map_err(|err| TableError::Corrupt(format!("entity record: {err}")))
-}
-
-fn path_literal(path: &Path) -> String {
-    format!("'{}'", path.display().to_string().replace('\'', "''"))
 }
 
 /// Writes the `kind` table of one session to `path` (ZSTD Parquet). Returns the row count.

@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 
 use duckdb::{Connection, params};
 
+use super::newest::{TableFiles, newest_rows, path_literal};
+
 use crate::event::common::{Language, TaskStatus, TaskType};
 use crate::event::encoding::Id;
 use crate::merge::{
@@ -110,6 +112,17 @@ const COLUMNS: &[(&str, &str)] = &[
     ("profile_events", "VARCHAR"),
 ];
 
+/// The order of rows in every file: by job, then creation, so row-group statistics let a
+/// job filter skip other jobs and a newest-first page skip older row groups.
+const SORT_ORDER: &str = "job_id, creation_time_ms, task_id, attempt_number";
+
+/// How files are written.
+const PARQUET_OPTIONS: &str =
+    "FORMAT parquet, COMPRESSION zstd, PARQUET_VERSION V2, ROW_GROUP_SIZE 122880";
+
+/// Row numbers named in one read of stored rows (the SQL stays small).
+const ROW_NUMBERS_PER_READ: usize = 4096;
+
 /// Why the table could not be written or read.
 #[derive(Debug, thiserror::Error)]
 pub enum TableError {
@@ -128,11 +141,6 @@ fn create_table(name: &str) -> String {
         .map(|(column, kind)| format!("{column} {kind}"))
         .collect();
     format!("CREATE TEMP TABLE {name} ({})", columns.join(", "))
-}
-
-/// A SQL string literal of a path we created ourselves.
-fn path_literal(path: &Path) -> String {
-    format!("'{}'", path.display().to_string().replace('\'', "''"))
 }
 
 fn hex(id: Option<&Id>) -> Option<String> {
@@ -169,8 +177,7 @@ pub fn write_parquet(
         appender.flush()?;
     }
     let copy = format!(
-        "COPY (SELECT * FROM staged_attempts ORDER BY job_id, creation_time_ms, task_id, attempt_number) \
-         TO {} (FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 122880)",
+        "COPY (SELECT * FROM staged_attempts ORDER BY {SORT_ORDER}) TO {} ({PARQUET_OPTIONS})",
         path_literal(path)
     );
     connection.execute_batch(&copy)?;
@@ -341,45 +348,103 @@ pub fn read_attempts(
         }
         workers.flush()?;
     }
+    // Two steps, so a session's millions of stored rows are never read whole: a narrow scan
+    // (keys and the few columns the filter needs) finds where the wanted rows are, then only
+    // the row groups holding them are read in full.
     let list: Vec<String> = files.iter().map(|path| path_literal(path)).collect();
-    let columns: Vec<&str> = COLUMNS.iter().map(|(column, _)| *column).collect();
-    let sql = format!(
-        "WITH t AS (SELECT * FROM read_parquet([{files}], hive_partitioning = false)),
-              k AS (SELECT task_id, attempt_number FROM wanted_keys
-                    UNION
-                    SELECT task_id, attempt_number FROM t
-                    WHERE (t.state NOT IN ('FINISHED', 'FAILED') OR t.synthesized_failure)
-                      AND (t.job_id IN (SELECT job_id FROM wanted_jobs)
-                           OR t.worker_id IN (SELECT worker_id FROM wanted_workers)))
-         SELECT {columns} FROM t
+    let unfinished =
+        if filter.unfinished_of_jobs.is_empty() && filter.unfinished_on_workers.is_empty() {
+            ""
+        } else {
+            "UNION
+         SELECT task_id, attempt_number FROM t
+         WHERE (t.state NOT IN ('FINISHED', 'FAILED') OR t.synthesized_failure)
+           AND (t.job_id IN (SELECT job_id FROM wanted_jobs)
+                OR t.worker_id IN (SELECT worker_id FROM wanted_workers))"
+        };
+    let locate = format!(
+        "WITH t AS (SELECT task_id, attempt_number, state, synthesized_failure, job_id, worker_id,
+                           file_index::BIGINT AS file_index, file_row_number
+                    FROM read_parquet([{files}], hive_partitioning = false,
+                                      file_row_number = true)),
+              k AS (SELECT task_id, attempt_number FROM wanted_keys {unfinished})
+         SELECT file_index, file_row_number FROM t
          WHERE EXISTS (SELECT 1 FROM k
-                       WHERE k.task_id = t.task_id AND k.attempt_number = t.attempt_number)",
-        columns = columns
-            .iter()
-            .map(|column| format!("t.{column}"))
-            .collect::<Vec<_>>()
-            .join(", "),
+                       WHERE k.task_id = t.task_id AND k.attempt_number = t.attempt_number)
+         ORDER BY file_index, file_row_number",
         files = list.join(", ")
     );
-    query_attempts(connection, &sql)
+    let mut rows_by_file: BTreeMap<usize, Vec<i64>> = BTreeMap::new();
+    {
+        let mut statement = connection.prepare(&locate)?;
+        let located =
+            statement.query_map([], |row| Ok((row.get::<_, i64>(0)?, row.get::<_, i64>(1)?)))?;
+        for row in located {
+            let (file, number) = row?;
+            let file = usize::try_from(file).map_err(|err| TableError::Corrupt(err.to_string()))?;
+            rows_by_file.entry(file).or_default().push(number);
+        }
+    }
+    let columns: Vec<&str> = COLUMNS.iter().map(|(column, _)| *column).collect();
+    let mut attempts = Vec::new();
+    for (index, numbers) in &rows_by_file {
+        let Some(file) = files.get(*index) else {
+            return Err(TableError::Corrupt(format!("no file number {index}")));
+        };
+        // Literal row numbers let the reader skip row groups that hold none of them.
+        for chunk in numbers.chunks(ROW_NUMBERS_PER_READ) {
+            let numbers: Vec<String> = chunk.iter().map(i64::to_string).collect();
+            let sql = format!(
+                "SELECT {columns} FROM read_parquet([{file}], hive_partitioning = false,
+                                                    file_row_number = true)
+                 WHERE file_row_number IN ({numbers})",
+                columns = columns.join(", "),
+                file = path_literal(file),
+                numbers = numbers.join(", "),
+            );
+            attempts.extend(query_attempts(connection, &sql)?);
+        }
+    }
+    Ok(attempts)
 }
 
-/// Reads every stored row of `files` as merge state.
-pub fn read_all_attempts(
+/// Folds a table's base and deltas into one file of the newest rows at `path` (see
+/// [`super::newest`]), without turning rows back into merge state: compaction wrote every delta
+/// row fully merged, so picking the newest version is the whole merge. Returns the row count.
+pub fn write_newest(
+    connection: &Connection,
+    files: &TableFiles<'_>,
+    path: &Path,
+) -> Result<u64, TableError> {
+    let Some(relation) = newest_rows(files) else {
+        return Ok(0);
+    };
+    let copy = format!(
+        "COPY (SELECT * FROM {relation} ORDER BY {SORT_ORDER}) TO {} ({PARQUET_OPTIONS})",
+        path_literal(path)
+    );
+    Ok(connection.execute(&copy, [])? as u64)
+}
+
+/// Compressed bytes per column over `files`, largest first, from the Parquet footers.
+pub fn column_bytes(
     connection: &Connection,
     files: &[PathBuf],
-) -> Result<Vec<TaskAttempt>, TableError> {
+) -> Result<Vec<(String, u64)>, TableError> {
     if files.is_empty() {
         return Ok(Vec::new());
     }
     let list: Vec<String> = files.iter().map(|path| path_literal(path)).collect();
-    let columns: Vec<&str> = COLUMNS.iter().map(|(column, _)| *column).collect();
     let sql = format!(
-        "SELECT {} FROM read_parquet([{}], hive_partitioning = false)",
-        columns.join(", "),
+        "SELECT path_in_schema, sum(total_compressed_size)::UBIGINT AS bytes
+         FROM parquet_metadata([{}]) GROUP BY path_in_schema ORDER BY bytes DESC",
         list.join(", ")
     );
-    query_attempts(connection, &sql)
+    let mut statement = connection.prepare(&sql)?;
+    let rows = statement.query_map([], |row| {
+        Ok((row.get::<_, String>(0)?, row.get::<_, u64>(1)?))
+    })?;
+    Ok(rows.collect::<Result<_, _>>()?)
 }
 
 /// Runs a query selecting [`COLUMNS`] and reads each row back as merge state.

@@ -7,8 +7,12 @@ use std::path::Path;
 
 use duckdb::{Connection, params};
 
+use super::newest::{TableFiles, newest_rows, path_literal};
 use super::task_attempts::TableError;
 use crate::merge::TaskAttempt;
+
+/// The order of spans in every file.
+const SORT_ORDER: &str = "task_id, attempt_number, start_ns";
 
 /// Writes the spans of `attempts` to `path` (ZSTD Parquet, sorted by task and start). Returns
 /// the number of spans; with none, nothing is written.
@@ -58,9 +62,26 @@ pub fn write_profile(
         appender.flush()?;
     }
     connection.execute_batch(&format!(
-        "COPY (SELECT * FROM staged_profile ORDER BY task_id, attempt_number, start_ns)
-         TO '{}' (FORMAT parquet, COMPRESSION zstd); DROP TABLE staged_profile;",
-        path.display().to_string().replace('\'', "''")
+        "COPY (SELECT * FROM staged_profile ORDER BY {SORT_ORDER}) TO {} (FORMAT parquet, COMPRESSION zstd);
+         DROP TABLE staged_profile;",
+        path_literal(path)
     ))?;
     Ok(spans)
+}
+
+/// Folds the spans of base and deltas into one file at `path`: each attempt's spans from the
+/// newest file that has the attempt. Returns the span count (0, and no file, when none).
+pub fn write_newest(
+    connection: &Connection,
+    files: &TableFiles<'_>,
+    path: &Path,
+) -> Result<u64, TableError> {
+    let Some(relation) = newest_rows(files) else {
+        return Ok(0);
+    };
+    let copy = format!(
+        "COPY (SELECT * FROM {relation} ORDER BY {SORT_ORDER}) TO {} (FORMAT parquet, COMPRESSION zstd)",
+        path_literal(path)
+    );
+    Ok(connection.execute(&copy, [])? as u64)
 }

@@ -1,0 +1,119 @@
+//! The AWS cost of a million task attempts, computed from what the benchmark measured
+//! (requests, bytes, CPU time) and public prices. Every assumption is printed with the result.
+
+use serde_json::{Value, json};
+
+/// Public on-demand prices, us-east-1, x86_64 (USD).
+mod price {
+    pub(super) const LAMBDA_GB_SECOND: f64 = 0.000_016_666_7;
+    pub(super) const LAMBDA_REQUEST: f64 = 0.20 / 1e6;
+    pub(super) const HTTP_API_REQUEST: f64 = 1.00 / 1e6;
+    pub(super) const S3_PUT: f64 = 0.005 / 1000.0;
+    pub(super) const S3_GET: f64 = 0.0004 / 1000.0;
+    pub(super) const S3_GB_MONTH: f64 = 0.023;
+    pub(super) const SQS_REQUEST: f64 = 0.40 / 1e6;
+}
+
+/// The template's function memory sizes (MB) and Lambda's CPU share per MB.
+const INGEST_MB: f64 = 256.0;
+const COMPACT_MB: f64 = 3008.0;
+const QUERY_MB: f64 = 2048.0;
+const MB_PER_VCPU: f64 = 1769.0;
+/// Time an ingest call waits on its S3 PUT (not measured here: local disk stands in for S3).
+const S3_PUT_MS: f64 = 30.0;
+/// Days raw objects are kept (the template's `RawRetentionDays` default).
+const RAW_RETENTION_DAYS: f64 = 30.0;
+/// SQS requests per raw object: the notification, and a share of batched receives and deletes.
+const SQS_REQUESTS_PER_OBJECT: f64 = 1.2;
+
+fn number(report: &Value, pointer: &str) -> f64 {
+    report
+        .pointer(pointer)
+        .and_then(Value::as_f64)
+        .unwrap_or(0.0)
+}
+
+/// Seconds of Lambda time for `cpu_seconds` of work at `memory_mb` (CPU share grows with
+/// memory; a function never gets more than the work can use).
+fn lambda_seconds(cpu_seconds: f64, memory_mb: f64, threads: f64) -> f64 {
+    cpu_seconds / (memory_mb / MB_PER_VCPU).min(threads)
+}
+
+/// Dollars and quantities per million attempts.
+pub(super) fn per_million_attempts(report: &Value) -> Value {
+    let attempts = number(report, "/attempts").max(1.0);
+    let scale = 1e6 / attempts;
+
+    let bodies = number(report, "/ingest/bodies") * scale;
+    let raw_puts = number(report, "/ingest/storage_requests/puts") * scale;
+    let ingest_ms =
+        number(report, "/ingest/per_body_ms/p50_ms") / (INGEST_MB / MB_PER_VCPU) + S3_PUT_MS;
+    let ingest_gb_s = bodies * ingest_ms / 1000.0 * INGEST_MB / 1024.0;
+
+    let runs = number(report, "/compaction/runs") * scale;
+    let compact_s = lambda_seconds(number(report, "/compaction/cpu_s"), COMPACT_MB, 2.0) * scale;
+    let compact_gb_s = compact_s * COMPACT_MB / 1024.0;
+    let compact_puts = number(report, "/compaction/storage_requests/puts") * scale;
+    let compact_gets = (number(report, "/compaction/storage_requests/gets")
+        + number(report, "/compaction/storage_requests/lists"))
+        * scale;
+    let sqs = raw_puts * SQS_REQUESTS_PER_OBJECT;
+
+    let gb = |bytes: f64| bytes * scale / 1e9;
+    let tables_gb =
+        gb(number(report, "/storage/task_attempt_bytes") + number(report, "/storage/entity_bytes"));
+    let raw_gb = gb(number(report, "/ingest/storage_requests/put_bytes"));
+
+    let dollars_ingest = bodies * (price::HTTP_API_REQUEST + price::LAMBDA_REQUEST)
+        + ingest_gb_s * price::LAMBDA_GB_SECOND
+        + raw_puts * price::S3_PUT;
+    let dollars_compact = runs * price::LAMBDA_REQUEST
+        + compact_gb_s * price::LAMBDA_GB_SECOND
+        + compact_puts * price::S3_PUT
+        + compact_gets * price::S3_GET
+        + sqs * price::SQS_REQUEST;
+
+    // A dashboard request costs its warm latency at the query function's memory.
+    let routes = report
+        .pointer("/query/routes")
+        .and_then(Value::as_object)
+        .map(|routes| {
+            routes
+                .values()
+                .filter_map(|route| route.pointer("/warm/p50_ms").and_then(Value::as_f64))
+                .collect::<Vec<_>>()
+        })
+        .unwrap_or_default();
+    let mean_query_ms = routes.iter().sum::<f64>() / routes.len().max(1) as f64;
+    let query_s = lambda_seconds(mean_query_ms / 1000.0, QUERY_MB, 2.0);
+    let dollars_per_1000_queries = 1000.0
+        * (price::HTTP_API_REQUEST
+            + price::LAMBDA_REQUEST
+            + query_s * QUERY_MB / 1024.0 * price::LAMBDA_GB_SECOND);
+
+    json!({
+        "ingest": {
+            "requests": bodies, "s3_puts": raw_puts, "gb_seconds": ingest_gb_s,
+            "billed_ms_per_request": ingest_ms, "usd": dollars_ingest,
+        },
+        "compact": {
+            "invocations": runs, "gb_seconds": compact_gb_s, "s3_puts": compact_puts,
+            "s3_gets_and_lists": compact_gets, "sqs_requests": sqs, "usd": dollars_compact,
+        },
+        "storage": {
+            "tables_gb": tables_gb, "raw_gb": raw_gb,
+            "usd_per_month_tables": tables_gb * price::S3_GB_MONTH,
+            "usd_raw_until_expiry": raw_gb * price::S3_GB_MONTH * RAW_RETENTION_DAYS / 30.0,
+        },
+        "usd_once": dollars_ingest + dollars_compact,
+        "query_usd_per_1000_requests": dollars_per_1000_queries,
+        "assumptions": {
+            "prices": "us-east-1 on-demand, x86_64: Lambda $0.0000166667/GB-s + $0.20/M requests, HTTP API $1.00/M, S3 PUT $0.005/1000, GET $0.0004/1000, Standard $0.023/GB-month, SQS $0.40/M",
+            "lambda_cpu": "a function gets memory/1769 MB of a vCPU; measured CPU time is divided by that share",
+            "memory_mb": {"ingest": INGEST_MB, "compact": COMPACT_MB, "query": QUERY_MB},
+            "s3_put_wait_ms_per_ingest": S3_PUT_MS,
+            "raw_retention_days": RAW_RETENTION_DAYS,
+            "query_files": "read from the function's /tmp cache; the first request after a new file fetches it",
+        },
+    })
+}

@@ -1,0 +1,74 @@
+//! A storage wrapper that counts requests and bytes, so the cost model uses measured numbers.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use serde_json::{Value, json};
+use shared::storage::{ETag, ObjectKey, ObjectMeta, PutMode, Storage, StorageError, StoredObject};
+
+/// Request counters of one phase.
+#[derive(Debug, Default)]
+pub(super) struct Counters {
+    puts: AtomicU64,
+    put_bytes: AtomicU64,
+    gets: AtomicU64,
+    lists: AtomicU64,
+    deletes: AtomicU64,
+}
+
+impl Counters {
+    /// The counts so far, as JSON.
+    pub(super) fn json(&self) -> Value {
+        json!({
+            "puts": self.puts.load(Ordering::Relaxed),
+            "put_bytes": self.put_bytes.load(Ordering::Relaxed),
+            "gets": self.gets.load(Ordering::Relaxed),
+            "lists": self.lists.load(Ordering::Relaxed),
+            "deletes": self.deletes.load(Ordering::Relaxed),
+        })
+    }
+}
+
+/// Forwards every call to `inner`, counting it in `counters`.
+#[derive(Debug)]
+pub(super) struct CountingStorage {
+    pub(super) inner: Arc<dyn Storage>,
+    pub(super) counters: Arc<Counters>,
+}
+
+#[async_trait]
+impl Storage for CountingStorage {
+    async fn put(&self, key: &ObjectKey, body: Bytes, mode: PutMode) -> Result<ETag, StorageError> {
+        self.counters.puts.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .put_bytes
+            .fetch_add(body.len() as u64, Ordering::Relaxed);
+        self.inner.put(key, body, mode).await
+    }
+
+    async fn get(&self, key: &ObjectKey) -> Result<StoredObject, StorageError> {
+        self.counters.gets.fetch_add(1, Ordering::Relaxed);
+        self.inner.get(key).await
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<ObjectMeta>, StorageError> {
+        self.counters.lists.fetch_add(1, Ordering::Relaxed);
+        self.inner.list(prefix).await
+    }
+
+    async fn delete(&self, key: &ObjectKey) -> Result<(), StorageError> {
+        self.counters.deletes.fetch_add(1, Ordering::Relaxed);
+        self.inner.delete(key).await
+    }
+
+    fn location(&self) -> String {
+        self.inner.location()
+    }
+
+    fn local_path(&self, key: &ObjectKey) -> Option<std::path::PathBuf> {
+        // Files read in place: on S3 these would be one GET each, once per warm container.
+        self.inner.local_path(key)
+    }
+}

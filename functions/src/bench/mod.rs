@@ -1,0 +1,585 @@
+//! `afterglow bench`: the whole pipeline over synthetic Ray traffic, measured.
+//!
+//! Generates `--tasks` attempts ([`shared::synth`]), ingests every body through the ingest
+//! library into a local store (timing each), compacts the raw objects in batches the size SQS
+//! hands the compact function, measures the stored bytes, then times each dashboard route cold
+//! (a fresh engine) and warm (p50/p95 over repeats) and the query phase's peak memory. The
+//! report is JSON on stdout; a readable table goes to stderr. Targets are DESIGN §7's.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::Context as _;
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::{Value, json};
+use shared::compact::{CompactSettings, Compactor, manifest};
+use shared::ingest::{IngestAccess, IngestLimits, Ingestor};
+use shared::layout::ClusterName;
+use shared::query::{ApiRoute, QueryEngine, QuerySettings};
+use shared::storage::{LocalDirStorage, ObjectKey, Storage};
+use shared::synth::{Generator, SynthSettings};
+
+use crate::cli::BenchArgs;
+
+mod cost;
+mod counting;
+mod stats;
+
+use self::counting::{Counters, CountingStorage};
+use self::stats::{Stats, memory, ms};
+
+/// The cluster name the synthetic traffic is filed under.
+const CLUSTER: &str = "bench";
+
+/// Runs the benchmark and prints its report.
+pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
+    if args.query_only {
+        return query_only(&args).await;
+    }
+    let work = WorkDir::new(args.dir.clone())?;
+    let storage = Arc::new(
+        LocalDirStorage::open(work.path().join("store"))
+            .context("cannot open the benchmark's store")?,
+    );
+    let settings = args.synth.settings();
+    eprintln!(
+        "afterglow bench: {} attempts, {} jobs, {} nodes, seed {} in {}",
+        settings.attempts,
+        settings.jobs,
+        settings.nodes,
+        settings.seed,
+        work.path().display()
+    );
+
+    let counted = |counters: &Arc<Counters>| -> Arc<dyn Storage> {
+        Arc::new(CountingStorage {
+            inner: Arc::clone(&storage) as Arc<dyn Storage>,
+            counters: Arc::clone(counters),
+        })
+    };
+    let ingest_requests = Arc::new(Counters::default());
+    let mut ingest = ingest_phase(counted(&ingest_requests), settings).await?;
+    ingest.json["storage_requests"] = ingest_requests.json();
+    let compact_requests = Arc::new(Counters::default());
+    let cpu_before = stats::cpu_seconds();
+    let mut compaction = compact_phase(
+        counted(&compact_requests),
+        work.path(),
+        args.objects_per_run,
+    )
+    .await?;
+    compaction["cpu_s"] = json!(
+        stats::cpu_seconds()
+            .zip(cpu_before)
+            .map(|(after, before)| after - before)
+    );
+    compaction["storage_requests"] = compact_requests.json();
+    let mut stored = storage_phase(&storage, &ingest.session, ingest.attempts).await?;
+    stored["tables_dir_bytes"] = json!(dir_bytes(&work.path().join("store/tables")));
+    stored["raw_dir_bytes"] = json!(dir_bytes(&work.path().join("store/raw")));
+    // A process of its own, so its peak memory is the query engine's alone.
+    let queries = query_in_child(work.path(), &ingest.session, args.repeat).await?;
+
+    let mut report = json!({
+        "attempts": ingest.attempts,
+        "settings": {
+            "jobs": args.synth.jobs, "nodes": args.synth.nodes,
+            "failure_rate": args.synth.failure_rate, "seed": args.synth.seed,
+            "objects_per_compaction": args.objects_per_run, "repeat": args.repeat,
+        },
+        "machine": machine(),
+        "ingest": ingest.json,
+        "compaction": compaction,
+        "storage": stored,
+        "query": queries,
+    });
+    report["cost"] = cost::per_million_attempts(&report);
+    print_table(&report);
+    println!("{}", serde_json::to_string_pretty(&report)?);
+    Ok(())
+}
+
+/// `--query-only`: the query phase over a store an earlier run left in `--dir`.
+async fn query_only(args: &BenchArgs) -> anyhow::Result<()> {
+    let dir = args
+        .dir
+        .as_ref()
+        .context("--query-only needs --dir with the store of an earlier run")?;
+    let storage: Arc<dyn Storage> = Arc::new(
+        LocalDirStorage::open(dir.join("store")).context("cannot open the benchmark's store")?,
+    );
+    let session = match &args.session {
+        Some(session) => session.clone(),
+        None => only_session(&storage).await?,
+    };
+    let mut fold = Value::Null;
+    if args.fold {
+        let scratch = dir.join("compact-scratch");
+        std::fs::create_dir_all(&scratch)?;
+        let compactor = Compactor::new(Arc::clone(&storage), CompactSettings::default(), scratch);
+        let timer = Instant::now();
+        let sessions = compactor.fold().await?;
+        fold = json!({"sessions": sessions, "wall_s": timer.elapsed().as_secs_f64()});
+    }
+    let mut report = query_phase(storage, dir, &session, args.repeat).await?;
+    report["fold"] = fold;
+    println!("{}", serde_json::to_string(&report)?);
+    Ok(())
+}
+
+/// The single session of the benchmark's cluster.
+async fn only_session(storage: &Arc<dyn Storage>) -> anyhow::Result<String> {
+    let prefix = format!("tables/manifests/cluster={CLUSTER}/");
+    let manifests = storage.list(&prefix).await?;
+    let first = manifests
+        .first()
+        .context("no compacted session in the store; run the full benchmark first")?;
+    first
+        .key
+        .as_str()
+        .strip_prefix(&prefix)
+        .and_then(|rest| rest.strip_prefix("session="))
+        .and_then(|rest| rest.split('/').next())
+        .map(|session| session.trim_end_matches(".json").to_owned())
+        .context("unexpected manifest key")
+}
+
+/// Runs the query phase as `afterglow bench --query-only` and returns its report.
+async fn query_in_child(work: &Path, session: &str, repeat: usize) -> anyhow::Result<Value> {
+    let exe = std::env::current_exe().context("cannot find the afterglow binary")?;
+    let output = tokio::process::Command::new(exe)
+        .arg("bench")
+        .arg("--query-only")
+        .arg("--dir")
+        .arg(work)
+        .arg("--session")
+        .arg(session)
+        .arg("--repeat")
+        .arg(repeat.to_string())
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .await
+        .context("cannot run the query phase")?;
+    anyhow::ensure!(
+        output.status.success(),
+        "the query phase failed ({})",
+        output.status
+    );
+    serde_json::from_slice(&output.stdout).context("the query phase printed no JSON report")
+}
+
+/// The benchmark's directory: the one given (kept), or a temporary one (removed).
+struct WorkDir {
+    path: PathBuf,
+    _temp: Option<tempfile::TempDir>,
+}
+
+impl WorkDir {
+    fn new(dir: Option<PathBuf>) -> anyhow::Result<Self> {
+        match dir {
+            Some(path) => {
+                std::fs::create_dir_all(&path)
+                    .with_context(|| format!("cannot create {}", path.display()))?;
+                Ok(Self { path, _temp: None })
+            }
+            None => {
+                let temp = tempfile::Builder::new()
+                    .prefix("afterglow-bench-")
+                    .tempdir()
+                    .context("cannot create a temporary directory (set TMPDIR or --dir)")?;
+                Ok(Self {
+                    path: temp.path().to_path_buf(),
+                    _temp: Some(temp),
+                })
+            }
+        }
+    }
+
+    fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// What ingest measured.
+struct IngestOutcome {
+    json: Value,
+    session: String,
+    attempts: u64,
+}
+
+fn progress(len: u64, what: &str) -> ProgressBar {
+    let bar = ProgressBar::new(len);
+    if let Ok(style) =
+        ProgressStyle::with_template("{msg:>12} [{bar:40}] {pos}/{len} ({per_sec}, eta {eta})")
+    {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar.set_message(what.to_owned());
+    bar
+}
+
+/// Generates on a thread of its own and ingests each body as the HTTP handler would.
+async fn ingest_phase(
+    storage: Arc<dyn Storage>,
+    settings: SynthSettings,
+) -> anyhow::Result<IngestOutcome> {
+    let cluster = ClusterName::new(CLUSTER)?;
+    let ingestor = Ingestor::new(storage, IngestAccess::Open, IngestLimits::default());
+    let (sender, mut receiver) = tokio::sync::mpsc::channel(32);
+    let expected = settings.attempts;
+    let generator = std::thread::spawn(move || {
+        let mut generator = Generator::new(settings);
+        for body in generator.by_ref() {
+            if sender.blocking_send(body).is_err() {
+                break;
+            }
+        }
+        generator.truth().clone()
+    });
+    let bar = progress(expected, "ingest");
+    let started = Instant::now();
+    let mut latencies = Vec::new();
+    let (mut bytes_in, mut bytes_stored, mut events) = (0u64, 0u64, 0u64);
+    while let Some(body) = receiver.recv().await {
+        let timer = Instant::now();
+        let receipt = ingestor.ingest(&cluster, &body.json).await?;
+        latencies.push(timer.elapsed());
+        bytes_in += body.json.len() as u64;
+        bytes_stored += receipt.stored_bytes as u64;
+        events += receipt.events as u64;
+        // Roughly four events per attempt; the bar only needs to move.
+        bar.inc((body.events as u64 / 4).min(expected.saturating_sub(bar.position())));
+    }
+    let wall = started.elapsed();
+    bar.finish_and_clear();
+    let truth = generator
+        .join()
+        .map_err(|_| anyhow::anyhow!("the generator thread panicked"))?;
+    let per_body = Stats::of(&mut latencies);
+    Ok(IngestOutcome {
+        session: truth.session_name.clone(),
+        attempts: truth.attempts,
+        json: json!({
+            "bodies": truth.bodies,
+            "redelivered_bodies": truth.redeliveries,
+            "events": events,
+            "request_bytes": bytes_in,
+            "stored_bytes": bytes_stored,
+            "per_body_ms": per_body.json(),
+            "mean_events_per_body": events as f64 / truth.bodies.max(1) as f64,
+            "wall_s": wall.as_secs_f64(),
+            "truth": truth,
+        }),
+    })
+}
+
+/// Compacts every raw object, `per_run` objects per run (what one SQS batch hands Lambda).
+async fn compact_phase(
+    storage: Arc<dyn Storage>,
+    work: &Path,
+    per_run: usize,
+) -> anyhow::Result<Value> {
+    let scratch = work.join("compact-scratch");
+    std::fs::create_dir_all(&scratch)?;
+    let compactor = Compactor::new(storage, CompactSettings::default(), scratch);
+    let keys: Vec<ObjectKey> = compactor.raw_keys().await?;
+    let bar = progress(keys.len() as u64, "compact");
+    let started = Instant::now();
+    let mut runs = Vec::new();
+    let (mut events, mut duplicates, mut rows) = (0u64, 0u64, 0u64);
+    for batch in keys.chunks(per_run.max(1)) {
+        let timer = Instant::now();
+        let report = compactor.compact(batch).await?;
+        runs.push(timer.elapsed());
+        events += report.events as u64;
+        duplicates += report.duplicates as u64;
+        rows += report.rows_written;
+        bar.inc(batch.len() as u64);
+    }
+    let wall = started.elapsed();
+    bar.finish_and_clear();
+    let parsed = events + duplicates;
+    Ok(json!({
+        "raw_objects": keys.len(),
+        "runs": runs.len(),
+        "events": events,
+        "duplicates_dropped": duplicates,
+        "rows_written": rows,
+        "wall_s": wall.as_secs_f64(),
+        "events_per_s": parsed as f64 / wall.as_secs_f64().max(1e-9),
+        "per_run_ms": Stats::of(&mut runs).json(),
+    }))
+}
+
+/// Live table bytes from the manifest, per attempt, with and without the error text.
+async fn storage_phase(
+    storage: &Arc<LocalDirStorage>,
+    session: &str,
+    attempts: u64,
+) -> anyhow::Result<Value> {
+    let cluster = ClusterName::new(CLUSTER)?;
+    let key = manifest::manifest_key(&cluster, session)?;
+    let current = manifest::load(&**storage as &dyn Storage, &key).await?;
+    let live = &current.manifest;
+    let files: Vec<PathBuf> = live
+        .task_attempts
+        .all()
+        .map(|file| storage.root().join(&file.key))
+        .collect();
+    let attempt_bytes: u64 = live.task_attempts.all().map(|file| file.bytes).sum();
+    let entity_bytes: u64 = live.entities.values().map(|file| file.bytes).sum();
+    let columns = tokio::task::spawn_blocking(move || -> anyhow::Result<Vec<(String, u64)>> {
+        let connection = shared::tables::task_attempts::open_duckdb()?;
+        Ok(shared::tables::task_attempts::column_bytes(
+            &connection,
+            &files,
+        )?)
+    })
+    .await??;
+    let error_columns = ["error_message", "reported_error_message"];
+    let error_bytes: u64 = columns
+        .iter()
+        .filter(|(column, _)| error_columns.contains(&column.as_str()))
+        .map(|(_, bytes)| bytes)
+        .sum();
+    let column_total: u64 = columns.iter().map(|(_, bytes)| bytes).sum();
+    let per = |bytes: u64| bytes as f64 / attempts.max(1) as f64;
+    Ok(json!({
+        "task_attempt_files": live.task_attempts.all().count(),
+        "task_attempt_bytes": attempt_bytes,
+        "entity_bytes": entity_bytes,
+        "bytes_per_attempt": per(attempt_bytes),
+        "bytes_per_attempt_without_error_text": per(column_total.saturating_sub(error_bytes)),
+        "largest_columns_bytes_per_attempt": columns.iter().take(12)
+            .map(|(column, bytes)| json!({"column": column, "bytes_per_attempt": per(*bytes)}))
+            .collect::<Vec<_>>(),
+    }))
+}
+
+/// One dashboard request of the benchmark.
+struct Probe {
+    name: &'static str,
+    route: ApiRoute,
+    params: Vec<(String, String)>,
+}
+
+fn probe(name: &'static str, route: ApiRoute, params: &[(&str, &str)]) -> Probe {
+    Probe {
+        name,
+        route,
+        params: params
+            .iter()
+            .map(|(key, value)| ((*key).to_owned(), (*value).to_owned()))
+            .collect(),
+    }
+}
+
+/// Times every route cold and warm, and the peak memory while doing it.
+async fn query_phase(
+    storage: Arc<dyn Storage>,
+    work: &Path,
+    session: &str,
+    repeat: usize,
+) -> anyhow::Result<Value> {
+    let rss_before = memory::current_mib();
+    let settings = QuerySettings::under(&work.join("query"));
+    let engine = QueryEngine::open(Arc::clone(&storage), settings.clone())?;
+    // Pick real ids to look up: a failed attempt's task and job.
+    let failed = engine
+        .answer(
+            &ApiRoute::Tasks,
+            &[
+                ("state".to_owned(), "FAILED".to_owned()),
+                ("limit".to_owned(), "1".to_owned()),
+            ],
+        )
+        .await?;
+    let sample = failed
+        .pointer("/tasks/0")
+        .context("the benchmark's data has no failed attempt")?;
+    let task_id = text(sample, "task_id")?;
+    let job_id = text(sample, "job_id")?;
+    let scoped = [("cluster", CLUSTER), ("session", session)];
+    let with_scope = |extra: &[(&'static str, &'static str)]| -> Vec<(&str, &str)> {
+        scoped.iter().chain(extra).copied().collect()
+    };
+    let job: &'static str = Box::leak(job_id.into_boxed_str());
+    let probes = vec![
+        probe("summary", ApiRoute::Summary, &with_scope(&[])),
+        probe(
+            "aggregates_by_name",
+            ApiRoute::Aggregates,
+            &with_scope(&[("by", "name")]),
+        ),
+        probe(
+            "aggregates_by_error_type",
+            ApiRoute::Aggregates,
+            &with_scope(&[("by", "error_type")]),
+        ),
+        probe(
+            "table_page",
+            ApiRoute::Tasks,
+            &with_scope(&[("limit", "100")]),
+        ),
+        probe(
+            "table_page_job_failed",
+            ApiRoute::Tasks,
+            &with_scope(&[("limit", "100"), ("job_id", job), ("state", "FAILED")]),
+        ),
+        probe("point_lookup", ApiRoute::Task(task_id), &with_scope(&[])),
+        probe(
+            "search",
+            ApiRoute::Tasks,
+            &with_scope(&[("limit", "100"), ("q", "shard-00417")]),
+        ),
+        probe(
+            "jobs",
+            ApiRoute::Entities(shared::tables::entities::EntityKind::Jobs),
+            &with_scope(&[]),
+        ),
+    ];
+    let bar = progress((probes.len() * (repeat + 1)) as u64, "query");
+    let mut results = serde_json::Map::new();
+    for probe in &probes {
+        // Cold: a new engine, so neither DuckDB's metadata cache nor a warm connection helps.
+        let cold_engine = QueryEngine::open(Arc::clone(&storage), settings.clone())?;
+        let timer = Instant::now();
+        cold_engine.answer(&probe.route, &probe.params).await?;
+        let cold = timer.elapsed();
+        drop(cold_engine);
+        bar.inc(1);
+        let mut warm = Vec::with_capacity(repeat);
+        for _ in 0..repeat {
+            let timer = Instant::now();
+            engine.answer(&probe.route, &probe.params).await?;
+            warm.push(timer.elapsed());
+            bar.inc(1);
+        }
+        let stats = Stats::of(&mut warm);
+        results.insert(
+            probe.name.to_owned(),
+            json!({"cold_ms": ms(cold), "warm": stats.json()}),
+        );
+    }
+    bar.finish_and_clear();
+    Ok(json!({
+        "routes": results,
+        "rss_before_mib": rss_before,
+        "peak_rss_mib": memory::peak_mib(),
+        "peak_rss_note": memory::NOTE,
+    }))
+}
+
+/// Bytes of every file under `dir` (retired files still waiting out their grace included).
+fn dir_bytes(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|entry| match entry.file_type() {
+            Ok(kind) if kind.is_dir() => dir_bytes(&entry.path()),
+            Ok(_) => entry.metadata().map_or(0, |meta| meta.len()),
+            Err(_) => 0,
+        })
+        .sum()
+}
+
+fn text(row: &Value, field: &str) -> anyhow::Result<String> {
+    row.get(field)
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+        .with_context(|| format!("a task row without `{field}`"))
+}
+
+fn machine() -> Value {
+    json!({
+        "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        "os": std::env::consts::OS,
+        "arch": std::env::consts::ARCH,
+        "build": if cfg!(debug_assertions) { "debug" } else { "release" },
+    })
+}
+
+/// The readable summary, with DESIGN §7's targets beside the numbers.
+fn print_table(report: &Value) {
+    let number = |pointer: &str| report.pointer(pointer).and_then(Value::as_f64);
+    let rows: Vec<(&str, Option<f64>, &str)> = vec![
+        (
+            "ingest p50 per 1000-event body (ms)",
+            number("/ingest/per_body_ms/p50_ms"),
+            "<= 20",
+        ),
+        (
+            "ingest p95 per body (ms)",
+            number("/ingest/per_body_ms/p95_ms"),
+            "",
+        ),
+        (
+            "compaction (events/s)",
+            number("/compaction/events_per_s"),
+            ">= 200000",
+        ),
+        (
+            "storage per attempt, no error text (B)",
+            number("/storage/bytes_per_attempt_without_error_text"),
+            "<= 60",
+        ),
+        (
+            "storage per attempt, all (B)",
+            number("/storage/bytes_per_attempt"),
+            "",
+        ),
+        (
+            "summary warm p50 (ms)",
+            number("/query/routes/summary/warm/p50_ms"),
+            "<= 100",
+        ),
+        (
+            "aggregates by name warm p50 (ms)",
+            number("/query/routes/aggregates_by_name/warm/p50_ms"),
+            "<= 300",
+        ),
+        (
+            "table page warm p50 (ms)",
+            number("/query/routes/table_page/warm/p50_ms"),
+            "<= 100",
+        ),
+        (
+            "job+FAILED page warm p50 (ms)",
+            number("/query/routes/table_page_job_failed/warm/p50_ms"),
+            "<= 100",
+        ),
+        (
+            "point lookup warm p50 (ms)",
+            number("/query/routes/point_lookup/warm/p50_ms"),
+            "<= 50",
+        ),
+        (
+            "search warm p50 (ms)",
+            number("/query/routes/search/warm/p50_ms"),
+            "<= 1000",
+        ),
+        (
+            "query peak RSS (MiB)",
+            number("/query/peak_rss_mib"),
+            "<= 1024",
+        ),
+        (
+            "USD per million attempts, ingest + compact",
+            number("/cost/usd_once"),
+            "",
+        ),
+        (
+            "USD per month per million attempts, tables",
+            number("/cost/storage/usd_per_month_tables"),
+            "",
+        ),
+    ];
+    eprintln!("{:<42} {:>14}  target", "measure", "value");
+    for (name, value, target) in rows {
+        let value = value.map_or_else(|| "-".to_owned(), |value| format!("{value:.1}"));
+        eprintln!("{name:<42} {value:>14}  {target}");
+    }
+}

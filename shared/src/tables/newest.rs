@@ -1,0 +1,107 @@
+//! The log-structured read: the newest version of every row of a keyed table, from its base
+//! files and deltas. Queries read through it, and compaction folds deltas into a new base with
+//! it, so both apply one rule.
+//!
+//! Compaction writes full merged rows (or, for `task_profile`, every span of an attempt) into
+//! each delta, so the newest file holding a key holds that key's merge of everything before: a
+//! read never merges fragments, it only picks. The pick touches narrow columns only (the key
+//! and the file's index), so it costs a hash table of the delta keys, never a sort of wide rows.
+
+use std::path::{Path, PathBuf};
+
+/// The key of a `task_attempts` row and of the profile spans of an attempt.
+pub const ATTEMPT_KEY: [&str; 4] = ["cluster", "session_name", "task_id", "attempt_number"];
+
+/// A SQL string literal of a path this process chose.
+pub fn path_literal(path: &Path) -> String {
+    format!("'{}'", path.display().to_string().replace('\'', "''"))
+}
+
+/// `read_parquet([...])` over `paths`. Hive partitioning stays off: the key layout's
+/// `cluster=…/session=…` folders would otherwise add columns the files already have.
+pub fn read_parquet(paths: &[&Path], extra: &str) -> String {
+    let list: Vec<String> = paths.iter().map(|path| path_literal(path)).collect();
+    format!(
+        "read_parquet([{}], hive_partitioning = false{extra})",
+        list.join(", ")
+    )
+}
+
+/// The files of one table as a reader sees them.
+#[derive(Clone, Debug, Default)]
+pub struct TableFiles<'a> {
+    /// Merged base files: no key repeats among them.
+    pub base: Vec<&'a Path>,
+    /// Delta files, oldest first (across sessions, whose keys never collide).
+    pub deltas: Vec<&'a Path>,
+    /// True when every file belongs to one session: the key is then just the attempt's
+    /// (task id, attempt number), a cheaper join than one that also compares names.
+    pub one_session: bool,
+}
+
+/// Local copies of one table's live files.
+#[derive(Clone, Debug, Default)]
+pub struct LocalFiles {
+    /// Merged base files.
+    pub base: Vec<PathBuf>,
+    /// Deltas, oldest first within each session.
+    pub deltas: Vec<PathBuf>,
+    /// True when every file belongs to one session.
+    pub one_session: bool,
+}
+
+impl LocalFiles {
+    /// The files as [`TableFiles`].
+    pub fn files(&self) -> TableFiles<'_> {
+        TableFiles {
+            base: self.base.iter().map(PathBuf::as_path).collect(),
+            deltas: self.deltas.iter().map(PathBuf::as_path).collect(),
+            one_session: self.one_session,
+        }
+    }
+}
+
+/// A relation with the newest version of every key: base rows whose key no delta has, plus
+/// each key's rows from the newest delta that has it. `None` when there are no files.
+pub fn newest_rows(files: &TableFiles<'_>) -> Option<String> {
+    if files.base.is_empty() && files.deltas.is_empty() {
+        return None;
+    }
+    if files.deltas.is_empty() {
+        return Some(format!("(SELECT * FROM {})", read_parquet(&files.base, "")));
+    }
+    let key_columns: &[&str] = if files.one_session {
+        &ATTEMPT_KEY[2..]
+    } else {
+        &ATTEMPT_KEY
+    };
+    let key = key_columns.join(", ");
+    // `file_index` is the position in the list (deltas are oldest first): the newest file of a
+    // key is its largest index. An integer per row, where file names would be strings.
+    let deltas = read_parquet(&files.deltas, "");
+    let newest =
+        format!("SELECT {key}, max(file_index) AS file_index FROM {deltas} GROUP BY {key}");
+    let on = |left: &str| -> String {
+        key_columns
+            .iter()
+            .map(|column| format!("{left}.{column} = n.{column}"))
+            .collect::<Vec<_>>()
+            .join(" AND ")
+    };
+    let delta_rows = format!(
+        "SELECT d.* FROM {deltas} d
+         SEMI JOIN newest_keys n ON {on} AND d.file_index = n.file_index",
+        on = on("d"),
+    );
+    if files.base.is_empty() {
+        return Some(format!("(WITH newest_keys AS ({newest}) {delta_rows})"));
+    }
+    Some(format!(
+        "(WITH newest_keys AS ({newest})
+          SELECT b.* FROM {base} b ANTI JOIN newest_keys n ON {on}
+          UNION ALL BY NAME
+          {delta_rows})",
+        base = read_parquet(&files.base, ""),
+        on = on("b"),
+    ))
+}
