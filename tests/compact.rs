@@ -196,6 +196,41 @@ async fn deltas_fold_into_a_base_without_changing_rows() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `fold` (`afterglow compact --fold`) turns a quiet session's deltas into one base at once;
+/// the rows are still Ray's.
+#[tokio::test]
+async fn fold_turns_every_delta_into_one_base() -> anyhow::Result<()> {
+    let run = FixtureRun::named("basic-workload")?;
+    let (_guard, local) = local_storage()?;
+    let storage: Arc<dyn Storage> = Arc::new(local);
+    let server = TestServer::start(afterglow_tests::open_settings(Arc::clone(&storage))).await?;
+    post_all(&format!("{}/v1/events/quiet", server.url), &bodies(&run)?).await?;
+    server.stop().await?;
+    let (compactor, _scratch) = compactor(Arc::clone(&storage), CompactSettings::default())?;
+    for key in compactor.raw_keys().await? {
+        compactor.compact(&[key]).await?;
+    }
+    let manifests = storage.list("tables/manifests/cluster=quiet/").await?;
+    ensure!(manifests.len() == 1, "one session, one manifest");
+    let before = shared::compact::manifest::load(&*storage, &manifests[0].key)
+        .await?
+        .manifest;
+    ensure!(before.task_attempts.deltas.len() > 1, "{before:?}");
+    ensure!(compactor.fold().await? == 1, "one session folded");
+    let after = shared::compact::manifest::load(&*storage, &manifests[0].key)
+        .await?
+        .manifest;
+    ensure!(after.task_attempts.base.len() == 1, "{after:?}");
+    ensure!(after.task_attempts.deltas.is_empty(), "{after:?}");
+    ensure!(compactor.fold().await? == 0, "nothing left to fold");
+    check(
+        &run,
+        &stored_task_rows(&*storage, "quiet").await?,
+        "folded on request",
+    )?;
+    Ok(())
+}
+
 /// A line that is not a readable event goes to a quarantine object with its reason; the other
 /// events of the same object are compacted.
 #[tokio::test]

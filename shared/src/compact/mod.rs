@@ -242,7 +242,10 @@ impl Compactor {
                     retired_at_ms: now,
                 });
             }
-            let base_key = ObjectKey::new(base.key.clone())?;
+            let written: Vec<ObjectKey> = std::iter::once(&base)
+                .chain(profile.as_ref())
+                .map(|file| ObjectKey::new(file.key.clone()))
+                .collect::<Result<_, _>>()?;
             next.task_attempts.base = vec![base];
             next.task_attempts.deltas.clear();
             next.task_profile.deltas.clear();
@@ -251,7 +254,9 @@ impl Compactor {
                 Ok(_) => folded += 1,
                 // A compaction got there first; its own merges keep the session in shape.
                 Err(ManifestError::Storage(StorageError::Precondition { .. })) => {
-                    let _ = self.storage.delete(&base_key).await;
+                    for key in written {
+                        let _ = self.storage.delete(&key).await;
+                    }
                 }
                 Err(err) => return Err(err.into()),
             }

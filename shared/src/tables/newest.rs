@@ -105,3 +105,24 @@ pub fn newest_rows(files: &TableFiles<'_>) -> Option<String> {
         on = on("b"),
     ))
 }
+
+/// Writes the newest rows of `files` to `path` as one Parquet file, sorted by `order` and
+/// written with COPY `options`: a fold of deltas into a base, in DuckDB alone (the sort spills
+/// to disk rather than needing memory for every row). Returns the row count; with no files,
+/// nothing is written.
+pub fn write_newest(
+    connection: &duckdb::Connection,
+    files: &TableFiles<'_>,
+    order: &str,
+    options: &str,
+    path: &Path,
+) -> Result<u64, duckdb::Error> {
+    let Some(relation) = newest_rows(files) else {
+        return Ok(0);
+    };
+    let copy = format!(
+        "COPY (SELECT * FROM {relation} ORDER BY {order}) TO {} ({options})",
+        path_literal(path)
+    );
+    Ok(connection.execute(&copy, [])? as u64)
+}

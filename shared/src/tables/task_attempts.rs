@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use duckdb::{Connection, params};
 
-use super::newest::{TableFiles, newest_rows, path_literal};
+use super::newest::{TableFiles, path_literal};
 
 use crate::event::common::{Language, TaskStatus, TaskType};
 use crate::event::encoding::Id;
@@ -416,14 +416,13 @@ pub fn write_newest(
     files: &TableFiles<'_>,
     path: &Path,
 ) -> Result<u64, TableError> {
-    let Some(relation) = newest_rows(files) else {
-        return Ok(0);
-    };
-    let copy = format!(
-        "COPY (SELECT * FROM {relation} ORDER BY {SORT_ORDER}) TO {} ({PARQUET_OPTIONS})",
-        path_literal(path)
-    );
-    Ok(connection.execute(&copy, [])? as u64)
+    Ok(super::newest::write_newest(
+        connection,
+        files,
+        SORT_ORDER,
+        PARQUET_OPTIONS,
+        path,
+    )?)
 }
 
 /// Compressed bytes per column over `files`, largest first, from the Parquet footers.

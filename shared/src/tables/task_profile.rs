@@ -7,12 +7,15 @@ use std::path::Path;
 
 use duckdb::{Connection, params};
 
-use super::newest::{TableFiles, newest_rows, path_literal};
+use super::newest::{TableFiles, path_literal};
 use super::task_attempts::TableError;
 use crate::merge::TaskAttempt;
 
 /// The order of spans in every file.
 const SORT_ORDER: &str = "task_id, attempt_number, start_ns";
+
+/// How files are written.
+const PARQUET_OPTIONS: &str = "FORMAT parquet, COMPRESSION zstd";
 
 /// Writes the spans of `attempts` to `path` (ZSTD Parquet, sorted by task and start). Returns
 /// the number of spans; with none, nothing is written.
@@ -62,7 +65,7 @@ pub fn write_profile(
         appender.flush()?;
     }
     connection.execute_batch(&format!(
-        "COPY (SELECT * FROM staged_profile ORDER BY {SORT_ORDER}) TO {} (FORMAT parquet, COMPRESSION zstd);
+        "COPY (SELECT * FROM staged_profile ORDER BY {SORT_ORDER}) TO {} ({PARQUET_OPTIONS});
          DROP TABLE staged_profile;",
         path_literal(path)
     ))?;
@@ -76,12 +79,11 @@ pub fn write_newest(
     files: &TableFiles<'_>,
     path: &Path,
 ) -> Result<u64, TableError> {
-    let Some(relation) = newest_rows(files) else {
-        return Ok(0);
-    };
-    let copy = format!(
-        "COPY (SELECT * FROM {relation} ORDER BY {SORT_ORDER}) TO {} (FORMAT parquet, COMPRESSION zstd)",
-        path_literal(path)
-    );
-    Ok(connection.execute(&copy, [])? as u64)
+    Ok(super::newest::write_newest(
+        connection,
+        files,
+        SORT_ORDER,
+        PARQUET_OPTIONS,
+        path,
+    )?)
 }
