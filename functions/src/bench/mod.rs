@@ -135,13 +135,8 @@ async fn only_session(storage: &Arc<dyn Storage>) -> anyhow::Result<String> {
     let first = manifests
         .first()
         .context("no compacted session in the store; run the full benchmark first")?;
-    first
-        .key
-        .as_str()
-        .strip_prefix(&prefix)
-        .and_then(|rest| rest.strip_prefix("session="))
-        .and_then(|rest| rest.split('/').next())
-        .map(|session| session.trim_end_matches(".json").to_owned())
+    manifest::session_of(&first.key)
+        .map(|(_, session)| session)
         .context("unexpected manifest key")
 }
 

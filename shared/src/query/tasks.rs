@@ -317,7 +317,11 @@ pub(super) async fn task(
 
 /// The job id (last 4 bytes) of a 24-byte task id in hex.
 fn job_of_task(task_id: &str) -> Option<&str> {
-    (task_id.len() == 48).then(|| &task_id[40..])
+    if task_id.len() == 48 {
+        task_id.get(40..)
+    } else {
+        None
+    }
 }
 
 /// One stored row as the detail of an attempt: the table row, the error, the state
