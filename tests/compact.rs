@@ -407,6 +407,70 @@ async fn compacting_one_raw_object_at_a_time_agrees_with_ray() -> anyhow::Result
     Ok(())
 }
 
+/// `serve` queues compaction in memory: a server that stopped after storing Ray's batches but
+/// before compacting them (a crash, a kill, three failed runs) must not lose them. The next
+/// start finds them through the recorded watermark, and its rows agree with Ray; a start after
+/// a clean run re-compacts only the last minute, and changes no row.
+#[tokio::test]
+async fn raw_objects_left_uncompacted_are_compacted_at_the_next_start() -> anyhow::Result<()> {
+    use shared::compact::backlog;
+    use shared::compact::queue::CompactionQueue;
+
+    let run = FixtureRun::all()?
+        .into_iter()
+        .next()
+        .context("no fixture run")?;
+    let (_guard, local) = local_storage()?;
+    let storage: Arc<dyn Storage> = Arc::new(local);
+    // The "crashed" server: ingest answered 200 and stored every batch; nothing compacted them.
+    let server = TestServer::start(afterglow_tests::open_settings(Arc::clone(&storage))).await?;
+    let delivered = bodies(&run)?;
+    post_all(
+        &format!("{}/v1/events/{}", server.url, run.name),
+        &delivered,
+    )
+    .await?;
+    server.stop().await?;
+    ensure!(
+        stored_task_rows(&*storage, &run.name).await?.is_empty(),
+        "nothing compacted yet"
+    );
+    ensure!(
+        backlog::load(&*storage).await?.is_none(),
+        "no watermark yet"
+    );
+
+    // The next start: everything stored is queued and compacted.
+    let raw_objects = {
+        let (compactor, _scratch) = compactor(Arc::clone(&storage), CompactSettings::default())?;
+        let queue = CompactionQueue::spawn(compactor);
+        let queued = queue.catch_up(&*storage).await?;
+        queue.idle().await;
+        queued
+    };
+    let stored = storage.list("raw/").await?.len();
+    ensure!(
+        raw_objects == stored && stored > 0,
+        "queued {raw_objects} of {stored} raw objects"
+    );
+    let rows = stored_task_rows(&*storage, &run.name).await?;
+    check(&run, &rows, "compacted at the next start")?;
+    ensure!(
+        backlog::load(&*storage).await?.is_some(),
+        "the run recorded its watermark"
+    );
+
+    // Another start right away: the objects are within a minute of the watermark, so they are
+    // compacted again, and nothing changes.
+    let (compactor, _scratch) = compactor(Arc::clone(&storage), CompactSettings::default())?;
+    let queue = CompactionQueue::spawn(compactor);
+    queue.catch_up(&*storage).await?;
+    queue.idle().await;
+    let again = stored_task_rows(&*storage, &run.name).await?;
+    ensure_same(&rows, &again, "a second catch-up")?;
+    Ok(())
+}
+
 /// Placement-group events (none appeared in the captures; these follow Ray's proto) land in the
 /// `placement_groups` table.
 #[tokio::test]

@@ -140,6 +140,17 @@ pub async fn run_cli(args: ServeArgs, config: Config) -> anyhow::Result<()> {
     );
     let (compactor, scratch) = compactor_with_scratch(Arc::clone(&storage))?;
     let queue = CompactionQueue::spawn(compactor);
+    // Raw objects a crashed or killed `serve` stored but never compacted.
+    let left = queue
+        .catch_up(storage.as_ref())
+        .await
+        .context("cannot list the raw objects an earlier run may have left")?;
+    if left > 0 {
+        tracing::info!(
+            objects = left,
+            "compacting raw objects stored since the last recorded compaction"
+        );
+    }
     let settings = ServeSettings {
         storage,
         ingest_token: config.ingest_token,

@@ -69,6 +69,14 @@ pub fn raw_object_key(cluster: &ClusterName, id: Ulid) -> Result<ObjectKey, Inva
     ObjectKey::new(key)
 }
 
+/// The ULID time (ms since the epoch) in a raw object's name: when ingest accepted it.
+/// `None` for keys that are not raw objects.
+pub fn raw_object_time_ms(key: &ObjectKey) -> Option<u64> {
+    let name = key.as_str().strip_prefix(RAW_PREFIX)?.rsplit('/').next()?;
+    let id = Ulid::from_string(name.strip_suffix(RAW_SUFFIX)?).ok()?;
+    Some(id.timestamp_ms())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -82,6 +90,20 @@ mod tests {
             raw_object_key(&cluster, id)?.as_str(),
             format!("raw/prod-east_1.a/2026/11/22/06/{id}.ndjson.gz")
         );
+        Ok(())
+    }
+
+    #[test]
+    fn a_raw_key_tells_when_it_was_accepted() -> Result<(), Box<dyn std::error::Error>> {
+        let id = Ulid::from_parts(1_795_328_094_627, 7);
+        let key = raw_object_key(&ClusterName::new("c")?, id)?;
+        assert_eq!(raw_object_time_ms(&key), Some(1_795_328_094_627));
+        for other in [
+            "tables/x/y.parquet",
+            "raw/c/2026/11/22/06/not-a-ulid.ndjson.gz",
+        ] {
+            assert_eq!(raw_object_time_ms(&ObjectKey::new(other)?), None, "{other}");
+        }
         Ok(())
     }
 

@@ -10,6 +10,7 @@
 //!
 //! This module owns the orchestration; Parquet I/O is in [`crate::tables`].
 
+pub mod backlog;
 pub mod catalog;
 pub mod manifest;
 pub mod notification;
@@ -150,6 +151,11 @@ impl Compactor {
             scratch,
             cache,
         }
+    }
+
+    /// The store compacted into.
+    pub fn storage(&self) -> &Arc<dyn Storage> {
+        &self.storage
     }
 
     /// Compacts the given raw objects.

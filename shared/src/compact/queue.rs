@@ -1,20 +1,26 @@
 //! The in-process stand-in for S3 → SQS → compact used by `serve`: ingest notifies each raw key
 //! it stores; a background task batches keys that arrive close together and compacts them in
 //! one run, so a burst of POSTs is one compaction. A failed run keeps its keys and retries.
+//! After each successful run the queue records how far it got ([`super::backlog`]), so that a
+//! `serve` started after a crash compacts what this one could not.
 
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::Compactor;
-use crate::storage::ObjectKey;
+use super::{Compactor, backlog};
+use crate::layout::raw_object_time_ms;
+use crate::storage::{ObjectKey, Storage, StorageError};
 
 /// How long the queue waits for more keys after the first one before compacting.
 const BATCH_WINDOW: Duration = Duration::from_millis(150);
 /// Pause before retrying a failed run.
 const RETRY_DELAY: Duration = Duration::from_secs(1);
-/// Runs tried per batch before its keys are left for `afterglow rebuild`.
+/// Runs tried per batch before its keys are left for the next start (see [`super::backlog`]).
 const MAX_ATTEMPTS: usize = 3;
+/// Most raw objects per run, as the compact function's SQS batch: a backlog found at start is
+/// compacted in bounded steps.
+const MAX_BATCH: usize = 500;
 
 enum Command {
     Compact(ObjectKey),
@@ -52,6 +58,17 @@ impl CompactionQueue {
         }
     }
 
+    /// Queues every raw object an earlier `serve` on `storage` may have left uncompacted (see
+    /// [`super::backlog`]) and returns how many.
+    pub async fn catch_up(&self, storage: &dyn Storage) -> Result<usize, StorageError> {
+        let keys = backlog::uncompacted(storage).await?;
+        let count = keys.len();
+        for key in keys {
+            self.notify(key);
+        }
+        Ok(count)
+    }
+
     /// Waits until everything queued so far has been compacted.
     pub async fn idle(&self) {
         let (done, wait) = oneshot::channel();
@@ -61,10 +78,41 @@ impl CompactionQueue {
     }
 }
 
+/// How far compaction has got, in ULID time: the newest raw object compacted, held back by the
+/// oldest one given up on (those stay for the next `serve` or `afterglow compact`).
+#[derive(Debug, Default)]
+struct Progress {
+    newest_compacted: Option<u64>,
+    oldest_given_up: Option<u64>,
+}
+
+impl Progress {
+    fn compacted(&mut self, keys: &[ObjectKey]) {
+        let newest = keys.iter().filter_map(raw_object_time_ms).max();
+        self.newest_compacted = self.newest_compacted.max(newest);
+    }
+
+    fn gave_up(&mut self, keys: &[ObjectKey]) {
+        if let Some(oldest) = keys.iter().filter_map(raw_object_time_ms).min() {
+            self.oldest_given_up = Some(self.oldest_given_up.map_or(oldest, |o| o.min(oldest)));
+        }
+    }
+
+    /// The watermark to record: everything up to it (less the margin) is compacted.
+    fn through_ms(&self) -> Option<u64> {
+        let newest = self.newest_compacted?;
+        Some(match self.oldest_given_up {
+            Some(oldest) => newest.min(oldest.saturating_sub(1)),
+            None => newest,
+        })
+    }
+}
+
 async fn run(compactor: Compactor, mut receiver: mpsc::UnboundedReceiver<Command>) {
     let mut pending: Vec<ObjectKey> = Vec::new();
     let mut waiters: Vec<oneshot::Sender<()>> = Vec::new();
     let mut failures = 0;
+    let mut progress = Progress::default();
     loop {
         if pending.is_empty() && waiters.is_empty() {
             match receiver.recv().await {
@@ -74,14 +122,24 @@ async fn run(compactor: Compactor, mut receiver: mpsc::UnboundedReceiver<Command
         }
         // Gather whatever else arrives within the window.
         let deadline = tokio::time::Instant::now() + BATCH_WINDOW;
-        while let Ok(Some(command)) = tokio::time::timeout_at(deadline, receiver.recv()).await {
+        while pending.len() < MAX_BATCH
+            && let Ok(Some(command)) = tokio::time::timeout_at(deadline, receiver.recv()).await
+        {
             take(command, &mut pending, &mut waiters);
         }
         if !pending.is_empty() {
             match compactor.compact(&pending).await {
                 Ok(_) => {
+                    progress.compacted(&pending);
                     pending.clear();
                     failures = 0;
+                    if let Some(through_ms) = progress.through_ms()
+                        && let Err(err) =
+                            backlog::save(compactor.storage().as_ref(), through_ms).await
+                    {
+                        // Only costs time: the next start re-compacts a little more.
+                        tracing::warn!(error = %err, "cannot record compaction progress");
+                    }
                 }
                 Err(err) if failures + 1 < MAX_ATTEMPTS => {
                     failures += 1;
@@ -93,8 +151,9 @@ async fn run(compactor: Compactor, mut receiver: mpsc::UnboundedReceiver<Command
                     tracing::error!(
                         error = %err,
                         keys = pending.len(),
-                        "compaction failed {MAX_ATTEMPTS} times; the raw objects stay for `afterglow rebuild`"
+                        "compaction failed {MAX_ATTEMPTS} times; the raw objects stay for the next start of `serve` (or `afterglow compact`)"
                     );
+                    progress.gave_up(&pending);
                     pending.clear();
                     failures = 0;
                 }
