@@ -263,8 +263,9 @@ class NotificationRelay(threading.Thread):
 
 
 class LambdaStack:
-    """The three functions, SeaweedFS and the relay; `ingest_url` and `query_url` are what
-    the stack's outputs give a customer."""
+    """The three functions, SeaweedFS and the relay. Like run.py's `Afterglow`, it offers
+    `ingest_base` and `query_base` (what the stack's outputs give a customer) and the two
+    tokens."""
 
     def __init__(self, repo, work, cluster, log):
         self.repo, self.work, self.cluster, self.log = repo, work, cluster, log
@@ -313,22 +314,23 @@ class LambdaStack:
                     headers={"content-type": "application/json"})
             elif handler == "ingest":
                 request = urllib.request.Request(
-                    f"{self.ingest_url}?token={self.ingest_token}", data=b"[]", method="POST",
+                    f"{self.ingest_base}/v1/events/{self.cluster}?token={self.ingest_token}",
+                    data=b"[]", method="POST",
                     headers={"content-type": "application/json"})
             else:
                 request = urllib.request.Request(
-                    f"{self.query_url}/api/clusters",
+                    f"{self.query_base}/api/clusters",
                     headers={"authorization": f"Bearer {self.query_token}"})
             with urllib.request.urlopen(request, timeout=120) as response:
                 return response.status < 300
         return ready
 
     @property
-    def ingest_url(self):
-        return f"{self.functions['ingest'].url}/v1/events/{self.cluster}"
+    def ingest_base(self):
+        return self.functions["ingest"].url
 
     @property
-    def query_url(self):
+    def query_base(self):
         return self.functions["query"].url
 
     def stop(self):

@@ -81,14 +81,18 @@ class Afterglow:
     def url(self):
         return f"http://127.0.0.1:{self.port}"
 
-    @property
-    def ingest_url(self):
-        """Where Ray's batches go (no token: `serve` on loopback accepts without one)."""
-        return f"{self.url}/v1/events/{CLUSTER}"
+    # What a deployment offers the test (LambdaStack offers the same): ingest serves
+    # `/v1/events/{cluster}` under `ingest_base`, the query API lives under `query_base`.
+    # `serve` on loopback needs neither token.
+    ingest_token = query_token = None
 
     @property
-    def api(self):
-        return Api(self.url)
+    def ingest_base(self):
+        return self.url
+
+    @property
+    def query_base(self):
+        return self.url
 
     def start(self):
         log_file = open(self.log_path, "a")
@@ -320,8 +324,8 @@ def compare(ray, api):
 
 
 def start_deployment(args, work):
-    """`afterglow serve` (variants serve, faults) or the Lambda stack (variant lambda); returns
-    it with the URL Ray's export points at (through the proxy) and the query API."""
+    """`afterglow serve` (variants serve, faults) or the Lambda stack (variant lambda),
+    started."""
     if args.variant == "lambda":
         from lambda_stack import LambdaStack  # needs boto3, which only this variant uses
 
@@ -331,12 +335,11 @@ def start_deployment(args, work):
         except BaseException:
             stack.stop()
             raise
-        return stack, stack.ingest_url, f"?token={stack.ingest_token}", Api(
-            stack.query_url, stack.query_token)
+        return stack
     afterglow = Afterglow(os.path.abspath(args.afterglow), os.path.join(work, "data"),
                           free_port(), os.path.join(work, "afterglow.log"))
     afterglow.start()
-    return afterglow, afterglow.ingest_url, "", afterglow.api
+    return afterglow
 
 
 def main():
@@ -356,16 +359,18 @@ def main():
 
     work = args.keep or tempfile.mkdtemp(prefix="afterglow-e2e-")
     os.makedirs(work, exist_ok=True)
-    deployment, ingest_url, token_query, api = start_deployment(args, work)
-    proxy = FaultyProxy(free_port(), ingest_url.removesuffix(f"/v1/events/{CLUSTER}"))
+    deployment = start_deployment(args, work)
+    api = Api(deployment.query_base, deployment.query_token)
+    proxy = FaultyProxy(free_port(), deployment.ingest_base)
     threading.Thread(target=proxy.serve_forever, daemon=True).start()
     # Ray cannot send headers: the ingest token travels in the export URL.
-    export_addr = f"http://127.0.0.1:{proxy.server_address[1]}/v1/events/{CLUSTER}{token_query}"
+    token = f"?token={deployment.ingest_token}" if deployment.ingest_token else ""
+    export_addr = f"http://127.0.0.1:{proxy.server_address[1]}/v1/events/{CLUSTER}{token}"
     env = ray_env(export_addr, os.path.join(work, "ray"))
     os.makedirs(env["RAY_TMPDIR"], exist_ok=True)
     gcs_port, dashboard_port = free_port(), free_port()
     address = f"127.0.0.1:{gcs_port}"
-    log(f"variant {args.variant}: ingest at {ingest_url}, queries at {api.base}, "
+    log(f"variant {args.variant}: ingest at {deployment.ingest_base}, queries at {api.base}, "
         f"Ray exports through the proxy on port {proxy.server_address[1]}")
 
     status = 1
