@@ -1,11 +1,13 @@
-"""The AWS deployment, on 127.0.0.1: the three Lambda functions under `cargo lambda watch`
-against SeaweedFS, with S3 → SQS → compact played by a relay.
+"""The AWS deployment, on 127.0.0.1: the three Lambda functions under `cargo lambda watch`'s
+emulator against SeaweedFS, with S3 → SQS → compact played by a relay.
 
 What each part stands in for:
 
-* `cargo lambda watch` is Lambda itself: it runs the real `afterglow` binary as a Lambda
-  runtime (`AWS_LAMBDA_RUNTIME_API`), once per function, with the `_HANDLER` the template
-  gives it, and turns HTTP requests into API Gateway v2 events (what the HTTP API sends).
+* `cargo lambda watch --only-lambda-apis` is Lambda itself: its runtime API serves the given
+  binary (scripts/test passes the built `bootstrap`, the file `sam deploy` uploads) started as
+  a Lambda runtime (`AWS_LAMBDA_RUNTIME_API`), one emulator and one process per function, with
+  the `_HANDLER` the template gives it; it turns HTTP requests into API Gateway v2 events (what
+  the HTTP API sends). Nothing is compiled here: the binary is the one under test.
 * SeaweedFS (`weed mini`) is S3: SigV4, conditional writes, the bucket and prefix.
 * `NotificationRelay` is S3 event notifications + SQS + Lambda's event source mapping, which
   SeaweedFS does not have: it lists `raw/` for new objects, wraps each in an S3
@@ -34,7 +36,12 @@ from botocore.exceptions import BotoCoreError, ClientError
 BATCH_SIZE = 500
 # SQS redrive policy (template.yaml: maxReceiveCount).
 MAX_RECEIVES = 5
-FUNCTION = "afterglow"  # cargo lambda names a function after its binary
+# template.yaml's MemorySize per function (query: the QueryMemory default); the binary sizes
+# DuckDB from AWS_LAMBDA_FUNCTION_MEMORY_SIZE as on Lambda.
+MEMORY_MB = {"ingest": 256, "compact": 3008, "query": 2048}
+# With --only-lambda-apis the emulator serves one function under its default name, "_", on the
+# bare runtime routes (`/.rt/2018-06-01/...`).
+FUNCTION = "_"
 
 
 def free_port(below=55000):
@@ -118,12 +125,14 @@ class SeaweedFS:
 
 
 class LambdaFunction:
-    """One function of the template under `cargo lambda watch`, on its own port."""
+    """One function of the template: the emulator on its own port, and the binary as its
+    runtime."""
 
-    def __init__(self, handler, env, repo, work):
-        self.handler, self.env, self.repo = handler, env, repo
+    def __init__(self, handler, binary, env, repo, work):
+        self.handler, self.binary, self.env, self.repo = handler, binary, env, repo
         self.port = free_port()
         self.log_path = os.path.join(work, f"lambda-{handler}.log")
+        self.emulator = None
         self.process = None
 
     @property
@@ -137,27 +146,33 @@ class LambdaFunction:
         return f"http://127.0.0.1:{self.port}/2015-03-31/functions/{FUNCTION}/invocations"
 
     def start(self):
-        # --release reuses the target directory's release build (DuckDB included); the
-        # functions' environment goes through --env-var, as the template's does on AWS.
-        command = ["cargo", "lambda", "watch", "--release", "-p", "afterglow", "--bin", FUNCTION,
-                   "--ignore-changes", "-v", "--invoke-address", "127.0.0.1",
-                   "--invoke-port", str(self.port), "--timeout", "120"]
-        for key, value in dict(self.env, _HANDLER=self.handler).items():
-            command += ["--env-var", f"{key}={value}"]
-        self.process = subprocess.Popen(command, cwd=self.repo, stdout=open(self.log_path, "a"),
+        log = open(self.log_path, "a")
+        self.emulator = subprocess.Popen(
+            ["cargo", "lambda", "watch", "--only-lambda-apis", "-v", "--invoke-address",
+             "127.0.0.1", "--invoke-port", str(self.port), "--timeout", "120"],
+            cwd=self.repo, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        # What Lambda sets for a function.
+        env = dict(os.environ, **self.env, _HANDLER=self.handler,
+                   AWS_LAMBDA_RUNTIME_API=f"http://127.0.0.1:{self.port}/.rt",
+                   AWS_LAMBDA_FUNCTION_NAME=FUNCTION, AWS_LAMBDA_FUNCTION_VERSION="1",
+                   AWS_LAMBDA_FUNCTION_MEMORY_SIZE=str(MEMORY_MB[self.handler]))
+        self.process = subprocess.Popen([self.binary], cwd=self.repo, env=env, stdout=log,
                                         stderr=subprocess.STDOUT, start_new_session=True)
 
     def wait_ready(self, probe, timeout):
         wait_until(probe, f"the {self.handler} function", timeout, self.process, self.log_path)
+        if self.emulator.poll() is not None:
+            raise RuntimeError(f"the {self.handler} emulator exited; see {self.log_path}")
 
     def stop(self):
-        if self.process and self.process.poll() is None:
-            os.killpg(self.process.pid, 15)
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, 9)
-                self.process.wait()
+        for process in (self.process, self.emulator):
+            if process and process.poll() is None:
+                os.killpg(process.pid, 15)
+                try:
+                    process.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    os.killpg(process.pid, 9)
+                    process.wait()
 
 
 def s3_record(bucket, key, size, etag):
@@ -267,8 +282,8 @@ class LambdaStack:
     `ingest_base` and `query_base` (what the stack's outputs give a customer) and the two
     tokens."""
 
-    def __init__(self, repo, work, cluster, log):
-        self.repo, self.work, self.cluster, self.log = repo, work, cluster, log
+    def __init__(self, repo, binary, work, cluster, log):
+        self.repo, self.binary, self.work, self.cluster, self.log = repo, binary, work, cluster, log
         self.storage = SeaweedFS(work)
         # A prefix of its own, so that a shared bucket (scripts/test's) starts empty for us.
         self.prefix = f"e2e-{uuid.uuid4().hex[:8]}/"
@@ -293,19 +308,18 @@ class LambdaStack:
             sandbox_tmp = os.path.join(tmp, handler)
             os.makedirs(sandbox_tmp, exist_ok=True)
             env = dict(common, TMPDIR=sandbox_tmp, **extra)
-            self.functions[handler] = LambdaFunction(handler, env, self.repo, self.work)
-        # One at a time: each `cargo lambda watch` runs cargo, which locks the target directory.
+            self.functions[handler] = LambdaFunction(handler, self.binary, env, self.repo,
+                                                     self.work)
         for handler, function in self.functions.items():
             function.start()
-            function.wait_ready(self.probe(handler), timeout=900)
+            function.wait_ready(self.probe(handler), timeout=120)
             self.log(f"{handler} function is up on port {function.port}")
         self.relay = NotificationRelay(self.storage, self.prefix,
                                        self.functions["compact"].invoke_url, self.log)
         self.relay.start()
 
     def probe(self, handler):
-        """True once the function answers: cargo lambda watch starts (and compiles) the
-        function on the first request."""
+        """True once the function answers through the emulator."""
         def ready():
             if handler == "compact":
                 request = urllib.request.Request(

@@ -4,9 +4,10 @@ are compared with Ray's own state API.
 One run of this script:
 1. starts Afterglow behind a small proxy that can answer 503 for a while: `afterglow serve` on
    a fresh data directory (variants `serve` and `faults`; in `faults` the proxy refuses for
-   15 s and Afterglow is restarted mid-run), or the three Lambda functions under
-   `cargo lambda watch` against SeaweedFS, with S3 notifications relayed to the compact
-   function as SQS batches (variant `lambda`; see lambda_stack.py);
+   15 s and Afterglow is restarted mid-run), or the three Lambda functions (the given
+   binary, normally the built `bootstrap`, as a Lambda runtime under `cargo lambda watch`'s
+   emulator) against SeaweedFS, with S3 notifications relayed to the compact function as SQS
+   batches (variant `lambda`; see lambda_stack.py);
 2. starts a single-node Ray head on 127.0.0.1 exporting every event type to the proxy, and runs
    `workload.py` as a driver;
 3. captures Ray's answers (`ray list tasks --detail`, `summarize_tasks`, `ray list actors/jobs/
@@ -17,7 +18,7 @@ It prints one line per entity type (`tasks: N matched, M differ, K missing`) and
 anything differs or is missing. Usage (tests/e2e/run does the setup):
 
     python run.py --afterglow target/release/afterglow --variant serve|faults --tasks 2000
-    python run.py --variant lambda --tasks 2000
+    python run.py --afterglow .aws-sam/build/QueryFunction/bootstrap --variant lambda
 """
 import argparse
 import http.server
@@ -329,7 +330,8 @@ def start_deployment(args, work):
     if args.variant == "lambda":
         from lambda_stack import LambdaStack  # needs boto3, which only this variant uses
 
-        stack = LambdaStack(os.path.abspath(os.path.join(HERE, "..", "..")), work, CLUSTER, log)
+        stack = LambdaStack(os.path.abspath(os.path.join(HERE, "..", "..")),
+                            os.path.abspath(args.afterglow), work, CLUSTER, log)
         try:
             stack.start()
         except BaseException:
@@ -344,18 +346,17 @@ def start_deployment(args, work):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--afterglow", help="the afterglow binary (variants serve and faults)")
+    parser.add_argument("--afterglow", required=True,
+                        help="the afterglow binary (for lambda: the Lambda bootstrap)")
     parser.add_argument("--variant", choices=["serve", "faults", "lambda"], default="serve",
                         help="serve: `afterglow serve`; faults: the same with 503s and a "
-                        "restart; lambda: the three functions under `cargo lambda watch` "
-                        "against SeaweedFS")
+                        "restart; lambda: the three functions as Lambda runtimes under "
+                        "`cargo lambda watch --only-lambda-apis`, against SeaweedFS")
     parser.add_argument("--tasks", type=int, default=2000, help="short tasks in the workload")
     parser.add_argument("--keep", help="keep the work directory here")
     parser.add_argument("--versus-ray", type=int, default=0, metavar="R",
                         help="also time R requests of each route against Ray's dashboard API")
     args = parser.parse_args()
-    if args.variant != "lambda" and not args.afterglow:
-        parser.error(f"--afterglow is required for the {args.variant} variant")
 
     work = args.keep or tempfile.mkdtemp(prefix="afterglow-e2e-")
     os.makedirs(work, exist_ok=True)
