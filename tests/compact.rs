@@ -1,10 +1,12 @@
 //! Compaction end to end: Ray's captured bodies are posted to ingest, compacted into Parquet,
 //! and the rows a reader sees are compared with Ray's own state-API output. Also: order and
 //! duplicates change nothing, `rebuild` gives the same rows, racing compactions both land,
-//! unreadable events are quarantined, and the Lambda handler decodes SQS/S3 notifications.
+//! unreadable events are quarantined, a manifest write whose response was lost still counts,
+//! and the Lambda handler decodes SQS/S3 notifications.
 
 use std::sync::Arc;
 
+use afterglow_tests::faults::LosesManifestResponses;
 use afterglow_tests::ray::{LOSSY_RUN, OurRows, check};
 use afterglow_tests::{
     FixtureRun, TestServer, bodies, compacting_settings, compactor, local_storage, post_all,
@@ -12,6 +14,7 @@ use afterglow_tests::{
 };
 use anyhow::{Context as _, ensure};
 use shared::compact::CompactSettings;
+use shared::compact::batch::BatchLimits;
 use shared::storage::{ObjectKey, Storage};
 
 /// Posts `bodies` for `cluster` through a compacting server and returns the stored rows.
@@ -88,7 +91,43 @@ async fn racing_compactions_both_land(storage: Arc<dyn Storage>) -> anyhow::Resu
     Ok(())
 }
 
-afterglow_tests::for_each_backend!(compacted_rows_agree_with_ray, racing_compactions_both_land);
+/// A manifest write whose response was lost (it landed, and the SDK's retry of the same
+/// request got 412) is a commit, not a lost race: compaction must keep the files the manifest
+/// now names. Every manifest response is lost here, one raw object per compaction, so each
+/// compaction after the first also reads the files the one before wrote.
+async fn lost_manifest_responses_lose_no_file(storage: Arc<dyn Storage>) -> anyhow::Result<()> {
+    let run = FixtureRun::named("basic-workload")?;
+    let server = TestServer::start(afterglow_tests::open_settings(Arc::clone(&storage))).await?;
+    post_all(&format!("{}/v1/events/lost", server.url), &bodies(&run)?).await?;
+    server.stop().await?;
+    let faulty = Arc::new(LosesManifestResponses::new(
+        Arc::clone(&storage),
+        usize::MAX,
+    ));
+    let (compactor, _scratch) = compactor(faulty.clone(), CompactSettings::default())?;
+    let keys = compactor.raw_keys().await?;
+    for key in &keys {
+        compactor
+            .compact(std::slice::from_ref(key))
+            .await
+            .with_context(|| format!("compacting {key} after {} lost responses", faulty.lost()))?;
+    }
+    ensure!(
+        faulty.lost() >= keys.len(),
+        "only {} of {} manifest responses were lost",
+        faulty.lost(),
+        keys.len()
+    );
+    let rows = stored_task_rows(&*storage, "lost").await?;
+    check(&run, &rows, "every manifest response lost")?;
+    Ok(())
+}
+
+afterglow_tests::for_each_backend!(
+    compacted_rows_agree_with_ray,
+    racing_compactions_both_land,
+    lost_manifest_responses_lose_no_file
+);
 
 /// Bodies shuffled and every body delivered twice give exactly the rows of arrival order; so
 /// does compacting every raw object again, and so does `rebuild`.
@@ -306,7 +345,7 @@ async fn lambda_handler_compacts_notified_keys_and_reports_failures_per_message(
         lambda_runtime::Context::default(),
     );
     let (compactor, _scratch) = compactor(Arc::clone(&storage), CompactSettings::default())?;
-    let response = afterglow::compact::handle(&compactor, "", event)
+    let response = afterglow::compact::handle(&compactor, "", &BatchLimits::default(), event)
         .await
         .map_err(|err| anyhow::anyhow!("{err}"))?;
     let failures = response["batchItemFailures"]
@@ -328,9 +367,15 @@ async fn lambda_handler_compacts_notified_keys_and_reports_failures_per_message(
 
 /// An S3 `ObjectCreated` notification in the shape S3 sends (keys form-URL-encoded).
 fn s3_notification(keys: &[&str]) -> serde_json::Value {
-    let records: Vec<serde_json::Value> = keys
+    let sized: Vec<(&str, u64)> = keys.iter().map(|key| (*key, 1024)).collect();
+    s3_notification_sized(&sized)
+}
+
+/// The same, with each object's size.
+fn s3_notification_sized(objects: &[(&str, u64)]) -> serde_json::Value {
+    let records: Vec<serde_json::Value> = objects
         .iter()
-        .map(|key| {
+        .map(|(key, size)| {
             serde_json::json!({
                 "eventVersion": "2.1", "eventSource": "aws:s3", "awsRegion": "us-east-1",
                 "eventTime": "2026-11-22T06:11:37.845Z", "eventName": "ObjectCreated:Put",
@@ -340,7 +385,7 @@ fn s3_notification(keys: &[&str]) -> serde_json::Value {
                 "s3": {"s3SchemaVersion": "1.0", "configurationId": "raw-objects",
                        "bucket": {"name": "b", "ownerIdentity": {"principalId": "A3NL1KOZZKExample"},
                                   "arn": "arn:aws:s3:::b"},
-                       "object": {"key": key.replace('/', "%2F"), "size": 1024,
+                       "object": {"key": key.replace('/', "%2F"), "size": size,
                                   "eTag": "d41d8cd98f00b204e9800998ecf8427e",
                                   "sequencer": "0055AED6DCD90281E5"}}
             })
@@ -370,7 +415,7 @@ async fn lambda_handler_compacts_a_direct_s3_event() -> anyhow::Result<()> {
         lambda_runtime::Context::default(),
     );
     let (compactor, _scratch) = compactor(Arc::clone(&storage), CompactSettings::default())?;
-    afterglow::compact::handle(&compactor, "", event)
+    afterglow::compact::handle(&compactor, "", &BatchLimits::default(), event)
         .await
         .map_err(|err| anyhow::anyhow!("{err}"))?;
     check(
@@ -409,8 +454,8 @@ async fn compacting_one_raw_object_at_a_time_agrees_with_ray() -> anyhow::Result
 
 /// `serve` queues compaction in memory: a server that stopped after storing Ray's batches but
 /// before compacting them (a crash, a kill, three failed runs) must not lose them. The next
-/// start finds them through the recorded watermark, and its rows agree with Ray; a start after
-/// a clean run re-compacts only the last minute, and changes no row.
+/// start finds every raw object no compaction record names, and its rows agree with Ray; a
+/// start after a clean run has nothing to compact.
 #[tokio::test]
 async fn raw_objects_left_uncompacted_are_compacted_at_the_next_start() -> anyhow::Result<()> {
     use shared::compact::backlog;
@@ -436,8 +481,8 @@ async fn raw_objects_left_uncompacted_are_compacted_at_the_next_start() -> anyho
         "nothing compacted yet"
     );
     ensure!(
-        backlog::load(&*storage).await?.is_none(),
-        "no watermark yet"
+        storage.list(backlog::RECORDS_PREFIX).await?.is_empty(),
+        "no compaction recorded yet"
     );
 
     // The next start: everything stored is queued and compacted.
@@ -456,18 +501,84 @@ async fn raw_objects_left_uncompacted_are_compacted_at_the_next_start() -> anyho
     let rows = stored_task_rows(&*storage, &run.name).await?;
     check(&run, &rows, "compacted at the next start")?;
     ensure!(
-        backlog::load(&*storage).await?.is_some(),
-        "the run recorded its watermark"
+        backlog::uncompacted(&*storage).await?.is_empty(),
+        "the runs recorded what they compacted"
     );
 
-    // Another start right away: the objects are within a minute of the watermark, so they are
-    // compacted again, and nothing changes.
+    // Another start right away: nothing left to compact, and nothing changes.
     let (compactor, _scratch) = compactor(Arc::clone(&storage), CompactSettings::default())?;
     let queue = CompactionQueue::spawn(compactor);
-    queue.catch_up(&*storage).await?;
+    ensure!(queue.catch_up(&*storage).await? == 0, "compacted again");
     queue.idle().await;
     let again = stored_task_rows(&*storage, &run.name).await?;
     ensure_same(&rows, &again, "a second catch-up")?;
+    Ok(())
+}
+
+/// Raw objects are named by ULIDs from the wall clock, which can step back (NTP) or stall behind
+/// a slow write. A server that compacted most of a run, then stored the rest under a clock an
+/// hour behind and crashed before compacting it, must still find that rest at the next start.
+/// (The ULID-time watermark this replaces skipped anything older than its margin.)
+#[tokio::test]
+async fn raw_objects_written_under_a_stepped_back_clock_are_compacted_at_the_next_start()
+-> anyhow::Result<()> {
+    use shared::compact::queue::CompactionQueue;
+    use shared::layout::{ClusterName, raw_object_key};
+
+    let run = FixtureRun::named("basic-workload")?;
+    let (_guard, local) = local_storage()?;
+    let storage: Arc<dyn Storage> = Arc::new(local);
+    let delivered = bodies(&run)?;
+    let (early, late) = delivered.split_at(delivered.len() / 2);
+
+    // A server that compacts the first half (and records it).
+    let (settings, queue, _scratch) = compacting_settings(Arc::clone(&storage))?;
+    let server = TestServer::start(settings).await?;
+    post_all(&format!("{}/v1/events/{}", server.url, run.name), early).await?;
+    queue.idle().await;
+    server.stop().await?;
+    let compacted: Vec<ObjectKey> = storage
+        .list("raw/")
+        .await?
+        .into_iter()
+        .map(|m| m.key)
+        .collect();
+
+    // The second half stored, never compacted, under a clock an hour behind.
+    let server = TestServer::start(afterglow_tests::open_settings(Arc::clone(&storage))).await?;
+    post_all(&format!("{}/v1/events/{}", server.url, run.name), late).await?;
+    server.stop().await?;
+    let cluster = ClusterName::new(run.name.as_str())?;
+    let hour_ago = now_ms()? - 3_600_000;
+    let mut moved = 0_u128;
+    for meta in storage.list("raw/").await? {
+        if compacted.contains(&meta.key) {
+            continue;
+        }
+        let body = storage.get(&meta.key).await?.body;
+        let stepped = raw_object_key(&cluster, ulid::Ulid::from_parts(hour_ago, moved))?;
+        storage
+            .put(&stepped, body, shared::storage::PutMode::Create)
+            .await?;
+        storage.delete(&meta.key).await?;
+        moved += 1;
+    }
+    ensure!(moved > 0, "nothing was written under the stepped clock");
+
+    // The next start finds exactly those, and the history is whole.
+    let (compactor, _scratch) = compactor(Arc::clone(&storage), CompactSettings::default())?;
+    let queue = CompactionQueue::spawn(compactor);
+    let queued = queue.catch_up(&*storage).await?;
+    queue.idle().await;
+    ensure!(
+        queued == usize::try_from(moved)?,
+        "queued {queued} of the {moved} objects written under the stepped clock"
+    );
+    check(
+        &run,
+        &stored_task_rows(&*storage, &run.name).await?,
+        "after a clock step",
+    )?;
     Ok(())
 }
 
@@ -498,4 +609,343 @@ async fn placement_group_events_are_compacted_into_their_table() -> anyhow::Resu
     let facts = group.definition.as_ref().context("definition")?;
     ensure!(facts.value.strategy == "STRICT_PACK" && facts.value.name == "capture-pg");
     Ok(())
+}
+
+/// One SQS message per stored raw object of `cluster` (ids `m0`, `m1`, … in key order), each
+/// notifying the object with its real size.
+/// One SQS message: its id, the record as Lambda delivers it, and the notified object's size.
+type Sqs = (String, serde_json::Value, u64);
+
+async fn sqs_messages_for(storage: &dyn Storage, cluster: &str) -> anyhow::Result<Vec<Sqs>> {
+    Ok(storage
+        .list(&format!("raw/{cluster}/"))
+        .await?
+        .into_iter()
+        .enumerate()
+        .map(|(index, meta)| {
+            let id = format!("m{index}");
+            let record = sqs_record(&id, meta.key.as_str(), meta.size);
+            (id, record, meta.size)
+        })
+        .collect())
+}
+
+fn sqs_record(id: &str, key: &str, size: u64) -> serde_json::Value {
+    serde_json::json!({
+        "messageId": id, "eventSource": "aws:sqs",
+        "body": s3_notification_sized(&[(key, size)]).to_string(),
+        "attributes": {}, "messageAttributes": {}
+    })
+}
+
+/// Runs the compact handler on `records` and returns the ids it asks SQS to redeliver.
+async fn handle_batch(
+    storage: &Arc<dyn Storage>,
+    records: &[serde_json::Value],
+    limits: &BatchLimits,
+    context: lambda_runtime::Context,
+) -> anyhow::Result<Vec<String>> {
+    let event =
+        lambda_runtime::LambdaEvent::new(serde_json::json!({ "Records": records }), context);
+    let (compactor, _scratch) = compactor(Arc::clone(storage), CompactSettings::default())?;
+    let response = afterglow::compact::handle(&compactor, "", limits, event)
+        .await
+        .map_err(|err| anyhow::anyhow!("{err}"))?;
+    Ok(response["batchItemFailures"]
+        .as_array()
+        .context("batchItemFailures")?
+        .iter()
+        .filter_map(|failure| failure["itemIdentifier"].as_str().map(str::to_owned))
+        .collect())
+}
+
+/// A local store holding basic-workload's raw objects for `cluster`, not compacted, and one SQS
+/// message per object (see [`sqs_messages_for`]).
+async fn uncompacted_batch(
+    cluster: &str,
+) -> anyhow::Result<(FixtureRun, tempfile::TempDir, Arc<dyn Storage>, Vec<Sqs>)> {
+    let run = FixtureRun::named("basic-workload")?;
+    let (guard, local) = local_storage()?;
+    let storage: Arc<dyn Storage> = Arc::new(local);
+    store_raw(&storage, &run, cluster).await?;
+    let messages = sqs_messages_for(&*storage, cluster).await?;
+    Ok((run, guard, storage, messages))
+}
+
+/// Milliseconds since the epoch, now.
+fn now_ms() -> anyhow::Result<u64> {
+    Ok(u64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)?
+            .as_millis(),
+    )?)
+}
+
+/// Stores `run`'s bodies for `cluster` without compacting them.
+async fn store_raw(
+    storage: &Arc<dyn Storage>,
+    run: &FixtureRun,
+    cluster: &str,
+) -> anyhow::Result<()> {
+    let server = TestServer::start(afterglow_tests::open_settings(Arc::clone(storage))).await?;
+    post_all(
+        &format!("{}/v1/events/{cluster}", server.url),
+        &bodies(run)?,
+    )
+    .await?;
+    server.stop().await
+}
+
+/// Commits made to the manifests of `cluster` (each compaction run commits once per session).
+async fn manifest_commits(storage: &dyn Storage, cluster: &str) -> anyhow::Result<u64> {
+    let mut commits = 0;
+    for meta in storage
+        .list(&format!("tables/manifests/cluster={cluster}/"))
+        .await?
+    {
+        commits += shared::compact::manifest::load(storage, &meta.key)
+            .await?
+            .manifest
+            .sequence;
+    }
+    Ok(commits)
+}
+
+/// One unreadable raw object in a batch fails only the message that names it, and the rest of
+/// the batch is still compacted in one run. (It used to fail the whole run, and the fallback
+/// then compacted the batch one message at a time: 500 runs, past the function's timeout.)
+#[tokio::test]
+async fn an_unreadable_object_fails_only_its_message_and_the_batch_runs_once() -> anyhow::Result<()>
+{
+    let (run, _guard, storage, messages) = uncompacted_batch("unreadable").await?;
+    let corrupt = "raw/unreadable/2026/11/22/06/01JD0000000000000000000000.ndjson.gz";
+    storage
+        .put(
+            &ObjectKey::new(corrupt)?,
+            bytes::Bytes::from_static(b"not gzip at all"),
+            shared::storage::PutMode::Create,
+        )
+        .await?;
+    let mut records: Vec<serde_json::Value> =
+        messages.into_iter().map(|(_, record, _)| record).collect();
+    let messages = records.len();
+    records.insert(messages / 2, sqs_record("corrupt", corrupt, 15));
+    let failed = handle_batch(
+        &storage,
+        &records,
+        &BatchLimits::default(),
+        Default::default(),
+    )
+    .await?;
+    ensure!(failed == ["corrupt"], "failed: {failed:?}");
+    // One run commits once per session.
+    let commits = manifest_commits(&*storage, "unreadable").await?;
+    let sessions = storage
+        .list("tables/manifests/cluster=unreadable/")
+        .await?
+        .len();
+    ensure!(
+        sessions > 0 && commits == u64::try_from(sessions)?,
+        "{messages} good messages took {commits} manifest commits for {sessions} sessions, not one run"
+    );
+    check(
+        &run,
+        &stored_task_rows(&*storage, "unreadable").await?,
+        "a batch with an unreadable object",
+    )?;
+    Ok(())
+}
+
+/// A batch naming more raw bytes than one run may take compacts the messages up to the cap and
+/// reports the rest unattempted; redelivered, they complete the history.
+#[tokio::test]
+async fn a_batch_past_its_byte_cap_leaves_the_rest_for_redelivery() -> anyhow::Result<()> {
+    let (run, _guard, storage, messages) = uncompacted_batch("capped").await?;
+    ensure!(messages.len() > 4, "too few raw objects to cap");
+    let cap: u64 = messages.iter().take(3).map(|(_, _, size)| size).sum();
+    let limits = BatchLimits {
+        max_bytes: Some(cap),
+        ..BatchLimits::default()
+    };
+    let records: Vec<serde_json::Value> = messages
+        .iter()
+        .map(|(_, record, _)| record.clone())
+        .collect();
+    let failed = handle_batch(&storage, &records, &limits, Default::default()).await?;
+    let expected: Vec<String> = messages
+        .iter()
+        .skip(3)
+        .map(|(id, _, _)| id.clone())
+        .collect();
+    ensure!(
+        failed == expected,
+        "failed {failed:?}, expected {expected:?}"
+    );
+    let redelivered: Vec<serde_json::Value> = messages
+        .iter()
+        .filter(|(id, _, _)| failed.contains(id))
+        .map(|(_, record, _)| record.clone())
+        .collect();
+    let failed = handle_batch(
+        &storage,
+        &redelivered,
+        &BatchLimits::default(),
+        Default::default(),
+    )
+    .await?;
+    ensure!(failed.is_empty(), "redelivery failed: {failed:?}");
+    check(
+        &run,
+        &stored_task_rows(&*storage, "capped").await?,
+        "a capped batch and its redelivery",
+    )?;
+    Ok(())
+}
+
+/// A batch that cannot be compacted before the invocation's deadline (less the margin kept for
+/// answering) is reported unattempted, message by message, instead of being cut off by Lambda
+/// with no answer (which would count a receive against every message).
+#[tokio::test]
+async fn a_batch_past_the_deadline_is_answered_unattempted() -> anyhow::Result<()> {
+    let (_run, _guard, storage, messages) = uncompacted_batch("late").await?;
+    let records: Vec<serde_json::Value> = messages
+        .iter()
+        .map(|(_, record, _)| record.clone())
+        .collect();
+    let mut context = lambda_runtime::Context::default();
+    // Two seconds left, less than the 15 s kept for answering.
+    context.deadline = now_ms()? + 2_000;
+    let started = std::time::Instant::now();
+    let failed = handle_batch(&storage, &records, &BatchLimits::default(), context).await?;
+    let all: Vec<String> = messages.iter().map(|(id, _, _)| id.clone()).collect();
+    ensure!(failed == all, "failed {failed:?}");
+    ensure!(
+        started.elapsed() < std::time::Duration::from_secs(2),
+        "answered after the deadline"
+    );
+    ensure!(
+        manifest_commits(&*storage, "late").await? == 0,
+        "compacted although reported unattempted"
+    );
+    Ok(())
+}
+
+/// Retention removes a session whole once its newest event is older than the retention: its
+/// manifest, then every file the manifest named, then its catalog entry. Newer sessions are
+/// left alone, and still agree with Ray.
+#[tokio::test]
+async fn expiry_removes_old_sessions_whole_and_keeps_the_rest() -> anyhow::Result<()> {
+    use shared::compact::catalog;
+    use shared::layout::ClusterName;
+
+    let (_guard, local) = local_storage()?;
+    let storage: Arc<dyn Storage> = Arc::new(local);
+    let old_run = FixtureRun::named("basic-workload")?;
+    let new_run = FixtureRun::named("edge-cases")?;
+    ingest_and_compact(Arc::clone(&storage), "old", &bodies(&old_run)?).await?;
+    ingest_and_compact(Arc::clone(&storage), "new", &bodies(&new_run)?).await?;
+
+    // The captures' event times are fixed; place the sessions in time relative to now.
+    let now = i64::try_from(now_ms()?)?;
+    let day = 86_400_000;
+    let (stored, _) = catalog::load(&*storage).await?;
+    for (cluster, sessions) in &stored.clusters {
+        for (session, stats) in sessions {
+            let mut stats = stats.clone();
+            stats.last_ms = Some(if cluster == "old" {
+                now - 10 * day
+            } else {
+                now - day / 24
+            });
+            catalog::record(&*storage, &ClusterName::new(cluster)?, session, &stats).await?;
+        }
+    }
+    let mut old_files = Vec::new();
+    let old_manifests = storage.list("tables/manifests/cluster=old/").await?;
+    for meta in &old_manifests {
+        let manifest = shared::compact::manifest::load(&*storage, &meta.key)
+            .await?
+            .manifest;
+        old_files.extend(
+            manifest
+                .task_attempts
+                .all()
+                .chain(manifest.task_profile.all())
+                .chain(manifest.entities.values())
+                .map(|file| file.key.clone()),
+        );
+    }
+    ensure!(!old_files.is_empty(), "the old session has no files");
+
+    let (compactor, _scratch) = compactor(Arc::clone(&storage), CompactSettings::default())?;
+    let expired = compactor
+        .expire_sessions(std::time::Duration::from_secs(7 * 86_400), now)
+        .await?;
+    ensure!(
+        expired == old_manifests.len(),
+        "expired {expired} sessions, {} were old",
+        old_manifests.len()
+    );
+    ensure!(
+        storage
+            .list("tables/manifests/cluster=old/")
+            .await?
+            .is_empty(),
+        "an old manifest is left"
+    );
+    for file in &old_files {
+        ensure!(
+            matches!(
+                storage.get(&ObjectKey::new(file.clone())?).await,
+                Err(shared::storage::StorageError::NotFound { .. })
+            ),
+            "{file} was left behind"
+        );
+    }
+    let (after, _) = catalog::load(&*storage).await?;
+    ensure!(
+        !after.clusters.contains_key("old"),
+        "the catalog still lists the old cluster"
+    );
+    ensure!(
+        after.clusters.contains_key("new"),
+        "the recent cluster was removed"
+    );
+    check(
+        &new_run,
+        &stored_task_rows(&*storage, "new").await?,
+        "a recent session after expiry",
+    )?;
+    Ok(())
+}
+
+/// `rebuild` replays the raw objects, which expire (`RawRetentionDays`) while tables may be kept
+/// longer: once a raw object the tables were built from is gone, a rebuild would drop history
+/// that only the tables still hold, so it is refused.
+#[tokio::test]
+async fn rebuild_is_refused_once_raw_objects_the_tables_came_from_are_gone() -> anyhow::Result<()> {
+    let run = FixtureRun::named("basic-workload")?;
+    let (_guard, local) = local_storage()?;
+    let storage: Arc<dyn Storage> = Arc::new(local);
+    ingest_and_compact(Arc::clone(&storage), "expiring", &bodies(&run)?).await?;
+    let (compactor, _scratch) = compactor(Arc::clone(&storage), CompactSettings::default())?;
+    compactor
+        .ensure_rebuildable()
+        .await
+        .context("refused while every raw object is stored")?;
+    // Keys are ordered by hour and ULID: the first is the oldest, the first to expire.
+    let oldest = storage
+        .list("raw/expiring/")
+        .await?
+        .into_iter()
+        .next()
+        .context("no raw object")?;
+    storage.delete(&oldest.key).await?;
+    match compactor.ensure_rebuildable().await {
+        Err(shared::compact::CompactError::RawHistoryGone { cluster, .. }) => {
+            ensure!(cluster == "expiring", "refused for {cluster}");
+            Ok(())
+        }
+        other => anyhow::bail!("a rebuild that drops history was allowed: {other:?}"),
+    }
 }

@@ -290,6 +290,7 @@ async fn an_unreachable_s3_answers_503_so_ray_retries() -> anyhow::Result<()> {
         endpoint_url: Some(endpoint),
         force_path_style: true,
         operation_timeout: Some(Duration::from_secs(2)),
+        stall_timeout: shared::storage::S3Settings::DEFAULT_STALL_TIMEOUT,
     })
     .await;
     let server = TestServer::start(open_settings(Arc::new(storage))).await?;
@@ -404,4 +405,43 @@ async fn lambda_api_gateway_v2_events_are_ingested() -> anyhow::Result<()> {
         "stored events differ from the posted ones"
     );
     Ok(())
+}
+
+/// `serve` on loopback answers only requests addressed to a loopback name: a web page that
+/// rebinds its own DNS name to 127.0.0.1 (DNS rebinding) sends its own name as `Host`, so it
+/// can neither write events nor read history through the open loopback API.
+#[tokio::test]
+async fn loopback_serve_refuses_requests_addressed_to_other_hosts() -> anyhow::Result<()> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+    let (_guard, storage) = local_storage()?;
+    let server = TestServer::start(open_settings(Arc::new(storage))).await?;
+    let address = server.url.trim_start_matches("http://").to_owned();
+    let port = address.rsplit(':').next().unwrap_or_default().to_owned();
+    let cases = [
+        ("evil.example".to_owned(), 403),
+        (format!("evil.example:{port}"), 403),
+        (address.clone(), 200),
+        (format!("localhost:{port}"), 200),
+    ];
+    for (host, expected) in cases {
+        let mut stream = tokio::net::TcpStream::connect(&address).await?;
+        let request = format!(
+            "POST /v1/events/c HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n\
+             Content-Length: 2\r\nConnection: close\r\n\r\n[]"
+        );
+        stream.write_all(request.as_bytes()).await?;
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).await?;
+        let status: u16 = answer
+            .split_whitespace()
+            .nth(1)
+            .context("no status line")?
+            .parse()?;
+        ensure!(
+            status == expected,
+            "Host {host}: {status}, expected {expected}\n{answer}"
+        );
+    }
+    server.stop().await
 }

@@ -520,6 +520,30 @@ async fn timeline_draws_every_attempt_that_ran() -> anyhow::Result<()> {
     ensure!(events.iter().any(|event| event["name"] == "process_name"));
     let limited = api.ok("/api/timeline?limit=5").await?;
     ensure!(limited["otherData"]["truncated"] == true);
+    // Page through with the cursor: every attempt that ran, each exactly once.
+    let mut seen = BTreeSet::new();
+    let mut path = "/api/timeline?limit=5".to_owned();
+    for _ in 0..ran {
+        let page = api.ok(&path).await?;
+        for event in page["traceEvents"].as_array().context("traceEvents")? {
+            if event["cat"] == "task" {
+                let attempt = (
+                    event["args"]["task_id"].to_string(),
+                    event["args"]["attempt_number"].to_string(),
+                );
+                ensure!(seen.insert(attempt.clone()), "{attempt:?} drawn twice");
+            }
+        }
+        match page["otherData"]["next"].as_str() {
+            Some(next) => path = format!("/api/timeline?limit=5&cursor={next}"),
+            None => break,
+        }
+    }
+    ensure!(
+        seen.len() == ran,
+        "{} attempts over the pages, {ran} ran",
+        seen.len()
+    );
     served.server.stop().await
 }
 
@@ -714,4 +738,49 @@ async fn synthetic_traffic_is_counted_as_generated() -> anyhow::Result<()> {
         "by error type: {errors:?} != {expected_errors:?}"
     );
     Ok(())
+}
+
+/// A file the manifest names may be gone (deleted by hand, or expired by a storage rule under
+/// a live manifest): readers answer from the rest of the session, without that file's rows,
+/// instead of failing every request for the session.
+#[tokio::test]
+async fn a_missing_table_file_costs_its_rows_not_the_session() -> anyhow::Result<()> {
+    let run = FixtureRun::named("basic-workload")?;
+    let (data, storage) = local_storage()?;
+    let storage: Arc<dyn Storage> = Arc::new(storage);
+    let served = serve_runs(Arc::clone(&storage), std::slice::from_ref(&run), Ok).await?;
+    let api = Api::Http(served.server.url.clone());
+    let cluster = &run.name;
+    let full = api.ok(&format!("/api/summary?cluster={cluster}")).await?["total"]
+        .as_u64()
+        .context("total")?;
+    let manifests = storage
+        .list(&format!("tables/manifests/cluster={cluster}/"))
+        .await?;
+    let first = manifests.first().context("no manifest")?;
+    let manifest = shared::compact::manifest::load(&*storage, &first.key)
+        .await?
+        .manifest;
+    let oldest = manifest
+        .task_attempts
+        .all()
+        .next()
+        .context("no attempt file")?;
+    let nodes = manifest.entities.get("nodes").context("no nodes file")?;
+    for gone in [&oldest.key, &nodes.key] {
+        storage
+            .delete(&shared::storage::ObjectKey::new(gone.clone())?)
+            .await?;
+    }
+    let summary = api.ok(&format!("/api/summary?cluster={cluster}")).await?;
+    let total = summary["total"].as_u64().context("total")?;
+    ensure!(
+        total <= full,
+        "{total} attempts after a file was lost, {full} before"
+    );
+    api.ok(&format!("/api/tasks?cluster={cluster}")).await?;
+    let nodes = api.ok(&format!("/api/nodes?cluster={cluster}")).await?;
+    println!("a lost file: {total} of {full} attempts still answered; nodes: {nodes}");
+    drop(data);
+    served.server.stop().await
 }

@@ -247,3 +247,43 @@ afterglow_tests::for_each_backend!(
     delete_removes_and_is_idempotent,
     overwrite_replaces_atomically,
 );
+
+/// An S3 endpoint that accepts connections and never answers (a stalled load balancer, a
+/// half-open connection): every call fails after the stall timeout and the SDK's retries,
+/// instead of hanging compaction or `serve`'s queue forever. Without a timeout the call below
+/// never returns (the outer bound of 60 s fails the test).
+#[tokio::test]
+async fn a_stalled_s3_endpoint_fails_calls_instead_of_hanging() -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let endpoint = format!("http://{}", listener.local_addr()?);
+    let held = tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            open.push(socket);
+        }
+    });
+    let storage = shared::storage::S3Storage::connect(shared::storage::S3Settings {
+        bucket: "afterglow-test".into(),
+        prefix: String::new(),
+        endpoint_url: Some(endpoint),
+        force_path_style: true,
+        operation_timeout: None,
+        stall_timeout: std::time::Duration::from_millis(300),
+    })
+    .await;
+    let manifest = key("tables/manifests/cluster=c/session=s.json")?;
+    let call = storage.get(&manifest);
+    let outcome = tokio::time::timeout(std::time::Duration::from_secs(60), call).await;
+    held.abort();
+    match outcome {
+        Err(_) => anyhow::bail!("the call to a stalled endpoint was still waiting after 60 s"),
+        Ok(Ok(_)) => anyhow::bail!("a stalled endpoint returned an object"),
+        Ok(Err(err)) => {
+            ensure!(
+                matches!(err, shared::storage::StorageError::Backend { .. }),
+                "unexpected error: {err}"
+            );
+            Ok(())
+        }
+    }
+}

@@ -40,8 +40,9 @@ pub enum Command {
     Compact(CompactArgs),
     /// Rebuild every table from the raw objects: delete the tables, then compact everything.
     ///
-    /// Stop `serve` (and the compact function) on the same store first.
-    Rebuild(StoreArgs),
+    /// Stop `serve` (and the compact function) on the same store first. Refuses when raw
+    /// objects the tables were built from are gone (expired), unless --force.
+    Rebuild(RebuildArgs),
     /// Generate synthetic Ray 2.60 event traffic (deterministic for a seed).
     ///
     /// Writes POST bodies to --out DIR (bodies/*.json plus truth.json, what was generated) or
@@ -144,6 +145,18 @@ pub struct StoreArgs {
     /// A local data directory. Overrides AFTERGLOW_DATA_DIR and AFTERGLOW_BUCKET.
     #[arg(long, value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
+}
+
+/// Flags of `afterglow rebuild`.
+#[derive(Debug, clap::Args)]
+pub struct RebuildArgs {
+    /// The store.
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Rebuild even when raw objects the tables were built from are gone: the history only
+    /// the tables still hold is dropped.
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// Flags of `afterglow compact`.

@@ -1,34 +1,49 @@
 //! The compact function on Lambda: S3 `ObjectCreated` notifications, delivered through SQS (or
-//! directly), onto [`Compactor::compact`]. Reports SQS partial batch failures, so one bad
-//! message is retried (and eventually dead-lettered) without failing the others.
+//! directly), onto the library's batch compaction. Reports SQS partial batch failures, so one
+//! bad message is retried (and eventually dead-lettered) without failing the others.
 
-use aws_lambda_events::event::s3::S3Event;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use aws_lambda_events::event::s3::{S3Event, S3EventRecord};
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
-use lambda_runtime::{Error, LambdaEvent};
+use lambda_runtime::{Context, Error, LambdaEvent};
 use shared::compact::Compactor;
+use shared::compact::batch::{BatchLimits, Message};
 use shared::compact::notification::raw_key_from_notification;
 use shared::storage::ObjectKey;
 use tracing::Instrument as _;
 
-/// Raw keys named by an S3 event; keys that are not raw objects are logged and skipped.
-fn keys_of(event: &S3Event, prefix: &str) -> Vec<ObjectKey> {
+/// The raw key a record names, with its notified size; `None` (logged) for other keys.
+fn object_of(record: &S3EventRecord, prefix: &str) -> Option<(ObjectKey, u64)> {
+    let encoded = record.s3.object.key.as_deref()?;
+    match raw_key_from_notification(encoded, prefix) {
+        Ok(key) => {
+            let size = record
+                .s3
+                .object
+                .size
+                .and_then(|size| u64::try_from(size).ok());
+            Some((key, size.unwrap_or(0)))
+        }
+        Err(reason) => {
+            tracing::warn!(%reason, "skipping a notified key");
+            None
+        }
+    }
+}
+
+/// Raw objects named by an S3 event; keys that are not raw objects are logged and skipped.
+fn objects_of(event: &S3Event, prefix: &str) -> Vec<(ObjectKey, u64)> {
     event
         .records
         .iter()
-        .filter_map(|record| record.s3.object.key.as_deref())
-        .filter_map(|encoded| match raw_key_from_notification(encoded, prefix) {
-            Ok(key) => Some(key),
-            Err(reason) => {
-                tracing::warn!(%reason, "skipping a notified key");
-                None
-            }
-        })
+        .filter_map(|record| object_of(record, prefix))
         .collect()
 }
 
-/// The raw keys an SQS message body names. S3's `s3:TestEvent` (sent when notifications are
+/// The raw objects an SQS message body names. S3's `s3:TestEvent` (sent when notifications are
 /// configured) names none.
-fn keys_of_message(body: &str, prefix: &str) -> Result<Vec<ObjectKey>, String> {
+fn objects_of_message(body: &str, prefix: &str) -> Result<Vec<(ObjectKey, u64)>, String> {
     let value: serde_json::Value =
         serde_json::from_str(body).map_err(|err| format!("body is not JSON: {err}"))?;
     if value.get("Event").and_then(serde_json::Value::as_str) == Some("s3:TestEvent") {
@@ -36,7 +51,7 @@ fn keys_of_message(body: &str, prefix: &str) -> Result<Vec<ObjectKey>, String> {
     }
     let event: S3Event =
         serde_json::from_value(value).map_err(|err| format!("body is not an S3 event: {err}"))?;
-    Ok(keys_of(&event, prefix))
+    Ok(objects_of(&event, prefix))
 }
 
 fn failure(message_id: &str) -> BatchItemFailure {
@@ -46,22 +61,48 @@ fn failure(message_id: &str) -> BatchItemFailure {
     failure
 }
 
-/// Handles one invocation: an SQS batch of S3 notifications, or a direct S3 event.
+/// The invocation's deadline as an instant; `None` when Lambda gave none (tests, emulators
+/// that send 0).
+fn deadline_of(context: &Context) -> Option<tokio::time::Instant> {
+    if context.deadline == 0 {
+        return None;
+    }
+    let now_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| {
+            u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+        });
+    let left = Duration::from_millis(context.deadline.saturating_sub(now_ms));
+    Some(tokio::time::Instant::now() + left)
+}
+
+/// Handles one invocation: an SQS batch of S3 notifications, or a direct S3 event. `limits`
+/// caps a batch's raw bytes; the deadline comes from the invocation.
 pub async fn handle(
     compactor: &Compactor,
     prefix: &str,
+    limits: &BatchLimits,
     event: LambdaEvent<serde_json::Value>,
 ) -> Result<serde_json::Value, Error> {
     let span = tracing::info_span!("invocation", request_id = %event.context.request_id, function = "compact");
     async move {
+        let limits = BatchLimits {
+            deadline: deadline_of(&event.context),
+            ..limits.clone()
+        };
         let payload = event.payload;
         let from_sqs = payload
             .pointer("/Records/0/eventSource")
             .and_then(serde_json::Value::as_str)
             == Some("aws:sqs");
         if !from_sqs {
+            // A direct invocation is retried whole by Lambda: nothing to report per record.
             let s3: S3Event = serde_json::from_value(payload)?;
-            compactor.compact(&keys_of(&s3, prefix)).await?;
+            let keys: Vec<ObjectKey> = objects_of(&s3, prefix)
+                .into_iter()
+                .map(|(key, _)| key)
+                .collect();
+            compactor.compact(&keys).await?;
             return Ok(serde_json::Value::Null);
         }
         let sqs: SqsEvent = serde_json::from_value(payload)?;
@@ -69,8 +110,8 @@ pub async fn handle(
         let mut failures = Vec::new();
         for message in &sqs.records {
             let id = message.message_id.clone().unwrap_or_default();
-            match keys_of_message(message.body.as_deref().unwrap_or_default(), prefix) {
-                Ok(keys) => messages.push((id, keys)),
+            match objects_of_message(message.body.as_deref().unwrap_or_default(), prefix) {
+                Ok(objects) => messages.push(Message { id, objects }),
                 Err(reason) => {
                     // Retrying cannot fix it: after maxReceiveCount it lands in the DLQ.
                     tracing::error!(message_id = %id, %reason, "unreadable notification");
@@ -78,18 +119,8 @@ pub async fn handle(
                 }
             }
         }
-        let all: Vec<ObjectKey> = messages.iter().flat_map(|(_, keys)| keys.clone()).collect();
-        if let Err(err) = compactor.compact(&all).await {
-            // Find the culprits: compact each message alone; only those that fail are retried.
-            tracing::warn!(error = %err, "batch compaction failed; retrying message by message");
-            for (id, keys) in &messages {
-                let span = tracing::info_span!("message", message_id = %id);
-                if let Err(err) = compactor.compact(keys).instrument(span).await {
-                    tracing::error!(message_id = %id, error = %err, "message failed");
-                    failures.push(failure(id));
-                }
-            }
-        }
+        let outcome = compactor.compact_messages(&messages, &limits).await;
+        failures.extend(outcome.failed.iter().map(|id| failure(id)));
         let mut response = SqsBatchResponse::default();
         response.batch_item_failures = failures;
         Ok(serde_json::to_value(response)?)

@@ -44,6 +44,38 @@ pub fn router(state: Arc<AppState>) -> Router {
         .with_state(state)
 }
 
+/// Refuses requests addressed to any host but a loopback name, for a server that listens on
+/// loopback. A web page on another site can make the browser resolve its own name to 127.0.0.1
+/// (DNS rebinding) and then read an open loopback API; its requests still carry its own name
+/// in `Host`, so they are refused here.
+pub async fn loopback_hosts_only(request: Request, next: Next) -> Response {
+    let host = request
+        .headers()
+        .get(axum::http::header::HOST)
+        .map(|value| value.to_str().unwrap_or("\u{fffd}"));
+    match host {
+        Some(host) if !is_loopback_host(host) => error_response(
+            StatusCode::FORBIDDEN,
+            "this Afterglow listens on loopback and answers only requests addressed to \
+             localhost, 127.0.0.1 or [::1] (the Host header names another host)",
+        ),
+        _ => next.run(request).await,
+    }
+}
+
+/// True for `localhost`, an IPv4 loopback address or `[::1]`, with or without a port.
+fn is_loopback_host(host: &str) -> bool {
+    let name = if let Some(rest) = host.strip_prefix('[') {
+        rest.split_once(']').map_or(host, |(inside, _)| inside)
+    } else {
+        host.rsplit_once(':').map_or(host, |(name, _)| name)
+    };
+    name.eq_ignore_ascii_case("localhost")
+        || name
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|address| address.is_loopback())
+}
+
 /// A JSON error body: `{"error": "…"}`.
 pub fn error_response(status: StatusCode, message: impl Into<String>) -> Response {
     let body = serde_json::json!({ "error": message.into() });
@@ -79,4 +111,34 @@ async fn request_span(request: Request, next: Next) -> Response {
     }
     .instrument(span)
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_loopback_host;
+
+    #[test]
+    fn only_loopback_names_pass() {
+        for host in [
+            "localhost",
+            "LOCALHOST:8700",
+            "127.0.0.1",
+            "127.0.0.1:8700",
+            "127.1.2.3:1",
+            "[::1]",
+            "[::1]:8700",
+        ] {
+            assert!(is_loopback_host(host), "{host}");
+        }
+        for host in [
+            "evil.example",
+            "evil.example:8700",
+            "localhost.evil.example",
+            "10.0.0.1:8700",
+            "[::2]:8700",
+            "",
+        ] {
+            assert!(!is_loopback_host(host), "{host}");
+        }
+    }
 }

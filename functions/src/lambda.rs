@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use shared::compact::batch::BatchLimits;
 use shared::compact::{CompactSettings, Compactor};
 use shared::config::{Config, ConfigError, LambdaFunction};
 use shared::ingest::{IngestAccess, Ingestor};
@@ -61,13 +62,19 @@ pub async fn run(function: LambdaFunction, config: Config) -> anyhow::Result<()>
             // DuckDB's merges get 60 % of the function's memory and spill the rest to /tmp.
             let settings = CompactSettings {
                 memory_limit_mib: config.lambda_memory_mib.map(|memory| memory * 6 / 10),
+                retention: config.tables_retention,
                 ..CompactSettings::default()
             };
             let compactor = Compactor::new(storage, settings, scratch);
-            let compactor = &compactor;
-            let prefix = prefix.as_str();
+            let limits = BatchLimits {
+                max_bytes: config
+                    .lambda_memory_mib
+                    .map(BatchLimits::max_bytes_for_memory),
+                ..BatchLimits::default()
+            };
+            let (compactor, limits, prefix) = (&compactor, &limits, prefix.as_str());
             lambda_runtime::run(lambda_runtime::service_fn(move |event| {
-                crate::compact::handle(compactor, prefix, event)
+                crate::compact::handle(compactor, prefix, limits, event)
             }))
             .await
             .map_err(|err| anyhow::anyhow!(err))

@@ -1,10 +1,11 @@
 //! `afterglow compact` and `afterglow rebuild`: compaction from the command line.
 
+use anyhow::Context as _;
 use shared::compact::{CompactReport, Compactor};
 use shared::config::Config;
 use shared::storage::ObjectKey;
 
-use crate::cli::{CompactArgs, StoreArgs};
+use crate::cli::{CompactArgs, RebuildArgs, StoreArgs};
 use crate::serve::{compactor_with_scratch, open_storage};
 
 async fn compactor(
@@ -12,7 +13,7 @@ async fn compactor(
     config: &Config,
 ) -> anyhow::Result<(Compactor, tempfile::TempDir)> {
     let storage = open_storage(config, store.data_dir.clone()).await?;
-    compactor_with_scratch(storage)
+    compactor_with_scratch(storage, config)
 }
 
 fn print(report: &CompactReport) {
@@ -47,9 +48,16 @@ pub async fn compact(args: CompactArgs, config: Config) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Deletes every table and compacts every raw object again.
-pub async fn rebuild(args: StoreArgs, config: Config) -> anyhow::Result<()> {
-    let (compactor, _scratch) = compactor(&args, &config).await?;
+/// Deletes every table and compacts every raw object again; first checks that the raw objects
+/// still hold everything the tables do (`--force` skips the check).
+pub async fn rebuild(args: RebuildArgs, config: Config) -> anyhow::Result<()> {
+    let (compactor, _scratch) = compactor(&args.store, &config).await?;
+    if !args.force {
+        compactor
+            .ensure_rebuildable()
+            .await
+            .context("refusing to rebuild (--force rebuilds anyway)")?;
+    }
     let deleted = compactor.drop_tables().await?;
     println!("deleted {deleted} table objects");
     let keys = compactor.raw_keys().await?;

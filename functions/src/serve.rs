@@ -55,19 +55,20 @@ pub async fn open_storage(
 }
 
 /// A compactor over `storage` with a private scratch directory, removed when the returned guard
-/// drops.
+/// drops; retention from `config`.
 pub fn compactor_with_scratch(
     storage: Arc<dyn Storage>,
+    config: &Config,
 ) -> anyhow::Result<(Compactor, tempfile::TempDir)> {
     let scratch = tempfile::Builder::new()
         .prefix("afterglow-")
         .tempdir()
         .context("cannot create a scratch directory")?;
-    let compactor = Compactor::new(
-        storage,
-        CompactSettings::default(),
-        scratch.path().to_path_buf(),
-    );
+    let settings = CompactSettings {
+        retention: config.tables_retention,
+        ..CompactSettings::default()
+    };
+    let compactor = Compactor::new(storage, settings, scratch.path().to_path_buf());
     Ok((compactor, scratch))
 }
 
@@ -107,7 +108,11 @@ pub async fn run(
         compaction: settings.compaction,
         query,
     });
-    axum::serve(listener, router(state))
+    let mut app = router(state);
+    if local.ip().is_loopback() {
+        app = app.layer(axum::middleware::from_fn(crate::http::loopback_hosts_only));
+    }
+    axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await
         .context("server failed")
@@ -138,7 +143,7 @@ pub async fn run_cli(args: ServeArgs, config: Config) -> anyhow::Result<()> {
             config.ingest_token.is_some()
         )
     );
-    let (compactor, scratch) = compactor_with_scratch(Arc::clone(&storage))?;
+    let (compactor, scratch) = compactor_with_scratch(Arc::clone(&storage), &config)?;
     let queue = CompactionQueue::spawn(compactor);
     // Raw objects a crashed or killed `serve` stored but never compacted.
     let left = queue

@@ -11,6 +11,7 @@
 //! | `AFTERGLOW_DATA_DIR` | local data directory when no bucket is set | `./afterglow-data` |
 //! | `AFTERGLOW_MAX_BODY_BYTES` | largest ingest body | 5 MiB |
 //! | `AFTERGLOW_MAX_EVENTS_PER_REQUEST` | most events in one ingest body | 10000 |
+//! | `AFTERGLOW_TABLES_RETENTION_DAYS` | compaction removes sessions whose newest event is older (whole: manifest, files, catalog entry) | `0`: keep forever |
 //! | `AFTERGLOW_LOG` | log filter (`info`, `afterglow=debug`, …) | `info` (`warn` for `generate` and `bench`) |
 //! | `AWS_LAMBDA_RUNTIME_API`, `_HANDLER` | set by Lambda: run as the function named by `_HANDLER` | unset: CLI |
 //! | `AWS_LAMBDA_FUNCTION_MEMORY_SIZE` | set by Lambda: sizes DuckDB's memory limit and threads | unset |
@@ -98,6 +99,8 @@ pub struct Config {
     pub lambda_memory_mib: Option<u64>,
     /// Bounds on ingest requests.
     pub ingest_limits: IngestLimits,
+    /// How long compaction keeps a session after its newest event; `None`: forever.
+    pub tables_retention: Option<Duration>,
     /// Log filter directive (`AFTERGLOW_LOG`), when set.
     pub log_filter: Option<String>,
     /// `Some` when running inside AWS Lambda.
@@ -145,6 +148,7 @@ impl Config {
                     endpoint_url.is_some(),
                 )?,
                 endpoint_url,
+                stall_timeout: S3Settings::DEFAULT_STALL_TIMEOUT,
                 operation_timeout: None,
             }),
             None => StorageConfig::LocalDir(
@@ -183,12 +187,28 @@ impl Config {
             })
             .transpose()?;
 
+        let tables_retention = match get("AFTERGLOW_TABLES_RETENTION_DAYS") {
+            None => None,
+            Some(text) => match text.trim().parse::<u64>() {
+                Ok(0) => None,
+                Ok(days) => Some(Duration::from_secs(days.saturating_mul(86_400))),
+                Err(err) => {
+                    return Err(ConfigError::Invalid {
+                        variable: "AFTERGLOW_TABLES_RETENTION_DAYS",
+                        shown: text,
+                        reason: format!("expected a whole number of days (0: forever): {err}"),
+                    });
+                }
+            },
+        };
+
         Ok(Self {
             storage,
             ingest_token,
             query_token,
             lambda_memory_mib,
             ingest_limits,
+            tables_retention,
             log_filter: get("AFTERGLOW_LOG"),
             lambda,
         })

@@ -498,7 +498,7 @@ impl TaskAttempt {
             .then(|| self.error.as_ref().map(|reported| reported.value.clone()))
             .flatten()
             .map(|error| ReportedError {
-                message: strip_ansi(&error.message),
+                message: cap_error_message(strip_ansi(&error.message)),
                 ..error
             });
         let mut synthesized = false;
@@ -787,6 +787,34 @@ pub struct TaskView {
     pub start_time_ms: Option<i64>,
     /// `FINISHED`/`FAILED` time (ms).
     pub end_time_ms: Option<i64>,
+}
+
+/// Longest error message kept in the tables. A task can fail with megabytes of text (a huge
+/// `repr` in an exception); rows that carry it would exceed Lambda's 6 MB response, and pages
+/// of them could not be served. The raw objects keep the full text.
+pub const MAX_ERROR_MESSAGE_BYTES: usize = 64 * 1024;
+
+/// `message`, or its first and last halves of [`MAX_ERROR_MESSAGE_BYTES`] around a note of how
+/// much was cut: the start of a traceback says where, its end says what.
+pub fn cap_error_message(message: String) -> String {
+    if message.len() <= MAX_ERROR_MESSAGE_BYTES {
+        return message;
+    }
+    let half = MAX_ERROR_MESSAGE_BYTES / 2;
+    let mut head_end = half;
+    while !message.is_char_boundary(head_end) {
+        head_end -= 1;
+    }
+    let mut tail_start = message.len() - half;
+    while !message.is_char_boundary(tail_start) {
+        tail_start += 1;
+    }
+    let cut = tail_start - head_end;
+    format!(
+        "{}\n[… {cut} bytes cut by Afterglow; the raw events hold the whole message …]\n{}",
+        &message[..head_end],
+        &message[tail_start..]
+    )
 }
 
 /// Removes ANSI escape sequences the way Ray does (`re.sub(r"\x1b[^m]*m", "", text)`).
@@ -1081,6 +1109,32 @@ mod tests {
         let view = only(&[definition(TASK, "work", "work")]);
         assert_eq!(view.state, TaskStatus::NIL);
         assert_eq!(view.end_time_ms, None);
+    }
+
+    #[test]
+    fn a_huge_error_message_keeps_its_start_and_its_end() {
+        let short = "ValueError: short".to_owned();
+        assert_eq!(cap_error_message(short.clone()), short);
+        let huge = format!(
+            "Traceback (most recent call last):{}ValueError: é the end",
+            "ü".repeat(400_000)
+        );
+        let capped = cap_error_message(huge.clone());
+        assert!(
+            capped.len() < MAX_ERROR_MESSAGE_BYTES + 200,
+            "{}",
+            capped.len()
+        );
+        assert!(capped.starts_with("Traceback (most recent call last):"));
+        assert!(capped.ends_with("ValueError: é the end"));
+        let cut = huge.len()
+            - (capped.len()
+                - capped.find("\n[…").map_or(0, |at| {
+                    capped[at..]
+                        .find("…]\n")
+                        .map_or(0, |end| end + "…]\n".len())
+                }));
+        assert!(capped.contains(&format!("[… {cut} bytes cut")), "{cut}");
     }
 
     #[test]

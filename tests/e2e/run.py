@@ -18,7 +18,7 @@ It prints one line per entity type (`tasks: N matched, M differ, K missing`) and
 anything differs or is missing. Usage (tests/e2e/run does the setup):
 
     python run.py --afterglow target/release/afterglow --variant serve|faults --tasks 2000
-    python run.py --afterglow .aws-sam/build/QueryFunction/bootstrap --variant lambda
+    python run.py --afterglow ~/.cache/afterglow/target/lambda/afterglow/bootstrap --variant lambda
 """
 import argparse
 import http.server

@@ -5,6 +5,7 @@
 //! starts SeaweedFS on 127.0.0.1 and always sets it); otherwise they print "skipping".
 
 pub mod api;
+pub mod faults;
 pub mod ray;
 pub mod ray_entities;
 
@@ -129,6 +130,7 @@ pub fn s3_test_settings() -> S3Settings {
         endpoint_url: std::env::var("AWS_ENDPOINT_URL_S3").ok(),
         force_path_style: true,
         operation_timeout: None,
+        stall_timeout: S3Settings::DEFAULT_STALL_TIMEOUT,
     }
 }
 

@@ -3,78 +3,106 @@
 //! On AWS, SQS holds every notification until the compact function succeeds (or dead-letters
 //! it). `serve` queues in memory, so a crash, a kill or three failed runs would leave raw
 //! objects that are safe in storage (Ray got its 200) but missing from every table. The queue
-//! therefore records a watermark after each successful run — the ULID time of the newest raw
-//! object compacted, held back by any object it gave up on — and `serve` compacts, at start,
-//! every raw object newer than the watermark minus [`MARGIN_MS`]. Compaction is idempotent, so
-//! the overlap costs time, never correctness.
+//! therefore records, after each successful run, exactly which raw objects it compacted (a
+//! small object under [`RECORDS_PREFIX`]), and `serve` compacts at start every raw object that
+//! no record names.
+//!
+//! The rule compares names, never times: a raw object whose ULID came from a clock that was
+//! stepped back, or whose write stalled while newer ones landed, is found all the same. (An
+//! earlier rule kept a ULID-time watermark, and skipped such objects for good.)
+
+use std::collections::HashSet;
 
 use bytes::Bytes;
-use serde::{Deserialize, Serialize};
+use ulid::Ulid;
 
 use crate::layout::{RAW_PREFIX, raw_object_time_ms};
 use crate::storage::{ObjectKey, PutMode, Storage, StorageError};
 
-/// Where the watermark is kept, beside the data it describes.
-pub const WATERMARK_KEY: &str = "state/serve/compacted-through.json";
+/// Where the records of compacted raw objects are kept, beside the data they describe.
+pub const RECORDS_PREFIX: &str = "state/serve/compacted/";
 
-/// How far before the watermark the catch-up starts. A raw object's ULID is drawn before its
-/// write, so an object compacted later than a newer one is older by at most one ingest request
-/// (seconds: the S3 write times out at 2.5 s); a minute covers that with room to spare.
-pub const MARGIN_MS: u64 = 60_000;
-
-#[derive(Debug, Serialize, Deserialize)]
-struct Watermark {
-    /// Every raw object whose ULID time is at most this, minus the margin, is compacted.
-    through_ms: u64,
+fn record_key() -> Result<ObjectKey, StorageError> {
+    let key = format!("{RECORDS_PREFIX}{}.txt", Ulid::new());
+    ObjectKey::new(key.clone()).map_err(|err| StorageError::backend(key, err))
 }
 
-fn watermark_key() -> ObjectKey {
-    // A constant that satisfies the key rules: checked by the tests below.
-    ObjectKey::new(WATERMARK_KEY).unwrap_or_else(|_| unreachable!("WATERMARK_KEY is a valid key"))
-}
-
-/// Records that raw objects up to `through_ms` (ULID time) are compacted.
-pub async fn save(storage: &dyn Storage, through_ms: u64) -> Result<(), StorageError> {
-    let body = serde_json::to_vec(&Watermark { through_ms })
-        .map_err(|err| StorageError::backend(WATERMARK_KEY, err))?;
+/// Records that `keys` are compacted: one new object naming them, a key per line.
+pub async fn record(storage: &dyn Storage, keys: &[ObjectKey]) -> Result<(), StorageError> {
+    if keys.is_empty() {
+        return Ok(());
+    }
+    let mut body = String::new();
+    for key in keys {
+        body.push_str(key.as_str());
+        body.push('\n');
+    }
     storage
-        .put(&watermark_key(), Bytes::from(body), PutMode::Overwrite)
+        .put(&record_key()?, Bytes::from(body), PutMode::Create)
         .await?;
     Ok(())
 }
 
-/// The recorded watermark; `None` when `serve` never finished a run on this store (or the
-/// record is unreadable, which is treated the same way: compact everything).
-pub async fn load(storage: &dyn Storage) -> Result<Option<u64>, StorageError> {
-    match storage.get(&watermark_key()).await {
-        Ok(object) => match serde_json::from_slice::<Watermark>(&object.body) {
-            Ok(watermark) => Ok(Some(watermark.through_ms)),
+/// Every raw key some record names, and the records read.
+async fn recorded(
+    storage: &dyn Storage,
+) -> Result<(HashSet<String>, Vec<ObjectKey>), StorageError> {
+    let mut done = HashSet::new();
+    let mut records = Vec::new();
+    for meta in storage.list(RECORDS_PREFIX).await? {
+        let object = match storage.get(&meta.key).await {
+            Ok(object) => object,
+            // Consolidated away by a concurrent start: its keys are in the new record.
+            Err(StorageError::NotFound { .. }) => continue,
+            Err(err) => return Err(err),
+        };
+        match std::str::from_utf8(&object.body) {
+            Ok(text) => done.extend(text.lines().map(str::to_owned)),
+            // Unreadable: its keys count as not compacted (more work, never a lost object).
             Err(err) => {
-                tracing::warn!(key = WATERMARK_KEY, error = %err, "unreadable watermark; compacting every raw object");
-                Ok(None)
+                tracing::warn!(key = %meta.key, error = %err, "unreadable compaction record")
             }
-        },
-        Err(StorageError::NotFound { .. }) => Ok(None),
-        Err(err) => Err(err),
+        }
+        records.push(meta.key);
     }
+    Ok((done, records))
 }
 
-/// Raw objects that may not be compacted yet, oldest first: those newer than the watermark
-/// minus the margin, or all of them when there is no watermark.
+/// Raw objects no record names, oldest first (by ULID time, then key).
 #[tracing::instrument(name = "backlog", skip(storage))]
 pub async fn uncompacted(storage: &dyn Storage) -> Result<Vec<ObjectKey>, StorageError> {
-    let since = load(storage)
-        .await?
-        .map(|through| through.saturating_sub(MARGIN_MS));
+    let (done, _) = recorded(storage).await?;
     let mut keys: Vec<(u64, ObjectKey)> = storage
         .list(RAW_PREFIX)
         .await?
         .into_iter()
-        .filter_map(|meta| Some((raw_object_time_ms(&meta.key)?, meta.key)))
-        .filter(|(at, _)| since.is_none_or(|since| *at > since))
+        .filter(|meta| !done.contains(meta.key.as_str()))
+        .map(|meta| (raw_object_time_ms(&meta.key).unwrap_or(0), meta.key))
         .collect();
     keys.sort();
     Ok(keys.into_iter().map(|(_, key)| key).collect())
+}
+
+/// Replaces the records with one that names the raw objects still stored, so that starts stay
+/// cheap however many runs came before. The new record is written before the old ones are
+/// deleted: a crash in between leaves both, which only repeats names.
+pub async fn consolidate(storage: &dyn Storage) -> Result<(), StorageError> {
+    let (done, records) = recorded(storage).await?;
+    if records.len() <= 1 {
+        return Ok(());
+    }
+    let stored: Vec<ObjectKey> = storage
+        .list(RAW_PREFIX)
+        .await?
+        .into_iter()
+        .map(|meta| meta.key)
+        .filter(|key| done.contains(key.as_str()))
+        .collect();
+    record(storage, &stored).await?;
+    for key in records {
+        storage.delete(&key).await?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -82,65 +110,69 @@ mod tests {
     use super::*;
     use crate::layout::{ClusterName, raw_object_key};
     use crate::storage::LocalDirStorage;
-    use ulid::Ulid;
-
-    #[test]
-    fn the_watermark_key_is_valid() {
-        assert!(ObjectKey::new(WATERMARK_KEY).is_ok());
-        assert!(!WATERMARK_KEY.starts_with(RAW_PREFIX));
-    }
 
     #[tokio::test]
-    async fn the_backlog_starts_one_margin_before_the_watermark()
+    async fn the_backlog_is_every_raw_object_no_record_names()
     -> Result<(), Box<dyn std::error::Error>> {
         let dir = tempfile::tempdir()?;
         let storage = LocalDirStorage::open(dir.path())?;
         let cluster = ClusterName::new("c")?;
-        let watermark: u64 = 1_795_328_094_627;
-        // Seconds relative to the watermark, in a shuffled order, and whether a minute's
-        // margin keeps the object in the backlog.
+        let now: u64 = 1_795_328_094_627;
+        // Seconds relative to now, in a shuffled order (a clock stepped back an hour, a write
+        // that stalled), and whether a run compacted the object.
         let objects: [(i64, bool); 6] = [
             (5, true),
             (-3600, false),
-            (-61, false),
-            (0, true),
+            (-61, true),
+            (0, false),
             (-59, true),
             (-1, true),
         ];
-        let mut keys = Vec::new();
-        let mut kept = Vec::new();
-        for (n, (offset, in_backlog)) in objects.iter().enumerate() {
-            let at = watermark.checked_add_signed(offset * 1000).ok_or("time")?;
+        let mut all = Vec::new();
+        let mut compacted = Vec::new();
+        let mut left = Vec::new();
+        for (n, (offset, done)) in objects.iter().enumerate() {
+            let at = now.checked_add_signed(offset * 1000).ok_or("time")?;
             let key = raw_object_key(&cluster, Ulid::from_parts(at, n as u128))?;
             storage
                 .put(&key, Bytes::from_static(b"x"), PutMode::Create)
                 .await?;
-            if *in_backlog {
-                kept.push((at, key.clone()));
+            all.push((at, key.clone()));
+            if *done {
+                compacted.push(key);
+            } else {
+                left.push((at, key));
             }
-            keys.push((at, key));
         }
-
-        // No watermark yet: everything, oldest first.
-        let mut all = keys.clone();
         all.sort();
+        left.sort();
         let all: Vec<ObjectKey> = all.into_iter().map(|(_, key)| key).collect();
+        let left: Vec<ObjectKey> = left.into_iter().map(|(_, key)| key).collect();
+
+        // No record yet: everything, oldest first.
         assert_eq!(uncompacted(&storage).await?, all);
 
-        save(&storage, watermark).await?;
-        assert_eq!(load(&storage).await?, Some(watermark));
-        kept.sort();
-        let expected: Vec<ObjectKey> = kept.into_iter().map(|(_, key)| key).collect();
-        assert_eq!(uncompacted(&storage).await?, expected);
+        // Two runs' records; the hour-old object and the one at `now` were never compacted.
+        let (first, second) = compacted.split_at(2);
+        record(&storage, first).await?;
+        record(&storage, second).await?;
+        assert_eq!(uncompacted(&storage).await?, left);
 
-        // An unreadable record means "compact everything", never "compact nothing".
-        storage
-            .put(
-                &watermark_key(),
-                Bytes::from_static(b"{"),
-                PutMode::Overwrite,
-            )
-            .await?;
+        // Consolidated into one record: the same answer.
+        consolidate(&storage).await?;
+        assert_eq!(storage.list(RECORDS_PREFIX).await?.len(), 1);
+        assert_eq!(uncompacted(&storage).await?, left);
+
+        // An unreadable record means "compact again", never "skip".
+        for meta in storage.list(RECORDS_PREFIX).await? {
+            storage
+                .put(
+                    &meta.key,
+                    Bytes::from_static(b"\xff\xfe"),
+                    PutMode::Overwrite,
+                )
+                .await?;
+        }
         assert_eq!(uncompacted(&storage).await?, all);
         Ok(())
     }

@@ -27,6 +27,10 @@ pub struct Catalog {
     pub format: u32,
     /// Cluster → session → statistics.
     pub clusters: BTreeMap<String, BTreeMap<String, SessionStats>>,
+    /// Cluster → ULID time (ms) of the oldest raw object ever compacted into its tables: a
+    /// rebuild needs it still stored (see `Compactor::ensure_rebuildable`).
+    #[serde(default)]
+    pub raw_from: BTreeMap<String, u64>,
 }
 
 impl Document for Catalog {
@@ -62,15 +66,75 @@ pub async fn record(
     session: &str,
     stats: &SessionStats,
 ) -> Result<(), ManifestError> {
+    update(storage, |catalog| {
+        let sessions = catalog.clusters.entry(cluster.to_string()).or_default();
+        if sessions.get(session) == Some(stats) {
+            return false;
+        }
+        sessions.insert(session.to_owned(), stats.clone());
+        true
+    })
+    .await
+}
+
+/// Records that raw objects of `cluster` as old as `oldest_ms` (ULID time) went into its tables.
+pub async fn record_raw_from(
+    storage: &dyn Storage,
+    cluster: &ClusterName,
+    oldest_ms: u64,
+) -> Result<(), ManifestError> {
+    update(storage, |catalog| {
+        let from = catalog
+            .raw_from
+            .entry(cluster.to_string())
+            .or_insert(u64::MAX);
+        if *from <= oldest_ms {
+            return false;
+        }
+        *from = oldest_ms;
+        true
+    })
+    .await
+}
+
+/// Removes `(cluster, session)` from the catalog (and the cluster, when it was its last
+/// session), the same way.
+#[tracing::instrument(name = "catalog.forget", skip(storage), fields(cluster = %cluster, session = %session))]
+pub async fn forget(
+    storage: &dyn Storage,
+    cluster: &ClusterName,
+    session: &str,
+) -> Result<(), ManifestError> {
+    let cluster = cluster.to_string();
+    update(storage, |catalog| {
+        let Some(sessions) = catalog.clusters.get_mut(&cluster) else {
+            return false;
+        };
+        let removed = sessions.remove(session).is_some();
+        if sessions.is_empty() {
+            catalog.clusters.remove(&cluster);
+            catalog.raw_from.remove(&cluster);
+        }
+        removed
+    })
+    .await
+}
+
+/// Applies `change` to the current catalog and replaces it conditionally, redoing both when
+/// another writer got there first. `change` says whether it changed anything; when it did not,
+/// nothing is written (which also makes a change whose write response was lost a no-op on the
+/// redo).
+async fn update(
+    storage: &dyn Storage,
+    mut change: impl FnMut(&mut Catalog) -> bool,
+) -> Result<(), ManifestError> {
     let key = catalog_key()?;
     let mut last_error = None;
     for _ in 0..MAX_RACES {
         let (mut catalog, etag) = load(storage).await?;
-        let sessions = catalog.clusters.entry(cluster.to_string()).or_default();
-        if sessions.get(session) == Some(stats) {
+        if !change(&mut catalog) {
             return Ok(());
         }
-        sessions.insert(session.to_owned(), stats.clone());
         let body = serde_json::to_vec(&catalog).map_err(|err| ManifestError::Unreadable {
             key: key.clone(),
             reason: err.to_string(),

@@ -112,6 +112,17 @@ pub struct Manifest {
 }
 
 impl Manifest {
+    /// True when `key` is one of this manifest's files, live or retired.
+    pub fn names(&self, key: &ObjectKey) -> bool {
+        let key = key.as_str();
+        self.task_attempts
+            .all()
+            .chain(self.task_profile.all())
+            .chain(self.entities.values())
+            .any(|file| file.key == key)
+            || self.retired.iter().any(|file| file.key == key)
+    }
+
     /// What failure synthesis knows so far.
     pub fn failures(&self) -> FailureContext {
         let mut context = FailureContext::default();
@@ -282,6 +293,55 @@ pub async fn store(
         None => PutMode::Create,
     };
     Ok(storage.put(key, Bytes::from(body), mode).await?)
+}
+
+/// How a conditional manifest replacement ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Commit {
+    /// The manifest holds the change.
+    Landed,
+    /// Another writer replaced the manifest first: the change is not in it and can no longer
+    /// land (its condition names a version that is gone), so the files written for it are
+    /// referenced by nothing.
+    Lost,
+}
+
+/// Replaces the manifest with `next` if it is still the version read, and says whether the
+/// change landed.
+///
+/// A refused conditional write is not always a lost race: when the response to a write that
+/// succeeded is lost, the SDK retries it, and the retry is refused because the first attempt
+/// already changed the version. So a refusal is checked by reading the manifest again: the
+/// change landed when the manifest names a file `written` for it (keys are unique, so no other
+/// change names them, and a later fold keeps them in `retired` through the grace period), or,
+/// for a change that wrote no file, when the manifest is `next` itself. Any other failure is an
+/// error whose outcome is unknown: callers must then leave the written files alone.
+#[tracing::instrument(name = "manifest.commit", skip_all, fields(key = %key))]
+pub async fn commit(
+    storage: &dyn Storage,
+    key: &ObjectKey,
+    next: &Manifest,
+    read_version: Option<&ETag>,
+    written: &[ObjectKey],
+) -> Result<Commit, ManifestError> {
+    match store(storage, key, next, read_version).await {
+        Ok(_) => Ok(Commit::Landed),
+        Err(ManifestError::Storage(StorageError::Precondition { .. })) => {
+            let now = load(storage, key).await?.manifest;
+            let landed = if written.is_empty() {
+                now == *next
+            } else {
+                written.iter().any(|file| now.names(file))
+            };
+            if landed {
+                tracing::info!("the manifest write was refused, but holds this change already");
+                Ok(Commit::Landed)
+            } else {
+                Ok(Commit::Lost)
+            }
+        }
+        Err(err) => Err(err),
+    }
 }
 
 #[cfg(test)]

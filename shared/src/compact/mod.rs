@@ -11,7 +11,9 @@
 //! This module owns the orchestration; Parquet I/O is in [`crate::tables`].
 
 pub mod backlog;
+pub mod batch;
 pub mod catalog;
+pub mod expiry;
 pub mod manifest;
 pub mod notification;
 pub mod queue;
@@ -26,7 +28,8 @@ use bytes::Bytes;
 use ulid::Ulid;
 
 use self::manifest::{
-    DataFile, Document as _, Manifest, ManifestError, RetiredFile, SessionStats, VersionedManifest,
+    Commit, DataFile, Document as _, Manifest, ManifestError, RetiredFile, SessionStats,
+    VersionedManifest,
 };
 use self::raw::{QuarantinedLine, RawError, RawObject, read_raw};
 use crate::event::RayEvent;
@@ -55,6 +58,9 @@ pub struct CompactSettings {
     /// DuckDB's memory limit for merges (MiB); beyond it, sorts spill to the scratch
     /// directory. `None`: DuckDB's default (80 % of the machine).
     pub memory_limit_mib: Option<u64>,
+    /// Remove sessions whose newest event is older than this, after each run (see
+    /// [`expiry`]). `None`: keep history forever.
+    pub retention: Option<Duration>,
 }
 
 impl Default for CompactSettings {
@@ -64,6 +70,7 @@ impl Default for CompactSettings {
             retire_grace: Duration::from_secs(15 * 60),
             max_manifest_retries: 20,
             memory_limit_mib: None,
+            retention: None,
         }
     }
 }
@@ -103,6 +110,21 @@ pub enum CompactError {
     /// The blocking DuckDB task panicked or was cancelled.
     #[error("compaction worker failed: {0}")]
     Worker(String),
+    /// Raw objects the tables were built from are gone, so a rebuild would drop history.
+    #[error(
+        "the tables of cluster {cluster} were built from raw objects since {compacted_from_ms} \
+         (ms since the epoch, ULID time), but the oldest stored one is {} (expired by the raw \
+         retention?): rebuilding would drop that history",
+        .oldest_stored_ms.map_or_else(|| "none".to_owned(), |ms| ms.to_string())
+    )]
+    RawHistoryGone {
+        /// The cluster.
+        cluster: String,
+        /// ULID time of the oldest raw object ever compacted for it.
+        compacted_from_ms: u64,
+        /// ULID time of the oldest raw object stored now.
+        oldest_stored_ms: Option<u64>,
+    },
 }
 
 /// What one run did.
@@ -123,6 +145,9 @@ pub struct CompactReport {
     /// Manifest races lost and redone.
     pub retries: usize,
 }
+
+/// One raw object read, or its key and why it could not be.
+type RawRead = Result<RawObject, (ObjectKey, RawError)>;
 
 /// Runs compactions against one store.
 #[derive(Clone, Debug)]
@@ -158,16 +183,43 @@ impl Compactor {
         &self.storage
     }
 
-    /// Compacts the given raw objects.
-    #[tracing::instrument(name = "compact", skip(self, raw_keys), fields(objects = raw_keys.len()))]
+    /// Compacts the given raw objects; fails if any of them cannot be read.
     pub async fn compact(&self, raw_keys: &[ObjectKey]) -> Result<CompactReport, CompactError> {
+        let (report, mut unreadable) = self.compact_readable(raw_keys).await?;
+        match unreadable.pop() {
+            Some((_, err)) => Err(err.into()),
+            None => Ok(report),
+        }
+    }
+
+    /// Compacts the raw objects that can be read, and returns the others with the reason,
+    /// so that one bad or missing object costs only itself (its notification is retried).
+    #[tracing::instrument(name = "compact", skip(self, raw_keys), fields(objects = raw_keys.len()))]
+    pub async fn compact_readable(
+        &self,
+        raw_keys: &[ObjectKey],
+    ) -> Result<(CompactReport, Vec<(ObjectKey, RawError)>), CompactError> {
         let mut report = CompactReport::default();
         let mut sessions: BTreeMap<(ClusterName, String), Vec<RayEvent>> = BTreeMap::new();
         let mut seen = HashSet::new();
         let mut quarantined: Vec<QuarantinedLine> = Vec::new();
-        for object in self.read_all(raw_keys).await? {
+        let mut unreadable = Vec::new();
+        let mut oldest_raw: BTreeMap<ClusterName, u64> = BTreeMap::new();
+        for read in self.read_all(raw_keys).await? {
+            let object = match read {
+                Ok(object) => object,
+                Err((key, err)) => {
+                    tracing::warn!(key = %key, error = %err, "raw object unreadable");
+                    unreadable.push((key, err));
+                    continue;
+                }
+            };
             let key = object.key;
             report.raw_objects += 1;
+            if let Some(at) = crate::layout::raw_object_time_ms(&key) {
+                let oldest = oldest_raw.entry(object.cluster.clone()).or_insert(at);
+                *oldest = (*oldest).min(at);
+            }
             quarantined.extend(object.quarantined);
             for event in object.events {
                 if let Some(id) = &event.event_id
@@ -213,13 +265,24 @@ impl Compactor {
                 tasks: &fold,
                 entities: &entities,
                 span: &span,
+                oldest_raw_ms: oldest_raw.get(&cluster).copied(),
             };
             let (rows, retries) = self.compact_session(&cluster, &session, &batch).await?;
             report.rows_written += rows;
             report.retries += retries;
         }
-        tracing::info!(?report, "compaction finished");
-        Ok(report)
+        tracing::info!(
+            ?report,
+            unreadable = unreadable.len(),
+            "compaction finished"
+        );
+        if let Some(retention) = self.settings.retention
+            && let Err(err) = self.expire_sessions(retention, now_ms()).await
+        {
+            // The next run tries again; nothing read depends on it.
+            tracing::warn!(error = %err, "could not expire old sessions");
+        }
+        Ok((report, unreadable))
     }
 
     /// Folds every session's deltas into its base now, instead of waiting for the delta count
@@ -256,23 +319,26 @@ impl Compactor {
             next.task_attempts.deltas.clear();
             next.task_profile.deltas.clear();
             next.task_profile.base = profile.into_iter().collect();
-            match manifest::store(&*self.storage, &meta.key, &next, current.etag.as_ref()).await {
-                Ok(_) => folded += 1,
+            let commit = manifest::commit(
+                &*self.storage,
+                &meta.key,
+                &next,
+                current.etag.as_ref(),
+                &written,
+            )
+            .await?;
+            match commit {
+                Commit::Landed => folded += 1,
                 // A compaction got there first; its own merges keep the session in shape.
-                Err(ManifestError::Storage(StorageError::Precondition { .. })) => {
-                    for key in written {
-                        let _ = self.storage.delete(&key).await;
-                    }
-                }
-                Err(err) => return Err(err.into()),
+                Commit::Lost => self.delete_unreferenced(&written).await,
             }
         }
         Ok(folded)
     }
 
     /// Reads and parses `keys`, several at a time (fetches overlap, parses use every core),
-    /// returned in the order given.
-    async fn read_all(&self, keys: &[ObjectKey]) -> Result<Vec<RawObject>, CompactError> {
+    /// returned in the order given, each object or why it could not be read.
+    async fn read_all(&self, keys: &[ObjectKey]) -> Result<Vec<RawRead>, CompactError> {
         let mut reads = tokio::task::JoinSet::new();
         let slots = Arc::new(tokio::sync::Semaphore::new(READ_PARALLELISM));
         for (index, key) in keys.iter().enumerate() {
@@ -281,19 +347,52 @@ impl Compactor {
             let slots = Arc::clone(&slots);
             reads.spawn(async move {
                 let _slot = slots.acquire_owned().await;
-                read_raw(&*storage, &key)
-                    .await
-                    .map(|object| (index, object))
+                let read = read_raw(&*storage, &key).await.map_err(|err| (key, err));
+                (index, read)
             });
         }
-        let mut objects: Vec<Option<RawObject>> = keys.iter().map(|_| None).collect();
+        let mut objects: Vec<Option<RawRead>> = keys.iter().map(|_| None).collect();
         while let Some(joined) = reads.join_next().await {
-            let (index, object) = joined.map_err(|err| CompactError::Worker(err.to_string()))??;
+            let (index, read) = joined.map_err(|err| CompactError::Worker(err.to_string()))?;
             if let Some(slot) = objects.get_mut(index) {
-                *slot = Some(object);
+                *slot = Some(read);
             }
         }
         Ok(objects.into_iter().flatten().collect())
+    }
+
+    /// Checks that `rebuild` would lose nothing: for every cluster, the oldest raw object ever
+    /// compacted (the catalog records it) must still be stored. Raw objects expire after
+    /// `RawRetentionDays` while tables may be kept longer; rebuilding then would drop the
+    /// history only the tables still hold.
+    pub async fn ensure_rebuildable(&self) -> Result<(), CompactError> {
+        let (catalog, _) = catalog::load(&*self.storage).await?;
+        let mut stored: BTreeMap<String, u64> = BTreeMap::new();
+        for meta in self.storage.list(crate::layout::RAW_PREFIX).await? {
+            let cluster = meta
+                .key
+                .as_str()
+                .strip_prefix(crate::layout::RAW_PREFIX)
+                .and_then(|rest| rest.split('/').next())
+                .map(str::to_owned);
+            if let (Some(cluster), Some(at)) =
+                (cluster, crate::layout::raw_object_time_ms(&meta.key))
+            {
+                let oldest = stored.entry(cluster).or_insert(at);
+                *oldest = (*oldest).min(at);
+            }
+        }
+        for (cluster, &compacted_from) in &catalog.raw_from {
+            let present = stored.get(cluster).copied();
+            if present.is_none_or(|oldest| oldest > compacted_from) {
+                return Err(CompactError::RawHistoryGone {
+                    cluster: cluster.clone(),
+                    compacted_from_ms: compacted_from,
+                    oldest_stored_ms: present,
+                });
+            }
+        }
+        Ok(())
     }
 
     /// Every raw object in the store, for `rebuild`.
@@ -357,20 +456,27 @@ impl Compactor {
             rows += self
                 .next_entities(cluster, session, batch.entities, &mut next, &mut written)
                 .await?;
-            match manifest::store(&*self.storage, &manifest_key, &next, current.etag.as_ref()).await
-            {
-                Ok(_) => {
+            let commit = manifest::commit(
+                &*self.storage,
+                &manifest_key,
+                &next,
+                current.etag.as_ref(),
+                &written,
+            )
+            .await?;
+            match commit {
+                Commit::Landed => {
                     self.delete_expired(&next, &current.manifest).await;
                     catalog::record(&*self.storage, cluster, session, &next.stats).await?;
+                    if let Some(oldest) = batch.oldest_raw_ms {
+                        catalog::record_raw_from(&*self.storage, cluster, oldest).await?;
+                    }
                     return Ok((rows, attempt));
                 }
-                Err(ManifestError::Storage(StorageError::Precondition { .. })) => {
+                Commit::Lost => {
                     tracing::info!(attempt, "lost the manifest race; merging again");
-                    for key in written {
-                        let _ = self.storage.delete(&key).await;
-                    }
+                    self.delete_unreferenced(&written).await;
                 }
-                Err(err) => return Err(err.into()),
             }
         }
         Err(CompactError::Contended {
@@ -701,6 +807,15 @@ impl Compactor {
         Ok(bytes)
     }
 
+    /// Deletes files written for a change that [`Commit::Lost`]: no manifest names them.
+    async fn delete_unreferenced(&self, written: &[ObjectKey]) {
+        for key in written {
+            if let Err(err) = self.storage.delete(key).await {
+                tracing::warn!(key = %key, error = %err, "could not delete an unreferenced file");
+            }
+        }
+    }
+
     /// Deletes files whose grace period ended (they left `previous.retired` in `next`).
     async fn delete_expired(&self, next: &Manifest, previous: &Manifest) {
         let still: BTreeSet<&str> = next.retired.iter().map(|file| file.key.as_str()).collect();
@@ -724,6 +839,8 @@ struct SessionBatch<'a> {
     entities: &'a SessionEntities,
     /// The time span of the batch's events.
     span: &'a SessionStats,
+    /// ULID time of the oldest raw object of the session's cluster in this run.
+    oldest_raw_ms: Option<u64>,
 }
 
 /// Where one write of merged attempts goes: a `task_attempts` file and its `task_profile` twin.

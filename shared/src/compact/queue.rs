@@ -1,15 +1,14 @@
 //! The in-process stand-in for S3 → SQS → compact used by `serve`: ingest notifies each raw key
 //! it stores; a background task batches keys that arrive close together and compacts them in
 //! one run, so a burst of POSTs is one compaction. A failed run keeps its keys and retries.
-//! After each successful run the queue records how far it got ([`super::backlog`]), so that a
-//! `serve` started after a crash compacts what this one could not.
+//! After each successful run the queue records which raw objects it compacted
+//! ([`super::backlog`]), so that a `serve` started after a crash compacts what this one could not.
 
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
 use super::{Compactor, backlog};
-use crate::layout::raw_object_time_ms;
 use crate::storage::{ObjectKey, Storage, StorageError};
 
 /// How long the queue waits for more keys after the first one before compacting.
@@ -61,6 +60,7 @@ impl CompactionQueue {
     /// Queues every raw object an earlier `serve` on `storage` may have left uncompacted (see
     /// [`super::backlog`]) and returns how many.
     pub async fn catch_up(&self, storage: &dyn Storage) -> Result<usize, StorageError> {
+        backlog::consolidate(storage).await?;
         let keys = backlog::uncompacted(storage).await?;
         let count = keys.len();
         for key in keys {
@@ -78,41 +78,10 @@ impl CompactionQueue {
     }
 }
 
-/// How far compaction has got, in ULID time: the newest raw object compacted, held back by the
-/// oldest one given up on (those stay for the next `serve` or `afterglow compact`).
-#[derive(Debug, Default)]
-struct Progress {
-    newest_compacted: Option<u64>,
-    oldest_given_up: Option<u64>,
-}
-
-impl Progress {
-    fn compacted(&mut self, keys: &[ObjectKey]) {
-        let newest = keys.iter().filter_map(raw_object_time_ms).max();
-        self.newest_compacted = self.newest_compacted.max(newest);
-    }
-
-    fn gave_up(&mut self, keys: &[ObjectKey]) {
-        if let Some(oldest) = keys.iter().filter_map(raw_object_time_ms).min() {
-            self.oldest_given_up = Some(self.oldest_given_up.map_or(oldest, |o| o.min(oldest)));
-        }
-    }
-
-    /// The watermark to record: everything up to it (less the margin) is compacted.
-    fn through_ms(&self) -> Option<u64> {
-        let newest = self.newest_compacted?;
-        Some(match self.oldest_given_up {
-            Some(oldest) => newest.min(oldest.saturating_sub(1)),
-            None => newest,
-        })
-    }
-}
-
 async fn run(compactor: Compactor, mut receiver: mpsc::UnboundedReceiver<Command>) {
     let mut pending: Vec<ObjectKey> = Vec::new();
     let mut waiters: Vec<oneshot::Sender<()>> = Vec::new();
     let mut failures = 0;
-    let mut progress = Progress::default();
     loop {
         if pending.is_empty() && waiters.is_empty() {
             match receiver.recv().await {
@@ -130,16 +99,13 @@ async fn run(compactor: Compactor, mut receiver: mpsc::UnboundedReceiver<Command
         if !pending.is_empty() {
             match compactor.compact(&pending).await {
                 Ok(_) => {
-                    progress.compacted(&pending);
-                    pending.clear();
-                    failures = 0;
-                    if let Some(through_ms) = progress.through_ms()
-                        && let Err(err) =
-                            backlog::save(compactor.storage().as_ref(), through_ms).await
+                    if let Err(err) = backlog::record(compactor.storage().as_ref(), &pending).await
                     {
-                        // Only costs time: the next start re-compacts a little more.
+                        // Only costs time: the next start compacts these again.
                         tracing::warn!(error = %err, "cannot record compaction progress");
                     }
+                    pending.clear();
+                    failures = 0;
                 }
                 Err(err) if failures + 1 < MAX_ATTEMPTS => {
                     failures += 1;
@@ -153,7 +119,7 @@ async fn run(compactor: Compactor, mut receiver: mpsc::UnboundedReceiver<Command
                         keys = pending.len(),
                         "compaction failed {MAX_ATTEMPTS} times; the raw objects stay for the next start of `serve` (or `afterglow compact`)"
                     );
-                    progress.gave_up(&pending);
+                    // Unrecorded, so the next start compacts them.
                     pending.clear();
                     failures = 0;
                 }

@@ -124,11 +124,15 @@ pub async fn snapshot(
             add(Slot::Entity(kind), &file.key)?;
         }
     }
-    let paths = cache.files(&keys).await?;
+    // A file that is gone (deleted by hand, expired by a lifecycle rule) costs its rows, not
+    // the session: the rest is still answered.
+    let paths = cache.files_if_present(&keys).await?;
     let mut snapshot = Snapshot::default();
     snapshot.task_attempts.one_session = sessions.len() <= 1;
     for (slot, index) in plan {
-        let path = paths[index].clone();
+        let Some(Some(path)) = paths.get(index).cloned() else {
+            continue;
+        };
         match slot {
             Slot::Base => snapshot.task_attempts.base.push(path),
             Slot::Delta => snapshot.task_attempts.deltas.push(path),

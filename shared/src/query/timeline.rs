@@ -10,15 +10,19 @@ use std::collections::BTreeMap;
 use serde_json::{Value as Json, json};
 
 use super::json::query_rows;
-use super::params::{Params, TaskFilter};
-use super::sql::{Sql, task_conditions};
-use super::tasks::attempts_relation;
+use super::params::{Cursor, Params, TaskFilter};
+use super::sql::{Sql, keyset_after, task_conditions};
+use super::tasks::{PAGE_BYTES, attempts_relation, task_position};
 use super::{QueryEngine, QueryError};
 use crate::merge::ProfileSpan;
 
 /// Default and largest number of attempts drawn.
 const DEFAULT_ATTEMPTS: i64 = 10_000;
 const MAX_ATTEMPTS: i64 = 100_000;
+/// Bytes of trace events after which no further attempt is drawn (the metadata events naming
+/// nodes and workers come on top): like a page of rows, within Lambda's 6 MB response.
+const TRACE_BYTES: usize = PAGE_BYTES;
+const CURSOR_KIND: &str = "timeline";
 
 /// `GET /api/timeline`.
 pub(super) async fn timeline(
@@ -26,7 +30,7 @@ pub(super) async fn timeline(
     params: &[(String, String)],
 ) -> Result<Json, QueryError> {
     let mut allowed = TaskFilter::PARAMS.to_vec();
-    allowed.push("limit");
+    allowed.extend(["limit", "cursor"]);
     let params = Params::parse(params, &allowed)?;
     let filter = TaskFilter::from_params(&params)?;
     let limit = match params.integer("limit")? {
@@ -38,32 +42,67 @@ pub(super) async fn timeline(
             )));
         }
     };
+    let cursor = params.cursor(CURSOR_KIND)?;
     let Some(relation) = attempts_relation(engine, &filter.scope).await? else {
-        return Ok(trace(Vec::new(), false));
+        return Ok(trace(Vec::new(), None));
     };
     let mut sql = Sql::default();
     sql.push(
-        "SELECT task_id, attempt_number, name, state, job_id, error_type, node_id, worker_id, \
-         worker_pid, start_time_ms, end_time_ms, ts_running, ts_finished, ts_failed, \
-         profile_events FROM ",
+        "SELECT * FROM (SELECT cluster, session_name, task_id, attempt_number, name, state, \
+         job_id, error_type, node_id, worker_id, worker_pid, start_time_ms, end_time_ms, \
+         ts_running, ts_finished, ts_failed, profile_events, start_time_ms AS sort_key FROM ",
     )
     .push(&relation)
     .push(" WHERE ")
     .append(task_conditions(&filter))
-    .push(" AND start_time_ms IS NOT NULL AND end_time_ms IS NOT NULL")
-    .push(&format!(" ORDER BY start_time_ms LIMIT {}", limit + 1));
+    .push(" AND start_time_ms IS NOT NULL AND end_time_ms IS NOT NULL)");
+    if let Some(cursor) = &cursor {
+        sql.push(" WHERE ").append(keyset_after(
+            &task_position(&cursor.after)?
+                .into_iter()
+                .map(|(column, value)| (column, value, false))
+                .collect::<Vec<_>>(),
+        ));
+    }
+    sql.push(&format!(
+        " ORDER BY sort_key, cluster, session_name, task_id, attempt_number LIMIT {}",
+        limit + 1
+    ));
     let rows = engine
         .run(move |connection| query_rows(connection, &sql.text, &sql.params))
         .await?;
-    let truncated = rows.len() > usize::try_from(limit).unwrap_or(usize::MAX);
+    let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+    // The position of the last attempt drawn, for the cursor when the trace is cut short.
+    let position = |row: &super::json::JsonRow| Cursor {
+        kind: CURSOR_KIND.to_owned(),
+        after: [
+            "sort_key",
+            "cluster",
+            "session_name",
+            "task_id",
+            "attempt_number",
+        ]
+        .iter()
+        .map(|column| row.get(*column).cloned().unwrap_or(Json::Null))
+        .collect(),
+    };
+    let mut next = None;
+    let mut bytes = 0;
 
     let mut processes: BTreeMap<String, usize> = BTreeMap::new();
     let mut threads: BTreeMap<(usize, String), (usize, Json)> = BTreeMap::new();
     let mut events = Vec::new();
-    for row in rows
-        .iter()
-        .take(usize::try_from(limit).unwrap_or(usize::MAX))
-    {
+    for (index, row) in rows.iter().enumerate() {
+        if index == limit || (index > 0 && bytes > TRACE_BYTES) {
+            // More attempts match than this answer may hold: the next request starts after
+            // the last one drawn.
+            next = index
+                .checked_sub(1)
+                .and_then(|last| rows.get(last))
+                .map(|last| position(last).encode());
+            break;
+        }
+        let drawn = events.len();
         let node = row["node_id"].as_str().unwrap_or("unknown").to_owned();
         let next_pid = processes.len() + 1;
         let pid = *processes.entry(node).or_insert(next_pid);
@@ -117,6 +156,12 @@ pub(super) async fn timeline(
                 }));
             }
         }
+        bytes += events
+            .get(drawn..)
+            .unwrap_or_default()
+            .iter()
+            .map(|event| serde_json::to_vec(event).map_or(0, |text| text.len()) + 1)
+            .sum::<usize>();
     }
     for (node, pid) in &processes {
         events.push(json!({
@@ -134,14 +179,16 @@ pub(super) async fn timeline(
             "args": {"name": label},
         }));
     }
-    Ok(trace(events, truncated))
+    Ok(trace(events, next))
 }
 
-/// The trace document; `otherData.truncated` says when attempts were left out by the limit.
-fn trace(events: Vec<Json>, truncated: bool) -> Json {
+/// The trace document. When attempts were left out (by `limit`, or to keep the answer within
+/// Lambda's response size), `otherData.truncated` says so and `otherData.next` is the cursor
+/// of the rest.
+fn trace(events: Vec<Json>, next: Option<String>) -> Json {
     json!({
         "traceEvents": events,
         "displayTimeUnit": "ms",
-        "otherData": {"source": "afterglow", "truncated": truncated},
+        "otherData": {"source": "afterglow", "truncated": next.is_some(), "next": next},
     })
 }

@@ -34,20 +34,46 @@ impl FileCache {
         &self.dir
     }
 
-    /// Local files holding `keys`, in the same order, fetching the ones not cached yet.
+    /// Local files holding `keys`, in the same order, fetching the ones not cached yet. A
+    /// missing object is an error: writers (compaction) must never merge around a lost file.
     pub async fn files(&self, keys: &[ObjectKey]) -> Result<Vec<PathBuf>, StorageError> {
+        let mut paths = Vec::with_capacity(keys.len());
+        for (key, path) in keys.iter().zip(self.fetch_all(keys).await?) {
+            paths.push(path.ok_or_else(|| StorageError::NotFound { key: key.clone() })?);
+        }
+        Ok(paths)
+    }
+
+    /// Like [`Self::files`], but an object that is gone is `None` (and logged) instead of an
+    /// error: readers then answer from the rest of a session rather than failing all of it.
+    pub async fn files_if_present(
+        &self,
+        keys: &[ObjectKey],
+    ) -> Result<Vec<Option<PathBuf>>, StorageError> {
+        let paths = self.fetch_all(keys).await?;
+        for (key, path) in keys.iter().zip(&paths) {
+            if path.is_none() {
+                tracing::warn!(key = %key, "a file the manifest names is gone; answering without it");
+            }
+        }
+        Ok(paths)
+    }
+
+    /// Local files for `keys`, `None` where the object does not exist.
+    async fn fetch_all(&self, keys: &[ObjectKey]) -> Result<Vec<Option<PathBuf>>, StorageError> {
         let mut paths = Vec::with_capacity(keys.len());
         let mut missing = Vec::new();
         for key in keys {
             if let Some(path) = self.storage.local_path(key) {
-                paths.push(path);
+                let exists = tokio::fs::try_exists(&path).await.unwrap_or(false);
+                paths.push(exists.then_some(path));
                 continue;
             }
             let path = self.dir.join(key.as_str().replace('/', "~"));
             if tokio::fs::metadata(&path).await.is_err() {
-                missing.push((key.clone(), path.clone()));
+                missing.push((paths.len(), key.clone(), path.clone()));
             }
-            paths.push(path);
+            paths.push(Some(path));
         }
         if !missing.is_empty() {
             tokio::fs::create_dir_all(&self.dir)
@@ -58,15 +84,26 @@ impl FileCache {
         let mut pending = missing.into_iter();
         loop {
             while fetches.len() < self.parallelism {
-                let Some((key, path)) = pending.next() else {
+                let Some((index, key, path)) = pending.next() else {
                     break;
                 };
-                fetches.spawn(fetch(Arc::clone(&self.storage), key, path));
+                let storage = Arc::clone(&self.storage);
+                fetches.spawn(async move { (index, fetch(storage, key, path).await) });
             }
             match fetches.join_next().await {
                 None => break,
                 Some(joined) => {
-                    joined.map_err(|err| StorageError::backend(self.dir.display(), err))??
+                    let (index, fetched) =
+                        joined.map_err(|err| StorageError::backend(self.dir.display(), err))?;
+                    match fetched {
+                        Ok(()) => {}
+                        Err(StorageError::NotFound { .. }) => {
+                            if let Some(slot) = paths.get_mut(index) {
+                                *slot = None;
+                            }
+                        }
+                        Err(err) => return Err(err),
+                    }
                 }
             }
         }

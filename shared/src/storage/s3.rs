@@ -27,6 +27,15 @@ pub struct S3Settings {
     pub force_path_style: bool,
     /// Upper bound on one whole call including retries; ingest must answer Ray within 3 s.
     pub operation_timeout: Option<Duration>,
+    /// Upper bound on connecting, and on waiting for a response to start: a stalled endpoint
+    /// fails the attempt (and the SDK retries) instead of hanging the call, the compaction
+    /// behind it, or `serve`'s queue. Bodies may take longer: big files stream for a while.
+    pub stall_timeout: Duration,
+}
+
+impl S3Settings {
+    /// The stall timeout used unless configured otherwise.
+    pub const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(30);
 }
 
 /// Objects in one S3 bucket under an optional prefix.
@@ -47,14 +56,15 @@ impl S3Storage {
         if let Some(endpoint) = &settings.endpoint_url {
             builder = builder.endpoint_url(endpoint);
         }
+        let mut timeouts = aws_sdk_s3::config::timeout::TimeoutConfig::builder()
+            .connect_timeout(settings.stall_timeout.min(Duration::from_secs(3)))
+            .read_timeout(settings.stall_timeout);
         if let Some(timeout) = settings.operation_timeout {
-            builder = builder.timeout_config(
-                aws_sdk_s3::config::timeout::TimeoutConfig::builder()
-                    .operation_timeout(timeout)
-                    .connect_timeout(Duration::from_secs(1))
-                    .build(),
-            );
+            timeouts = timeouts
+                .operation_timeout(timeout)
+                .connect_timeout(Duration::from_secs(1));
         }
+        builder = builder.timeout_config(timeouts.build());
         Self {
             client: Client::from_conf(builder.build()),
             bucket: settings.bucket,

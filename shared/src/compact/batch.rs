@@ -1,0 +1,177 @@
+//! A batch of notifications (the compact function's SQS batch) compacted as one unit, with an
+//! answer per message: which messages to retry. It owns the rules that keep one bad message
+//! from costing the batch: an unreadable raw object fails only the messages that name it, a
+//! batch is capped by the raw bytes it names, and whatever cannot finish before the deadline
+//! is reported back unattempted instead of being cut off by the platform.
+//!
+//! It knows nothing of SQS's wire format: the handler turns records into [`Message`]s.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tracing::Instrument as _;
+
+use super::{CompactReport, Compactor};
+use crate::storage::ObjectKey;
+
+/// One notification: an id the caller can report back, and the raw objects it names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Message {
+    /// The id to report when the message must be retried (SQS's `messageId`).
+    pub id: String,
+    /// The raw objects it names, each with its size in bytes as notified.
+    pub objects: Vec<(ObjectKey, u64)>,
+}
+
+impl Message {
+    fn bytes(&self) -> u64 {
+        self.objects.iter().map(|(_, size)| size).sum()
+    }
+}
+
+/// How much one batch may take on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BatchLimits {
+    /// Raw bytes (as notified: compressed) compacted in one run; the messages past the cap are
+    /// retried later. The first message is always taken, whatever its size.
+    pub max_bytes: Option<u64>,
+    /// When the caller must have answered (the Lambda deadline).
+    pub deadline: Option<Instant>,
+    /// Time kept back before the deadline for answering.
+    pub margin: Duration,
+}
+
+impl Default for BatchLimits {
+    fn default() -> Self {
+        Self {
+            max_bytes: None,
+            deadline: None,
+            margin: Duration::from_secs(15),
+        }
+    }
+}
+
+impl BatchLimits {
+    /// Compressed raw bytes a batch may name in a function with `memory_mib` of memory: a run
+    /// peaks near 50 times the compressed size it reads (`afterglow bench`: ~30 MB of raw
+    /// objects, 1.5 GB), so 1/64 of the memory leaves room to spare.
+    pub fn max_bytes_for_memory(memory_mib: u64) -> u64 {
+        memory_mib * 1024 * 1024 / 64
+    }
+
+    /// Time left before the answer is due, or `None` without a deadline.
+    fn remaining(&self) -> Option<Duration> {
+        self.deadline
+            .map(|deadline| deadline.saturating_duration_since(Instant::now()))
+            .map(|left| left.saturating_sub(self.margin))
+    }
+}
+
+/// What a batch came to.
+#[derive(Debug, Default)]
+pub struct BatchOutcome {
+    /// Ids of the messages to retry, in batch order.
+    pub failed: Vec<String>,
+    /// What the compaction of the other messages did.
+    pub report: CompactReport,
+}
+
+impl Compactor {
+    /// Compacts the messages' raw objects together, and says which messages must be retried:
+    /// those naming an object that could not be read, those past the byte cap, and all that
+    /// were not compacted when the deadline (less the margin) came.
+    ///
+    /// If the run fails as a whole (storage trouble, a merge error), the messages are compacted
+    /// one at a time while time remains, so that one message that breaks compaction is the only
+    /// one retried; the rest are reported unattempted.
+    #[tracing::instrument(name = "compact_batch", skip_all, fields(messages = messages.len()))]
+    pub async fn compact_messages(
+        &self,
+        messages: &[Message],
+        limits: &BatchLimits,
+    ) -> BatchOutcome {
+        let mut outcome = BatchOutcome::default();
+        let mut taken: Vec<&Message> = Vec::new();
+        let mut bytes = 0;
+        for message in messages {
+            let within = limits
+                .max_bytes
+                .is_none_or(|cap| taken.is_empty() || bytes + message.bytes() <= cap);
+            if within && outcome.failed.is_empty() {
+                bytes += message.bytes();
+                taken.push(message);
+            } else {
+                outcome.failed.push(message.id.clone());
+            }
+        }
+        if !outcome.failed.is_empty() {
+            tracing::warn!(
+                unattempted = outcome.failed.len(),
+                bytes,
+                "the batch names more raw bytes than one run takes; the rest is retried"
+            );
+        }
+        let keys: Vec<ObjectKey> = taken
+            .iter()
+            .flat_map(|message| message.objects.iter().map(|(key, _)| key.clone()))
+            .collect();
+        let failed_before = outcome.failed.len();
+        match self.within(limits, self.compact_readable(&keys)).await {
+            Some(Ok((report, unreadable))) => {
+                outcome.report = report;
+                let bad: HashSet<&ObjectKey> = unreadable.iter().map(|(key, _)| key).collect();
+                outcome.failed.extend(
+                    taken
+                        .iter()
+                        .filter(|message| message.objects.iter().any(|(key, _)| bad.contains(key)))
+                        .map(|message| message.id.clone()),
+                );
+            }
+            Some(Err(err)) => {
+                tracing::warn!(error = %err, "batch compaction failed; compacting message by message");
+                for message in &taken {
+                    let keys: Vec<ObjectKey> =
+                        message.objects.iter().map(|(key, _)| key.clone()).collect();
+                    let span = tracing::info_span!("message", message_id = %message.id);
+                    match self
+                        .within(limits, self.compact(&keys))
+                        .instrument(span)
+                        .await
+                    {
+                        Some(Ok(_)) => {}
+                        Some(Err(err)) => {
+                            tracing::error!(message_id = %message.id, error = %err, "message failed");
+                            outcome.failed.push(message.id.clone());
+                        }
+                        None => outcome.failed.push(message.id.clone()),
+                    }
+                }
+            }
+            None => {
+                tracing::warn!("the deadline came before the batch was compacted; it is retried");
+                outcome
+                    .failed
+                    .extend(taken.iter().map(|message| message.id.clone()));
+            }
+        }
+        let mut seen = HashSet::new();
+        outcome.failed.retain(|id| seen.insert(id.clone()));
+        tracing::info!(
+            failed = outcome.failed.len(),
+            unattempted = failed_before,
+            "batch answered"
+        );
+        outcome
+    }
+
+    /// Runs `work` until the deadline (less the margin); `None` if it did not finish. Dropping
+    /// a run midway is safe: files it wrote without committing are named by no manifest.
+    async fn within<T>(&self, limits: &BatchLimits, work: impl Future<Output = T>) -> Option<T> {
+        match limits.remaining() {
+            None => Some(work.await),
+            Some(left) if left.is_zero() => None,
+            Some(left) => tokio::time::timeout(left, work).await.ok(),
+        }
+    }
+}

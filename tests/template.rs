@@ -1,0 +1,325 @@
+//! The deployment's safety rules, read from `template.yaml`: what cfn-lint and `sam validate`
+//! cannot know is wrong for Afterglow. Each test names the failure it prevents: good data
+//! dead-lettered unrun, alarms that never reach anyone, an unbounded bill, a history that dies
+//! with its stack, a token in an access log.
+
+use std::path::Path;
+
+use anyhow::{Context as _, bail, ensure};
+use serde_yaml_ng::Value;
+
+/// The template, parsed (CloudFormation's short-form tags kept as YAML tags).
+fn template() -> anyhow::Result<Value> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../template.yaml");
+    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {path:?}"))?;
+    serde_yaml_ng::from_str(&text).with_context(|| format!("parsing {path:?}"))
+}
+
+/// The value at a path of mapping keys.
+fn at<'a>(value: &'a Value, path: &[&str]) -> anyhow::Result<&'a Value> {
+    let mut here = value;
+    for (depth, key) in path.iter().enumerate() {
+        here = here
+            .get(*key)
+            .with_context(|| format!("template has no {}", path[..=depth].join(".")))?;
+    }
+    Ok(here)
+}
+
+/// The name a `!Ref NAME` refers to, if `value` is one.
+fn ref_name(value: &Value) -> Option<&str> {
+    match value {
+        Value::Tagged(tagged) if tagged.tag == "Ref" => tagged.value.as_str(),
+        _ => None,
+    }
+}
+
+/// A number, or the default of the parameter a `!Ref` names.
+fn number(template: &Value, value: &Value) -> anyhow::Result<i64> {
+    if let Some(name) = ref_name(value) {
+        let default = at(template, &["Parameters", name, "Default"])?;
+        return default
+            .as_i64()
+            .with_context(|| format!("parameter {name} has no numeric default"));
+    }
+    value
+        .as_i64()
+        .or_else(|| value.as_str().and_then(|text| text.parse().ok()))
+        .with_context(|| format!("{value:?} is not a number"))
+}
+
+/// Resources of one type, by logical id.
+fn resources<'a>(template: &'a Value, kind: &str) -> anyhow::Result<Vec<(&'a str, &'a Value)>> {
+    let Some(all) = at(template, &["Resources"])?.as_mapping() else {
+        bail!("Resources is not a mapping");
+    };
+    Ok(all
+        .iter()
+        .filter(|(_, resource)| resource.get("Type").and_then(Value::as_str) == Some(kind))
+        .filter_map(|(id, resource)| Some((id.as_str()?, resource)))
+        .collect())
+}
+
+const DAY_S: i64 = 86_400;
+
+/// Lambda's SQS poller hands a function more batches than its reserved concurrency runs unless
+/// the source's maximum concurrency caps it; each throttled batch counts as a receive, so good
+/// objects reached the dead-letter queue without ever running. Messages and raw objects must
+/// also outlive every retry path.
+#[test]
+fn compaction_is_never_dead_lettered_by_throttling_or_expiry() -> anyhow::Result<()> {
+    let template = template()?;
+    let compact = at(&template, &["Resources", "CompactFunction", "Properties"])?;
+    let reserved = number(&template, at(compact, &["ReservedConcurrentExecutions"])?)?;
+    let source = at(compact, &["Events", "RawObjects", "Properties"])?;
+    let maximum = number(
+        &template,
+        at(source, &["ScalingConfig", "MaximumConcurrency"])?,
+    )?;
+    ensure!(
+        (2..=reserved).contains(&maximum),
+        "the SQS source may run {maximum} batches at once against a reserved concurrency of {reserved}"
+    );
+    let queue = at(&template, &["Resources", "RawObjectQueue", "Properties"])?;
+    let receives = number(&template, at(queue, &["RedrivePolicy", "maxReceiveCount"])?)?;
+    ensure!(
+        receives >= 10,
+        "maxReceiveCount {receives}: a short outage dead-letters good objects"
+    );
+    let mut longest_queue = 0;
+    for queue in ["RawObjectQueue", "RawObjectDeadLetterQueue"] {
+        let retention = number(
+            &template,
+            at(
+                &template,
+                &["Resources", queue, "Properties", "MessageRetentionPeriod"],
+            )?,
+        )?;
+        ensure!(
+            retention == 14 * DAY_S,
+            "{queue} keeps messages {retention} s, not 14 days"
+        );
+        longest_queue = longest_queue.max(retention);
+    }
+    let raw_days = number(
+        &template,
+        at(&template, &["Parameters", "RawRetentionDays", "MinValue"])?,
+    )?;
+    ensure!(
+        raw_days * DAY_S >= longest_queue,
+        "raw objects may expire after {raw_days} days while their notifications wait longer"
+    );
+    Ok(())
+}
+
+/// CloudWatch cannot use the AWS-managed SNS key, so alarms on an `alias/aws/sns` topic were
+/// never delivered; without an e-mail address there was no topic and alarms had no action.
+#[test]
+fn every_alarm_notifies_a_topic_cloudwatch_can_publish_to() -> anyhow::Result<()> {
+    let template = template()?;
+    let topic = at(&template, &["Resources", "AlarmTopic"])?;
+    ensure!(
+        topic.get("Condition").is_none(),
+        "the alarm topic exists only conditionally"
+    );
+    if let Some(key) = topic
+        .get("Properties")
+        .and_then(|p| p.get("KmsMasterKeyId"))
+    {
+        ensure!(
+            key.as_str() != Some("alias/aws/sns"),
+            "the alarm topic uses alias/aws/sns, which CloudWatch cannot publish to"
+        );
+    }
+    ensure!(
+        ref_name(at(&template, &["Outputs", "AlarmTopicArn", "Value"])?) == Some("AlarmTopic"),
+        "the stack does not output the alarm topic"
+    );
+    let alarms = resources(&template, "AWS::CloudWatch::Alarm")?;
+    for (id, alarm) in &alarms {
+        let actions = at(alarm, &["Properties", "AlarmActions"])?
+            .as_sequence()
+            .with_context(|| format!("{id}'s AlarmActions is conditional"))?;
+        ensure!(
+            actions
+                .iter()
+                .any(|action| ref_name(action) == Some("AlarmTopic")),
+            "{id} does not notify the alarm topic"
+        );
+    }
+    // The failures that cost data or money each have an alarm.
+    let watched: Vec<String> = alarms
+        .iter()
+        .map(|(_, alarm)| serde_yaml_ng::to_string(alarm).unwrap_or_default())
+        .collect();
+    for (what, needle) in [
+        ("bucket size", "BucketSizeBytes"),
+        ("invocations", "Invocations"),
+        ("dead letters", "RawObjectDeadLetterQueue"),
+    ] {
+        ensure!(
+            watched.iter().any(|alarm| alarm.contains(needle)),
+            "no alarm on {what}"
+        );
+    }
+    let ingest_throttles = alarms.iter().any(|(_, alarm)| {
+        let text = serde_yaml_ng::to_string(alarm).unwrap_or_default();
+        text.contains("Throttles") && text.contains("IngestFunction")
+    });
+    ensure!(ingest_throttles, "no alarm on ingest throttles");
+    Ok(())
+}
+
+/// A leaked export URL or a runaway client must not run up an unbounded bill: every function
+/// has reserved concurrency from a parameter, and each public route its own throttle.
+#[test]
+fn every_function_and_route_is_bounded() -> anyhow::Result<()> {
+    let template = template()?;
+    for (id, function) in resources(&template, "AWS::Serverless::Function")? {
+        let reserved = at(function, &["Properties", "ReservedConcurrentExecutions"])
+            .with_context(|| format!("{id} has no reserved concurrency"))?;
+        ensure!(
+            ref_name(reserved).is_some(),
+            "{id}'s reserved concurrency is not a parameter"
+        );
+        number(&template, reserved)?;
+    }
+    let api = at(&template, &["Resources", "HttpApi", "Properties"])?;
+    for setting in ["ThrottlingBurstLimit", "ThrottlingRateLimit"] {
+        let default = at(api, &["DefaultRouteSettings", setting])?;
+        ensure!(ref_name(default).is_some(), "the API's {setting} is fixed");
+        let ingest = at(
+            api,
+            &["RouteSettings", "POST /v1/events/{cluster}", setting],
+        )?;
+        ensure!(
+            ref_name(ingest).is_some(),
+            "the ingest route's {setting} is fixed"
+        );
+    }
+    Ok(())
+}
+
+/// Logs are kept for a bounded time, and the API's access log never holds the ingest token,
+/// which travels in the query string (`?token=`).
+#[test]
+fn logs_expire_and_never_hold_the_query_string() -> anyhow::Result<()> {
+    let template = template()?;
+    let groups = resources(&template, "AWS::Logs::LogGroup")?;
+    for function in resources(&template, "AWS::Serverless::Function")?
+        .iter()
+        .map(|(id, _)| *id)
+    {
+        let kept = groups.iter().any(|(_, group)| {
+            serde_yaml_ng::to_string(group).is_ok_and(|text| {
+                text.contains(&format!("/aws/lambda/${{{function}}}"))
+                    && text.contains("RetentionInDays")
+            })
+        });
+        ensure!(kept, "{function}'s log group has no retention");
+    }
+    let settings = at(
+        &template,
+        &["Resources", "HttpApi", "Properties", "AccessLogSettings"],
+    )?;
+    let format = at(settings, &["Format"])?
+        .as_str()
+        .context("the access log format is not a string")?;
+    // $context variables of HTTP APIs that hold no part of the query string.
+    const SAFE: &[&str] = &[
+        "requestId",
+        "requestTime",
+        "identity.sourceIp",
+        "httpMethod",
+        "path",
+        "routeKey",
+        "status",
+        "responseLatency",
+        "responseLength",
+        "integrationErrorMessage",
+    ];
+    let mut variables = 0;
+    for piece in format.split("$context.").skip(1) {
+        let name: String = piece
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '.')
+            .collect();
+        ensure!(
+            SAFE.contains(&name.as_str()),
+            "the access log records $context.{name}, which may hold the query string"
+        );
+        variables += 1;
+    }
+    ensure!(variables > 0, "the access log records nothing");
+    let group = ref_or_getatt(at(settings, &["DestinationArn"])?);
+    ensure!(
+        groups.iter().any(|(id, group_resource)| Some(*id) == group
+            && group_resource
+                .get("Properties")
+                .and_then(|p| p.get("RetentionInDays"))
+                .is_some()),
+        "the access log's group has no retention"
+    );
+    Ok(())
+}
+
+/// The logical id a `!Ref` or `!GetAtt ID.Attr` names.
+fn ref_or_getatt(value: &Value) -> Option<&str> {
+    match value {
+        Value::Tagged(tagged) if tagged.tag == "GetAtt" => tagged.value.as_str()?.split('.').next(),
+        other => ref_name(other),
+    }
+}
+
+/// The history outlives its stack and survives a bad write: deleting the stack keeps the
+/// bucket, and an overwritten or deleted object stays recoverable for a while.
+#[test]
+fn the_history_bucket_survives_the_stack_and_bad_writes() -> anyhow::Result<()> {
+    let template = template()?;
+    let bucket = at(&template, &["Resources", "HistoryBucket"])?;
+    for policy in ["DeletionPolicy", "UpdateReplacePolicy"] {
+        ensure!(
+            bucket.get(policy).and_then(Value::as_str) == Some("Retain"),
+            "the bucket's {policy} is not Retain"
+        );
+    }
+    ensure!(
+        at(bucket, &["Properties", "VersioningConfiguration", "Status"])?.as_str()
+            == Some("Enabled"),
+        "the bucket is not versioned"
+    );
+    let rules = at(bucket, &["Properties", "LifecycleConfiguration", "Rules"])?
+        .as_sequence()
+        .context("lifecycle rules are not a list")?;
+    ensure!(
+        rules
+            .iter()
+            .any(|rule| rule.get("NoncurrentVersionExpiration").is_some()),
+        "old versions are never expired"
+    );
+    // Table files are removed by compaction, a session at a time; an age rule would delete
+    // them by write time under a live manifest.
+    for rule in rules {
+        let text = serde_yaml_ng::to_string(rule)?;
+        ensure!(
+            !text.contains("tables/") && !text.contains("TablesRetentionDays"),
+            "a lifecycle rule expires table files under live manifests: {text}"
+        );
+    }
+    let compact_env = at(
+        &template,
+        &[
+            "Resources",
+            "CompactFunction",
+            "Properties",
+            "Environment",
+            "Variables",
+        ],
+    )?;
+    ensure!(
+        ref_name(at(compact_env, &["AFTERGLOW_TABLES_RETENTION_DAYS"])?)
+            == Some("TablesRetentionDays"),
+        "compaction is not told the table retention"
+    );
+    Ok(())
+}
