@@ -151,6 +151,9 @@ class LambdaFunction:
             ["cargo", "lambda", "watch", "--only-lambda-apis", "-v", "--invoke-address",
              "127.0.0.1", "--invoke-port", str(self.port), "--timeout", "120"],
             cwd=self.repo, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        # The runtime gives up at once when the runtime API refuses its first connection.
+        wait_until(self.emulator_listens, f"the {self.handler} emulator", 60, self.emulator,
+                   self.log_path)
         # What Lambda sets for a function.
         env = dict(os.environ, **self.env, _HANDLER=self.handler,
                    AWS_LAMBDA_RUNTIME_API=f"http://127.0.0.1:{self.port}/.rt",
@@ -158,6 +161,10 @@ class LambdaFunction:
                    AWS_LAMBDA_FUNCTION_MEMORY_SIZE=str(MEMORY_MB[self.handler]))
         self.process = subprocess.Popen([self.binary], cwd=self.repo, env=env, stdout=log,
                                         stderr=subprocess.STDOUT, start_new_session=True)
+
+    def emulator_listens(self):
+        with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+            return True
 
     def wait_ready(self, probe, timeout):
         wait_until(probe, f"the {self.handler} function", timeout, self.process, self.log_path)
