@@ -857,7 +857,14 @@ async fn expiry_removes_old_sessions_whole_and_keeps_the_rest() -> anyhow::Resul
             } else {
                 now - day / 24
             });
-            catalog::record(&*storage, &ClusterName::new(cluster)?, session, &stats).await?;
+            catalog::record(
+                &*storage,
+                &ClusterName::new(cluster)?,
+                session,
+                &stats,
+                None,
+            )
+            .await?;
         }
     }
     let mut old_files = Vec::new();

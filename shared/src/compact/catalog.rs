@@ -57,42 +57,35 @@ pub async fn load(storage: &dyn Storage) -> Result<(Catalog, Option<ETag>), Mani
     load_document(storage, &catalog_key()?).await
 }
 
-/// Records `stats` for `(cluster, session)`, replacing the catalog conditionally and redoing
-/// the change when another writer got there first.
+/// Records `stats` for `(cluster, session)`, and that raw objects of the cluster as old as
+/// `oldest_raw_ms` (ULID time) went into its tables, in one conditional replace of the catalog,
+/// redone when another writer got there first.
 #[tracing::instrument(name = "catalog.record", skip(storage, stats), fields(cluster = %cluster, session = %session))]
 pub async fn record(
     storage: &dyn Storage,
     cluster: &ClusterName,
     session: &str,
     stats: &SessionStats,
+    oldest_raw_ms: Option<u64>,
 ) -> Result<(), ManifestError> {
     update(storage, |catalog| {
+        let mut changed = false;
         let sessions = catalog.clusters.entry(cluster.to_string()).or_default();
-        if sessions.get(session) == Some(stats) {
-            return false;
+        if sessions.get(session) != Some(stats) {
+            sessions.insert(session.to_owned(), stats.clone());
+            changed = true;
         }
-        sessions.insert(session.to_owned(), stats.clone());
-        true
-    })
-    .await
-}
-
-/// Records that raw objects of `cluster` as old as `oldest_ms` (ULID time) went into its tables.
-pub async fn record_raw_from(
-    storage: &dyn Storage,
-    cluster: &ClusterName,
-    oldest_ms: u64,
-) -> Result<(), ManifestError> {
-    update(storage, |catalog| {
-        let from = catalog
-            .raw_from
-            .entry(cluster.to_string())
-            .or_insert(u64::MAX);
-        if *from <= oldest_ms {
-            return false;
+        if let Some(oldest) = oldest_raw_ms {
+            let from = catalog
+                .raw_from
+                .entry(cluster.to_string())
+                .or_insert(u64::MAX);
+            if *from > oldest {
+                *from = oldest;
+                changed = true;
+            }
         }
-        *from = oldest_ms;
-        true
+        changed
     })
     .await
 }

@@ -369,16 +369,11 @@ impl Compactor {
         let (catalog, _) = catalog::load(&*self.storage).await?;
         let mut stored: BTreeMap<String, u64> = BTreeMap::new();
         for meta in self.storage.list(crate::layout::RAW_PREFIX).await? {
-            let cluster = meta
-                .key
-                .as_str()
-                .strip_prefix(crate::layout::RAW_PREFIX)
-                .and_then(|rest| rest.split('/').next())
-                .map(str::to_owned);
-            if let (Some(cluster), Some(at)) =
-                (cluster, crate::layout::raw_object_time_ms(&meta.key))
-            {
-                let oldest = stored.entry(cluster).or_insert(at);
+            if let (Some(cluster), Some(at)) = (
+                raw::cluster_of(&meta.key),
+                crate::layout::raw_object_time_ms(&meta.key),
+            ) {
+                let oldest = stored.entry(cluster.to_string()).or_insert(at);
                 *oldest = (*oldest).min(at);
             }
         }
@@ -467,10 +462,14 @@ impl Compactor {
             match commit {
                 Commit::Landed => {
                     self.delete_expired(&next, &current.manifest).await;
-                    catalog::record(&*self.storage, cluster, session, &next.stats).await?;
-                    if let Some(oldest) = batch.oldest_raw_ms {
-                        catalog::record_raw_from(&*self.storage, cluster, oldest).await?;
-                    }
+                    catalog::record(
+                        &*self.storage,
+                        cluster,
+                        session,
+                        &next.stats,
+                        batch.oldest_raw_ms,
+                    )
+                    .await?;
                     return Ok((rows, attempt));
                 }
                 Commit::Lost => {
