@@ -323,3 +323,41 @@ fn the_history_bucket_survives_the_stack_and_bad_writes() -> anyhow::Result<()> 
     );
     Ok(())
 }
+
+/// A query route added without the authorizer would open the whole history to the world; Ray's
+/// routes under `/ray/` carry the same data as `/api/`.
+#[test]
+fn every_query_route_is_behind_the_query_authorizer() -> anyhow::Result<()> {
+    let template = template()?;
+    let routes = resources(&template, "AWS::ApiGatewayV2::Route")?;
+    let keys: Vec<&str> = routes
+        .iter()
+        .filter_map(|(_, route)| route.get("Properties")?.get("RouteKey")?.as_str())
+        .collect();
+    for wanted in [
+        "GET /api/{proxy+}",
+        "ANY /ray/{proxy+}",
+        "GET /",
+        "GET /assets/{proxy+}",
+    ] {
+        ensure!(keys.contains(&wanted), "no route {wanted}: {keys:?}");
+    }
+    for (id, route) in routes {
+        let authorization = at(route, &["Properties", "AuthorizationType"])?;
+        let Value::Tagged(tagged) = authorization else {
+            bail!(
+                "{id}: AuthorizationType is {authorization:?}, not !If [BearerQueries, NONE, AWS_IAM]"
+            );
+        };
+        let choices: Vec<&str> = tagged
+            .value
+            .as_sequence()
+            .map(|items| items.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        ensure!(
+            tagged.tag == "If" && choices == ["BearerQueries", "NONE", "AWS_IAM"],
+            "{id}: AuthorizationType {authorization:?}"
+        );
+    }
+    Ok(())
+}

@@ -54,6 +54,14 @@ pub enum Command {
     /// Build with --release. 10 million attempts need about 25 GB of free disk in --dir (or
     /// TMPDIR) while running.
     Bench(BenchArgs),
+    /// Serve a deployed query API on 127.0.0.1 for what cannot authenticate to it: a browser,
+    /// Ray's dashboard (`ray start --head --proxy-server-url=…/ray/CLUSTER/latest`) and Ray's
+    /// CLI (`ray list tasks --address …/ray/CLUSTER/latest`).
+    ///
+    /// Signs each request with SigV4 from the standard AWS credential chain (AWS_PROFILE,
+    /// AWS_ACCESS_KEY_ID, SSO, …), or sends AFTERGLOW_QUERY_TOKEN as a bearer token to a
+    /// deployment in bearer mode.
+    Proxy(ProxyArgs),
 }
 
 /// The shape of synthetic traffic.
@@ -189,6 +197,33 @@ pub struct ServeArgs {
     pub cluster: String,
 }
 
+/// How `afterglow proxy` authenticates upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ProxyAuth {
+    /// SigV4 (the template's default, QueryAuth=iam).
+    Iam,
+    /// `Authorization: Bearer $AFTERGLOW_QUERY_TOKEN` (QueryAuth=bearer).
+    Bearer,
+}
+
+/// Flags of `afterglow proxy`.
+#[derive(Debug, clap::Args)]
+pub struct ProxyArgs {
+    /// Base URL of the deployed query API (the stack's QueryApiUrl output), such as
+    /// https://abc123.execute-api.eu-west-1.amazonaws.com.
+    #[arg(long, value_name = "URL")]
+    pub url: String,
+    /// Loopback address to listen on. Port 0 picks a free port.
+    #[arg(long, value_name = "IP:PORT", default_value = "127.0.0.1:8701")]
+    pub addr: SocketAddr,
+    /// How to authenticate: bearer when AFTERGLOW_QUERY_TOKEN is set, else iam.
+    #[arg(long, value_enum)]
+    pub auth: Option<ProxyAuth>,
+    /// The API's AWS region, when --url does not name it (a custom domain).
+    #[arg(long, value_name = "REGION")]
+    pub region: Option<String>,
+}
+
 /// Runs one parsed command line.
 pub async fn run(cli: Cli, config: Config) -> anyhow::Result<()> {
     match cli.command {
@@ -197,5 +232,6 @@ pub async fn run(cli: Cli, config: Config) -> anyhow::Result<()> {
         Command::Rebuild(args) => crate::maintenance::rebuild(args, config).await,
         Command::Generate(args) => crate::generate::run(args).await,
         Command::Bench(args) => crate::bench::run(args).await,
+        Command::Proxy(args) => crate::proxy::run_cli(args, config).await,
     }
 }

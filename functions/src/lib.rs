@@ -9,6 +9,7 @@
 //! - [`page`]: the dashboard page at `/`.
 //! - [`query`]: `GET /api/...` onto `shared::query`.
 //! - [`serve`]: the embedded default: every function on a local directory.
+//! - [`proxy`]: `afterglow proxy`, a loopback front that signs requests to a deployed query API.
 //! - [`maintenance`]: `compact` and `rebuild` from the command line.
 //! - [`generate`]: `afterglow generate`, synthetic Ray traffic.
 //! - [`bench`]: `afterglow bench`, the pipeline measured at scale.
@@ -23,6 +24,7 @@ pub mod ingest;
 pub mod lambda;
 pub mod maintenance;
 pub mod page;
+pub mod proxy;
 pub mod query;
 pub mod serve;
 pub mod telemetry;

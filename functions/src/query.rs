@@ -1,5 +1,5 @@
-//! `GET /api/...`: the dashboard API onto [`QueryEngine::answer`], behind an optional bearer
-//! token. On AWS, API Gateway's IAM authorizer guards these routes; the token is for `serve`
+//! `GET /api/...`: the dashboard API onto [`QueryEngine::answer`], and Ray's own routes under
+//! `/ray/...` onto [`QueryEngine::answer_ray`], behind an optional bearer token. On AWS, API Gateway's IAM authorizer guards these routes; the token is for `serve`
 //! off loopback and for deployments that choose bearer mode.
 
 use std::sync::Arc;
@@ -7,10 +7,11 @@ use std::sync::Arc;
 use axum::Router;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{any, get};
 use shared::auth::AccessToken;
+use shared::query::ray::{RayPathError, RayRequest};
 use shared::query::{ApiRoute, QueryEngine, QueryError};
 use shared::tables::entities::EntityKind;
 
@@ -27,7 +28,7 @@ pub struct QueryService {
 
 type Pairs = Result<Query<Vec<(String, String)>>, QueryRejection>;
 
-/// The dashboard API's routes.
+/// The dashboard API's routes, and Ray's own under `/ray/`.
 pub fn routes() -> Router<Arc<AppState>> {
     fn fixed(route: ApiRoute) -> axum::routing::MethodRouter<Arc<AppState>> {
         get(
@@ -37,6 +38,7 @@ pub fn routes() -> Router<Arc<AppState>> {
         )
     }
     let mut router = Router::new()
+        .route("/ray/{*path}", any(answer_ray))
         .route("/api/clusters", fixed(ApiRoute::Clusters))
         .route("/api/summary", fixed(ApiRoute::Summary))
         .route("/api/aggregates", fixed(ApiRoute::Aggregates))
@@ -63,11 +65,75 @@ pub fn routes() -> Router<Arc<AppState>> {
 }
 
 async fn answer(state: &AppState, route: ApiRoute, headers: &HeaderMap, pairs: Pairs) -> Response {
+    let service = match authorized(state, headers) {
+        Ok(service) => service,
+        Err(refusal) => return *refusal,
+    };
+    let pairs = match pairs {
+        Ok(Query(pairs)) => pairs,
+        Err(rejection) => return error_response(StatusCode::BAD_REQUEST, rejection.body_text()),
+    };
+    match service.engine.answer(&route, &pairs).await {
+        Ok(body) => json_response(body),
+        Err(err) => error_response(status_of(&err), err.to_string()),
+    }
+}
+
+/// `/ray/{cluster}/{session|latest}/…`: Ray's own routes (DESIGN §4b), for Ray's dashboard
+/// (`--proxy-server-url`) and state CLI (`--address`). Errors come in Ray's envelope; a path
+/// that is not a data route is a bare 404, so Ray's dashboard serves its own UI files.
+async fn answer_ray(
+    State(state): State<Arc<AppState>>,
+    method: Method,
+    Path(path): Path<String>,
+    headers: HeaderMap,
+    pairs: Pairs,
+) -> Response {
+    let service = match authorized(&state, &headers) {
+        Ok(service) => service,
+        Err(refusal) => return *refusal,
+    };
+    let request = match RayRequest::parse(method.as_str(), &path) {
+        Ok(request) => request,
+        Err(RayPathError::NotARoute) => return StatusCode::NOT_FOUND.into_response(),
+        Err(err @ RayPathError::Cluster(_)) => {
+            return ray_error(StatusCode::NOT_FOUND, &err.to_string());
+        }
+    };
+    let pairs = match pairs {
+        Ok(Query(pairs)) => pairs,
+        Err(rejection) => return ray_error(StatusCode::BAD_REQUEST, &rejection.body_text()),
+    };
+    match service.engine.answer_ray(&request, &pairs).await {
+        Ok(body) => json_response(body),
+        Err(err) => ray_error(status_of(&err), &err.to_string()),
+    }
+}
+
+/// Ray's error body: `{"result": false, "msg": …, "data": {"result": null}}`.
+fn ray_error(status: StatusCode, message: &str) -> Response {
+    let body = serde_json::json!({"result": false, "msg": message, "data": {"result": null}});
+    (status, axum::Json(body)).into_response()
+}
+
+fn json_response(body: serde_json::Value) -> Response {
+    let mut response = (StatusCode::OK, axum::Json(body)).into_response();
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
+/// The query service, when the request may use it; otherwise the refusal to send.
+fn authorized<'a>(
+    state: &'a AppState,
+    headers: &HeaderMap,
+) -> Result<&'a QueryService, Box<Response>> {
     let Some(service) = &state.query else {
-        return error_response(
+        return Err(Box::new(error_response(
             StatusCode::NOT_FOUND,
             "this function does not serve queries",
-        );
+        )));
     };
     if let Some(token) = &service.token {
         let presented = headers
@@ -83,32 +149,22 @@ async fn answer(state: &AppState, route: ApiRoute, headers: &HeaderMap, pairs: P
                 response
                     .headers_mut()
                     .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-                return response;
+                return Err(Box::new(response));
             }
             Some(presented) if !token.matches(presented) => {
-                return error_response(StatusCode::FORBIDDEN, "wrong bearer token");
+                return Err(Box::new(error_response(
+                    StatusCode::FORBIDDEN,
+                    "wrong bearer token",
+                )));
             }
             Some(_) => {}
         }
     }
-    let pairs = match pairs {
-        Ok(Query(pairs)) => pairs,
-        Err(rejection) => return error_response(StatusCode::BAD_REQUEST, rejection.body_text()),
-    };
-    match service.engine.answer(&route, &pairs).await {
-        Ok(body) => {
-            let mut response = (StatusCode::OK, axum::Json(body)).into_response();
-            response
-                .headers_mut()
-                .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-            response
-        }
-        Err(err) => query_error_response(&err),
-    }
+    Ok(service)
 }
 
-/// The one place query errors become HTTP statuses.
-fn query_error_response(err: &QueryError) -> Response {
+/// The one place query errors become HTTP statuses (and are logged).
+fn status_of(err: &QueryError) -> StatusCode {
     let status = match err {
         QueryError::BadRequest(_) => StatusCode::BAD_REQUEST,
         QueryError::NotFound(_) => StatusCode::NOT_FOUND,
@@ -121,5 +177,5 @@ fn query_error_response(err: &QueryError) -> Response {
     } else {
         tracing::info!(error = %err, "query refused");
     }
-    error_response(status, err.to_string())
+    status
 }

@@ -190,6 +190,8 @@ fn banner(local: SocketAddr, cluster: &str, location: &str, has_token: bool) -> 
     format!(
         "Afterglow listening on http://{local} (history in {location})\n\
          Dashboard: http://{local}/ (API: http://{local}/api/summary, /api/tasks, … see openapi.yaml)\n\
+         Ray's own tools: ray list tasks --address http://{local}/ray/{cluster}/latest\n\
+         \x20 (and ray start --head --proxy-server-url=http://{local}/ray/{cluster}/latest for Ray's dashboard)\n\
          {access}\n\
          Point a Ray (>= 2.49) cluster here: export these before `ray start`:\n\
          \x20 export RAY_enable_core_worker_ray_event_to_aggregator=1\n\

@@ -46,6 +46,11 @@ impl AccessToken {
         Ok(Self(secret.into()))
     }
 
+    /// The secret itself, to send it (`afterglow proxy` adds it to requests). Never log it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
     /// True if `presented` is the secret. The comparison time does not depend on where the two
     /// differ (only on their lengths).
     pub fn matches(&self, presented: &str) -> bool {

@@ -121,6 +121,94 @@ class Afterglow:
                 self.process.wait()
 
 
+class AfterglowProxy:
+    """`afterglow proxy --auth bearer` in front of `api`, as an `Api` without a token."""
+
+    def __init__(self, binary, api, log_path):
+        self.binary, self.api, self.log_path = binary, api, log_path
+        self.process = None
+
+    def __enter__(self):
+        port = free_port()
+        env = dict(os.environ)
+        env.pop("AWS_LAMBDA_RUNTIME_API", None)
+        env["AFTERGLOW_QUERY_TOKEN"] = self.api.headers["authorization"].split(" ", 1)[1]
+        self.process = subprocess.Popen(
+            [self.binary, "proxy", "--url", self.api.base, "--addr", f"127.0.0.1:{port}",
+             "--auth", "bearer"],
+            env=env, stdout=open(self.log_path, "a"), stderr=subprocess.STDOUT)
+        proxied = Api(f"http://127.0.0.1:{port}")
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            try:
+                proxied.get("/api/clusters", timeout=5)
+                return proxied
+            except (urllib.error.URLError, ConnectionError, OSError):
+                time.sleep(0.2)
+        raise RuntimeError(f"afterglow proxy did not start; see {self.log_path}")
+
+    def __exit__(self, *exc):
+        self.process.terminate()
+        self.process.wait(timeout=30)
+
+
+class SwitchProxy(http.server.ThreadingHTTPServer):
+    """What Ray's dashboard is started with as `--proxy-server-url`: 404 for everything (so Ray
+    answers from its live cluster, the ground truth) until `forwarding` is set, then every
+    request goes to Afterglow, as a user's dashboard proxy would send it."""
+
+    def __init__(self, port, upstream):
+        self.upstream = upstream
+        self.forwarding = threading.Event()
+        self.forwarded = 0
+        super().__init__(("127.0.0.1", port), SwitchHandler)
+
+
+class SwitchHandler(http.server.BaseHTTPRequestHandler):
+    def handle_any(self):
+        body = self.rfile.read(int(self.headers.get("content-length", "0") or 0))
+        if not self.server.forwarding.is_set():
+            return self.answer(404, b"", "text/plain")
+        self.server.forwarded += 1
+        request = urllib.request.Request(self.server.upstream + self.path, data=body or None,
+                                         method=self.command)
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return self.answer(response.status, response.read(),
+                                   response.headers.get("content-type", "application/json"))
+        except urllib.error.HTTPError as err:
+            return self.answer(err.code, err.read(), "application/json")
+
+    do_GET = do_POST = do_HEAD = do_PUT = do_DELETE = handle_any  # noqa: N815
+
+    def answer(self, status, body, content_type):
+        self.send_response(status)
+        self.send_header("content-type", content_type)
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def check_ray_dashboard(dashboard, ray, switch):
+    """Ray's own dashboard, now reading Afterglow through `--proxy-server-url`, in headless
+    Chromium: the job's page shows the counts Ray's live list had. Returns problems."""
+    drivers = [job["job_id"] for job in ray["jobs"] if job.get("job_id")]
+    job = max(drivers, key=lambda job_id: sum(t["job_id"] == job_id for t in ray["tasks"]))
+    tasks = [t for t in ray["tasks"] if t["job_id"] == job]
+    failed = sum(t["state"] == "FAILED" for t in tasks)
+    switch.forwarding.set()
+    shots = os.path.join(HERE, "..", "..", "target", "screenshots")
+    result = subprocess.run(["node", os.path.join(HERE, "ray_dashboard.mjs"), dashboard, job,
+                             str(len(tasks)), str(failed), shots], text=True, timeout=300)
+    print(f"Ray's dashboard over Afterglow: {'passed' if result.returncode == 0 else 'FAILED'} "
+          f"({switch.forwarded} requests forwarded to Afterglow; screenshots in {shots})")
+    return int(result.returncode != 0 or switch.forwarded == 0)
+
+
 class FaultyProxy(http.server.ThreadingHTTPServer):
     """Forwards Ray's POSTs to Afterglow, or answers 503 while `failing` is set (and whenever
     Afterglow is down), counting what it did."""
@@ -191,10 +279,10 @@ def ray_cli(env, *args, capture=True):
     return result.stdout
 
 
-def ray_answers(env, address):
-    """Ray's own view, before the cluster stops."""
-    tasks = json.loads(ray_cli(env, "list", "tasks", "--detail", "--format", "json",
-                               "--limit", "10000", "--address", address))
+def ray_answers(env, address, detail=True):
+    """Ray's own view, before the cluster stops (and the same commands pointed at Afterglow)."""
+    tasks = json.loads(ray_cli(env, "list", "tasks", *(["--detail"] if detail else []),
+                               "--format", "json", "--limit", "10000", "--address", address))
     actors = json.loads(ray_cli(env, "list", "actors", "--format", "json", "--limit", "10000",
                                 "--address", address))
     jobs = json.loads(ray_cli(env, "list", "jobs", "--format", "json", "--address", address))
@@ -324,6 +412,107 @@ def compare(ray, api):
     return problems
 
 
+def compare_ray_tools(env, ray, api, detail=True):
+    """Ray's own CLI and SDK pointed at Afterglow (`--address .../ray/{cluster}/{session}`)
+    after the cluster is gone: the same commands as `ray_answers`, compared with what the live
+    cluster answered. Returns the number of problems."""
+    session = api.get(f"/api/clusters?cluster={CLUSTER}")["clusters"][0]["sessions"][-1][
+        "session_name"]
+    address = f"{api.base}/ray/{CLUSTER}/{session}"
+    ours = ray_answers(env, address, detail)
+    problems = 0
+    theirs_tasks = {(t["task_id"], t["attempt_number"]): t for t in ray["tasks"]}
+    mine_tasks = {(t["task_id"], t["attempt_number"]): t for t in ours["tasks"]}
+    differ = [key for key, task in theirs_tasks.items() if key in mine_tasks and any(
+        mine_tasks[key].get(field) != task.get(field) for field in TASK_FIELDS)]
+    missing = set(theirs_tasks) - set(mine_tasks)
+    extra = set(mine_tasks) - set(theirs_tasks)
+    print(f"ray list tasks --address afterglow: {len(theirs_tasks) - len(differ) - len(missing)}"
+          f" matched, {len(differ)} differ, {len(missing)} missing, {len(extra)} extra")
+    for key in differ[:5]:
+        print("  differs", key, {field: (mine_tasks[key].get(field), theirs_tasks[key].get(field))
+                                 for field in TASK_FIELDS
+                                 if mine_tasks[key].get(field) != theirs_tasks[key].get(field)})
+    problems += len(differ) + len(missing) + len(extra)
+
+    theirs_summary = ray["summary"]["cluster"]
+    mine_summary = ours["summary"]["cluster"]
+    same = sum(1 for name, group in theirs_summary["summary"].items()
+               if mine_summary["summary"].get(name, {}).get("state_counts") == group["state_counts"])
+    totals = [key for key in ("total_tasks", "total_actor_tasks", "total_actor_scheduled")
+              if mine_summary.get(key) != theirs_summary.get(key)]
+    print(f"summarize_tasks(address=afterglow): {same} of {len(theirs_summary['summary'])} names "
+          f"with equal state counts, {len(mine_summary['summary'])} names in all; totals differ: "
+          f"{totals or 'none'}")
+    problems += (len(theirs_summary["summary"]) - same) + len(totals)
+    problems += len(mine_summary["summary"]) != len(theirs_summary["summary"])
+
+    for resource, id_field, field in [("actors", "actor_id", "state"),
+                                      ("nodes", "node_id", "state")]:
+        theirs = {row[id_field]: row[field] for row in ray[resource]}
+        mine = {row[id_field]: row[field] for row in ours[resource]}
+        print(f"ray list {resource} --address afterglow: "
+              f"{sum(1 for k, v in theirs.items() if mine.get(k) == v)} of {len(theirs)} matched, "
+              f"{len(mine)} listed")
+        problems += sum(1 for k, v in theirs.items() if mine.get(k) != v) + (len(mine) != len(theirs))
+    drivers = {job["job_id"] for job in ray["jobs"] if job.get("job_id")}
+    mine_jobs = {job["job_id"] for job in ours["jobs"]}
+    print(f"ray list jobs --address afterglow: {len(drivers & mine_jobs)} of {len(drivers)} "
+          f"drivers listed")
+    problems += len(drivers - mine_jobs)
+
+    # `ray get tasks ID` (YAML out) for a task that failed, at the `latest` alias.
+    failed = next(t for t in ray["tasks"] if t["state"] == "FAILED")
+    import yaml  # Ray depends on PyYAML
+    got = yaml.safe_load(ray_cli(env, "get", "tasks", failed["task_id"], "--address",
+                                 f"{api.base}/ray/{CLUSTER}/latest"))
+    got = got if isinstance(got, list) else [got]
+    attempts = sorted(row["attempt_number"] for row in got)
+    expected = sorted(t["attempt_number"] for t in ray["tasks"]
+                      if t["task_id"] == failed["task_id"])
+    ok = attempts == expected and all(row["state"] == theirs_tasks[(row["task_id"],
+                                      row["attempt_number"])]["state"] for row in got)
+    print(f"ray get tasks {failed['task_id'][:12]}… --address afterglow: attempts {attempts} "
+          f"({'as' if ok else 'NOT as'} Ray listed them)")
+    problems += not ok
+    # `ray job list` checks `api/version` and reads `api/jobs/` into its pydantic models.
+    jobs_out = ray_cli(env, "job", "list", "--address", address)
+    listed = sum(1 for job_id in drivers if job_id in jobs_out)
+    print(f"ray job list --address afterglow: {listed} of {len(drivers)} drivers shown")
+    problems += listed != len(drivers)
+    return problems
+
+
+def list_synthetic_session(binary, deployment, api, env, attempts):
+    """`attempts` synthetic attempts in one session, listed whole by Ray's own CLI through
+    Afterglow (past Ray's 10 000-row cap, which the client lifts with
+    RAY_MAX_LIMIT_FROM_API_SERVER). Returns the number of problems."""
+    generated = subprocess.run(
+        [binary, "generate", "--tasks", str(attempts), "--jobs", "4", "--nodes", "4",
+         "--post", f"{deployment.ingest_base}/v1/events/synthetic"],
+        capture_output=True, text=True, timeout=600)
+    if generated.returncode != 0:
+        print(f"generate failed: {generated.stderr[-2000:]}")
+        return 1
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        try:
+            if api.get("/api/summary?cluster=synthetic")["total"] >= attempts:
+                break
+        except urllib.error.HTTPError:
+            pass
+        time.sleep(1)
+    started = time.time()
+    rows = json.loads(ray_cli(dict(env, RAY_MAX_LIMIT_FROM_API_SERVER=str(attempts * 2)),
+                              "list", "tasks", "--limit", str(attempts), "--format", "json",
+                              "--address", f"{api.base}/ray/synthetic/latest"))
+    keys = {(row["task_id"], row["attempt_number"]) for row in rows}
+    print(f"ray list tasks --limit {attempts} over a synthetic session: {len(rows)} rows, "
+          f"{len(keys)} distinct attempts ({time.time() - started:.1f} s, the CLI's parsing "
+          f"included)")
+    return int(len(rows) != attempts or len(keys) != attempts)
+
+
 def start_deployment(args, work):
     """`afterglow serve` (variants serve, faults) or the Lambda stack (variant lambda),
     started."""
@@ -374,13 +563,21 @@ def main():
     log(f"variant {args.variant}: ingest at {deployment.ingest_base}, queries at {api.base}, "
         f"Ray exports through the proxy on port {proxy.server_address[1]}")
 
+    # The faults variant also drives Ray's own dashboard over Afterglow (`--proxy-server-url`).
+    switch, proxy_flag = None, []
+    if args.variant == "faults":
+        switch = SwitchProxy(free_port(), api.base)
+        threading.Thread(target=switch.serve_forever, daemon=True).start()
+        proxy_flag = [f"--proxy-server-url=http://127.0.0.1:{switch.server_address[1]}"
+                      f"/ray/{CLUSTER}/latest"]
     status = 1
     ray_stopped = False
+    dashboard_problems = 0
     try:
         ray_cli(env, "start", "--head", "--num-cpus=2", "--include-dashboard=true",
                 "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard_port}",
                 "--node-ip-address=127.0.0.1", f"--port={gcs_port}", "--disable-usage-stats",
-                f"--temp-dir={env['RAY_TMPDIR']}")
+                f"--temp-dir={env['RAY_TMPDIR']}", *proxy_flag)
         log("Ray started")
         if args.variant == "faults":
             proxy.failing.set()
@@ -406,10 +603,24 @@ def main():
         log(f"Afterglow shows {seen} attempts")
         if args.versus_ray:
             versus_ray(f"http://127.0.0.1:{dashboard_port}", api, ray, args.versus_ray)
+        if switch:
+            dashboard_problems = check_ray_dashboard(f"http://127.0.0.1:{dashboard_port}", ray,
+                                                     switch)
         ray_cli(env, "stop", "--force")
         ray_stopped = True
         log("Ray stopped; comparing")
-        problems = compare(ray, api)
+        problems = compare(ray, api) + dashboard_problems
+        if args.variant == "serve":
+            problems += list_synthetic_session(args.afterglow, deployment, api, env, 50_000)
+        if args.variant == "lambda":
+            # Ray's tools cannot send the bearer token: `afterglow proxy` adds it, as users
+            # put it in front of a deployment.
+            with AfterglowProxy(args.afterglow, api, os.path.join(work, "proxy.log")) as proxied:
+                # Without --detail: a detail list of 2068 attempts is over Lambda's 6 MB and is
+                # cut there (tests/ray_routes.rs checks the cut and its warning).
+                problems += compare_ray_tools(env, ray, proxied, detail=False)
+        else:
+            problems += compare_ray_tools(env, ray, api)
         after = api.get(f"/api/summary?cluster={CLUSTER}")
         print(f"after the cluster is gone: {after['total']} attempts still served "
               f"({after['by_state']})")
@@ -428,6 +639,8 @@ def main():
                             "--force"], env=env, capture_output=True)
         deployment.stop()
         proxy.shutdown()
+        if switch:
+            switch.shutdown()
     if status == 0 and not args.keep:
         shutil.rmtree(work, ignore_errors=True)
     log("passed" if status == 0 else f"FAILED (work directory: {work})")

@@ -20,6 +20,7 @@ mod aggregates;
 mod entities;
 pub mod json;
 pub mod params;
+pub mod ray;
 pub mod snapshot;
 pub mod sql;
 mod tasks;
@@ -78,6 +79,9 @@ pub struct QuerySettings {
     pub timeout: Duration,
     /// Files fetched at once.
     pub fetch_parallelism: usize,
+    /// Most bytes of rows in one answer of Ray's routes, which have no pages: Lambda refuses a
+    /// response over 6 MB (carried as an escaped JSON string), a local server has no such limit.
+    pub response_bytes: usize,
 }
 
 impl QuerySettings {
@@ -91,6 +95,7 @@ impl QuerySettings {
             threads: None,
             timeout: Duration::from_secs(25),
             fetch_parallelism: 16,
+            response_bytes: 512 * 1024 * 1024,
         }
     }
 
@@ -104,6 +109,7 @@ impl QuerySettings {
         Self {
             memory_limit_mib: Some(memory_mib * 6 / 10),
             threads: Some(vcpus),
+            response_bytes: tasks::PAGE_BYTES,
             ..Self::under(dir)
         }
     }

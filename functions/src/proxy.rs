@@ -1,0 +1,264 @@
+//! `afterglow proxy`: a loopback server in front of a deployed query API, for the clients that
+//! cannot authenticate to it themselves — a browser, Ray's dashboard (`--proxy-server-url`) and
+//! `ray list --address`. Each request is forwarded as is (method, path, query, body) and signed
+//! with SigV4 for API Gateway's IAM auth, from the standard AWS credential chain, or given the
+//! bearer token of a deployment in bearer mode. Answers come back unchanged, 404s included (Ray's
+//! dashboard then serves its own UI files).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use anyhow::{Context as _, bail};
+use aws_credential_types::provider::{ProvideCredentials as _, SharedCredentialsProvider};
+use aws_sigv4::http_request::{SignableBody, SignableRequest, SigningSettings, sign};
+use aws_sigv4::sign::v4;
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use shared::auth::AccessToken;
+use shared::config::Config;
+use tokio::net::TcpListener;
+
+use crate::cli::{ProxyArgs, ProxyAuth};
+use crate::http::error_response;
+
+/// Largest request body forwarded (Ray's dashboard sends small JSON at most).
+const MAX_BODY: usize = 1024 * 1024;
+/// Longest an upstream request may take (API Gateway gives up at 30 s).
+const UPSTREAM_TIMEOUT: Duration = Duration::from_secs(35);
+/// Response headers passed back to the client.
+const PASSED_BACK: [header::HeaderName; 4] = [
+    header::CONTENT_TYPE,
+    header::CONTENT_DISPOSITION,
+    header::CACHE_CONTROL,
+    header::CONTENT_SECURITY_POLICY,
+];
+
+/// How requests are authenticated upstream.
+#[derive(Debug)]
+pub enum Upstream {
+    /// SigV4 for `execute-api` in `region`, with credentials from the AWS chain.
+    Iam {
+        /// The API's region.
+        region: String,
+        /// Where credentials come from (refreshed by the provider as they expire).
+        credentials: SharedCredentialsProvider,
+    },
+    /// `Authorization: Bearer <token>`.
+    Bearer(AccessToken),
+}
+
+/// What the proxy holds for every request.
+#[derive(Debug)]
+pub struct Proxy {
+    /// The query API's base URL, without a trailing slash.
+    base: String,
+    /// How to authenticate.
+    upstream: Upstream,
+    client: reqwest::Client,
+}
+
+impl Proxy {
+    /// A proxy to `base` (such as `https://abc.execute-api.eu-west-1.amazonaws.com`).
+    pub fn new(base: &str, upstream: Upstream) -> anyhow::Result<Self> {
+        let parsed = url::Url::parse(base).with_context(|| format!("--url {base:?}"))?;
+        if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
+            bail!("--url {base:?}: an http(s) URL of the query API is needed");
+        }
+        let client = reqwest::Client::builder()
+            .timeout(UPSTREAM_TIMEOUT)
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .context("cannot build the HTTP client")?;
+        Ok(Self {
+            base: base.trim_end_matches('/').to_owned(),
+            upstream,
+            client,
+        })
+    }
+
+    /// Every path, forwarded.
+    pub fn router(self) -> Router {
+        Router::new()
+            .fallback(forward)
+            .layer(axum::middleware::from_fn(crate::http::loopback_hosts_only))
+            .with_state(Arc::new(self))
+    }
+}
+
+/// The region of an API Gateway URL (`{id}.execute-api.{region}.amazonaws.com`).
+pub fn region_of(base: &str) -> Option<String> {
+    let host = url::Url::parse(base).ok()?.host_str()?.to_owned();
+    let mut labels = host.split('.');
+    labels.find(|label| *label == "execute-api")?;
+    labels.next().map(str::to_owned)
+}
+
+#[tracing::instrument(name = "proxy", skip_all, fields(method = %request.method(), path = %request.uri().path(), status = tracing::field::Empty))]
+async fn forward(State(proxy): State<Arc<Proxy>>, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    let body = match axum::body::to_bytes(body, MAX_BODY).await {
+        Ok(body) => body,
+        Err(_) => {
+            return error_response(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("request bodies over {MAX_BODY} bytes are not forwarded"),
+            );
+        }
+    };
+    let path = parts
+        .uri
+        .path_and_query()
+        .map_or("/", axum::http::uri::PathAndQuery::as_str);
+    let url = format!("{}{path}", proxy.base);
+    let response = match send(&proxy, &parts.method, &url, &parts.headers, body).await {
+        Ok(response) => response,
+        Err(err) => {
+            // Never the URL's query string or headers: they may hold secrets.
+            tracing::warn!(error = format!("{err:#}"), "upstream request failed");
+            return error_response(
+                StatusCode::BAD_GATEWAY,
+                format!("the query API did not answer: {err:#}"),
+            );
+        }
+    };
+    tracing::Span::current().record("status", response.status().as_u16());
+    response
+}
+
+/// Sends one request upstream, authenticated, and turns the answer into a response.
+async fn send(
+    proxy: &Proxy,
+    method: &axum::http::Method,
+    url: &str,
+    incoming: &HeaderMap,
+    body: Bytes,
+) -> anyhow::Result<Response> {
+    let mut headers: Vec<(String, String)> = Vec::new();
+    for name in [header::CONTENT_TYPE, header::ACCEPT] {
+        if let Some(value) = incoming.get(&name).and_then(|value| value.to_str().ok()) {
+            headers.push((name.as_str().to_owned(), value.to_owned()));
+        }
+    }
+    match &proxy.upstream {
+        Upstream::Bearer(token) => {
+            headers.push((
+                header::AUTHORIZATION.as_str().to_owned(),
+                format!("Bearer {}", token.expose()),
+            ));
+        }
+        Upstream::Iam {
+            region,
+            credentials,
+        } => {
+            let credentials = credentials.provide_credentials().await.context(
+                "no AWS credentials (the standard chain: AWS_PROFILE, AWS_ACCESS_KEY_ID, SSO, …)",
+            )?;
+            let identity = credentials.into();
+            let params = v4::SigningParams::builder()
+                .identity(&identity)
+                .region(region)
+                .name("execute-api")
+                .time(SystemTime::now())
+                .settings(SigningSettings::default())
+                .build()
+                .context("SigV4 parameters")?
+                .into();
+            let signable = SignableRequest::new(
+                method.as_str(),
+                url,
+                headers
+                    .iter()
+                    .map(|(name, value)| (name.as_str(), value.as_str())),
+                SignableBody::Bytes(&body),
+            )
+            .context("cannot sign this request")?;
+            let (instructions, _) = sign(signable, &params)
+                .context("SigV4 signing")?
+                .into_parts();
+            let (signed, _) = instructions.into_parts();
+            for header in signed {
+                headers.push((header.name().to_owned(), header.value().to_owned()));
+            }
+        }
+    }
+    let mut request = proxy.client.request(method.clone(), url).body(body);
+    for (name, value) in &headers {
+        request = request.header(name, value);
+    }
+    let upstream = request.send().await?;
+    let status = upstream.status();
+    let mut passed = HeaderMap::new();
+    for name in PASSED_BACK {
+        if let Some(value) = upstream.headers().get(&name) {
+            passed.insert(name, value.clone());
+        }
+    }
+    let bytes = upstream.bytes().await?;
+    let mut response = (status, bytes).into_response();
+    response.headers_mut().extend(passed);
+    Ok(response)
+}
+
+/// `afterglow proxy`: serves until Ctrl-C.
+pub async fn run_cli(args: ProxyArgs, config: Config) -> anyhow::Result<()> {
+    let auth = args.auth.unwrap_or(if config.query_token.is_some() {
+        ProxyAuth::Bearer
+    } else {
+        ProxyAuth::Iam
+    });
+    let upstream = match auth {
+        ProxyAuth::Bearer => Upstream::Bearer(
+            config
+                .query_token
+                .clone()
+                .context("--auth bearer needs the query API's token in AFTERGLOW_QUERY_TOKEN")?,
+        ),
+        ProxyAuth::Iam => {
+            let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest())
+                .load()
+                .await;
+            let region = args
+                .region
+                .clone()
+                .or_else(|| region_of(&args.url))
+                .or_else(|| sdk.region().map(ToString::to_string))
+                .context("the API's region is not in --url: give --region or set AWS_REGION")?;
+            let credentials = sdk
+                .credentials_provider()
+                .context("no AWS credential chain is configured")?;
+            Upstream::Iam {
+                region,
+                credentials,
+            }
+        }
+    };
+    if !args.addr.ip().is_loopback() {
+        bail!(
+            "--addr {}: the proxy adds credentials to every request, so it listens on loopback \
+             only",
+            args.addr
+        );
+    }
+    let proxy = Proxy::new(&args.url, upstream)?;
+    let listener = TcpListener::bind(args.addr)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.addr))?;
+    let local: SocketAddr = listener.local_addr()?;
+    println!(
+        "Afterglow proxy to {} on http://{local}\n\
+         Ray's dashboard: ray start --head --proxy-server-url=http://{local}/ray/CLUSTER/latest\n\
+         Ray's CLI:       ray list tasks --address http://{local}/ray/CLUSTER/latest\n\
+         Afterglow's page: http://{local}/",
+        args.url
+    );
+    axum::serve(listener, proxy.router())
+        .with_graceful_shutdown(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await
+        .context("the proxy stopped")
+}

@@ -1,0 +1,626 @@
+//! Jobs, actors, nodes, workers and placement groups in Ray 2.60's shapes: the state API's
+//! `*State` rows (`api/v0/{resource}`), and the dashboard's own views of the same records
+//! (`api/jobs/`, `logical/actors`, `nodes?view=summary`, `nodes/{id}`).
+//!
+//! A session's entity tables are small (one file each), so rows are built from the merged
+//! records in memory and filtered there with Ray's `do_filter` rules.
+
+use serde_json::{Map, Value as Json, json};
+
+use super::super::params::Scope;
+use super::super::snapshot::Needs;
+use super::super::{QueryEngine, QueryError};
+use super::request::{Column, ColumnKind, RayQuery};
+use super::summary::SummaryActor;
+use super::{list_envelope, state_envelope};
+use crate::merge::entities::{
+    ActorRecord, JobRecord, NodeRecord, PlacementGroupRecord, SessionEntities, WorkerRecord,
+};
+use crate::tables::entities::{EntityKind, read_entities};
+
+/// The merged records of `kind` in the session of `scope`.
+async fn records(
+    engine: &QueryEngine,
+    scope: &Scope,
+    kind: EntityKind,
+) -> Result<SessionEntities, QueryError> {
+    let snapshot = engine
+        .snapshot(
+            scope,
+            Needs {
+                entity: Some(kind),
+                ..Needs::default()
+            },
+        )
+        .await?;
+    let files = snapshot.entities.get(&kind).cloned().unwrap_or_default();
+    engine
+        .run(move |connection| {
+            let mut entities = SessionEntities::default();
+            for file in &files {
+                read_entities(connection, kind, file, &mut entities)
+                    .map_err(|err| QueryError::Internal(err.to_string()))?;
+            }
+            Ok(entities)
+        })
+        .await
+}
+
+/// Filterable columns and the brief (non-`detail`) columns of each kind, as Ray 2.60 lists them.
+fn columns(kind: EntityKind) -> (&'static [Column], &'static [&'static str]) {
+    match kind {
+        EntityKind::Jobs => (
+            &[
+                ("job_id", ColumnKind::Id),
+                ("type", ColumnKind::Enum),
+                ("status", ColumnKind::Enum),
+                ("submission_id", ColumnKind::Text),
+            ],
+            &[
+                "job_id",
+                "submission_id",
+                "entrypoint",
+                "type",
+                "status",
+                "message",
+                "error_type",
+                "driver_info",
+            ],
+        ),
+        EntityKind::Actors => (
+            &[
+                ("actor_id", ColumnKind::Id),
+                ("class_name", ColumnKind::Text),
+                ("state", ColumnKind::Enum),
+                ("job_id", ColumnKind::Id),
+                ("name", ColumnKind::Text),
+                ("node_id", ColumnKind::Id),
+                ("pid", ColumnKind::Integer),
+                ("ray_namespace", ColumnKind::Text),
+                ("placement_group_id", ColumnKind::Id),
+                ("repr_name", ColumnKind::Text),
+            ],
+            &[
+                "actor_id",
+                "class_name",
+                "state",
+                "job_id",
+                "name",
+                "node_id",
+                "pid",
+                "ray_namespace",
+            ],
+        ),
+        EntityKind::Nodes => (
+            &[
+                ("node_id", ColumnKind::Id),
+                ("node_ip", ColumnKind::Text),
+                ("is_head_node", ColumnKind::Boolean),
+                ("state", ColumnKind::Enum),
+                ("node_name", ColumnKind::Text),
+            ],
+            &[
+                "node_id",
+                "node_ip",
+                "is_head_node",
+                "state",
+                "state_message",
+                "node_name",
+                "resources_total",
+                "labels",
+            ],
+        ),
+        EntityKind::Workers => (
+            &[
+                ("worker_id", ColumnKind::Id),
+                ("is_alive", ColumnKind::Boolean),
+                ("worker_type", ColumnKind::Enum),
+                ("exit_type", ColumnKind::Enum),
+                ("node_id", ColumnKind::Id),
+                ("ip", ColumnKind::Text),
+                ("pid", ColumnKind::Integer),
+                ("debugger_port", ColumnKind::Integer),
+                ("num_paused_threads", ColumnKind::Integer),
+            ],
+            &[
+                "worker_id",
+                "is_alive",
+                "worker_type",
+                "exit_type",
+                "node_id",
+                "ip",
+                "pid",
+            ],
+        ),
+        EntityKind::PlacementGroups => (
+            &[
+                ("placement_group_id", ColumnKind::Id),
+                ("name", ColumnKind::Text),
+                ("creator_job_id", ColumnKind::Id),
+                ("state", ColumnKind::Enum),
+                ("is_detached", ColumnKind::Boolean),
+            ],
+            &["placement_group_id", "name", "creator_job_id", "state"],
+        ),
+    }
+}
+
+/// `GET api/v0/{resource}` for an entity kind.
+pub(super) async fn list(
+    engine: &QueryEngine,
+    scope: &Scope,
+    kind: EntityKind,
+    pairs: &[(String, String)],
+) -> Result<Json, QueryError> {
+    let (filterable, brief) = columns(kind);
+    let query = RayQuery::parse(pairs, filterable)?;
+    let entities = records(engine, scope, kind).await?;
+    let ips = if kind == EntityKind::Jobs {
+        node_ips(engine, scope).await?
+    } else {
+        Map::new()
+    };
+    let rows = state_rows(kind, &entities, &ips);
+    let total = rows.len() as u64;
+    let mut kept: Vec<Json> = Vec::new();
+    let mut filtered = 0_u64;
+    for row in rows {
+        let Json::Object(row) = row else { continue };
+        if !query.matches(&row) {
+            continue;
+        }
+        filtered += 1;
+        if kept.len() < query.limit {
+            kept.push(if query.detail {
+                Json::Object(row)
+            } else {
+                Json::Object(
+                    brief
+                        .iter()
+                        .map(|column| {
+                            (
+                                (*column).to_owned(),
+                                row.get(*column).cloned().unwrap_or(Json::Null),
+                            )
+                        })
+                        .collect(),
+                )
+            });
+        }
+    }
+    let (kept, warnings) = engine.within_response(kept, kind.table());
+    Ok(list_envelope(total, filtered, kept, warnings))
+}
+
+/// Every record of `kind` as Ray's detail row, sorted by id as Ray sorts them.
+fn state_rows(
+    kind: EntityKind,
+    entities: &SessionEntities,
+    node_ips: &Map<String, Json>,
+) -> Vec<Json> {
+    // The records are kept in maps keyed by id: already in Ray's order.
+    match kind {
+        EntityKind::Jobs => entities
+            .jobs
+            .values()
+            .map(|job| job_details(job, node_ips))
+            .collect(),
+        EntityKind::Actors => entities.actors.values().map(actor_state).collect(),
+        EntityKind::Nodes => entities.nodes.values().map(node_state).collect(),
+        EntityKind::Workers => entities.workers.values().map(worker_state).collect(),
+        EntityKind::PlacementGroups => entities
+            .placement_groups
+            .values()
+            .map(placement_group_state)
+            .collect(),
+    }
+}
+
+fn ms(ns: Option<i64>) -> Option<i64> {
+    ns.map(|ns| ns.div_euclid(1_000_000))
+}
+
+fn parsed(text: &str) -> Json {
+    serde_json::from_str(text).unwrap_or_else(|_| json!({}))
+}
+
+/// A driver job as `JobDetails` (the export carries drivers, not submissions).
+fn job_details(job: &JobRecord, node_ips: &Map<String, Json>) -> Json {
+    let definition = job.definition.as_ref().map(|reported| &reported.value);
+    let status = match job.state() {
+        Some("FINISHED") => "SUCCEEDED",
+        _ => "RUNNING",
+    };
+    // `JobDriverInfo` requires a string: empty when the driver's node is unknown.
+    let node_ip = definition
+        .and_then(|d| d.driver_node_id.as_ref())
+        .and_then(|node| node_ips.get(node))
+        .cloned()
+        .unwrap_or_else(|| json!(""));
+    json!({
+        "type": "DRIVER",
+        "job_id": job.id,
+        "submission_id": null,
+        "driver_info": {
+            "id": job.id,
+            "node_ip_address": node_ip,
+            "pid": definition.map(|d| d.driver_pid.to_string()).unwrap_or_default(),
+        },
+        "status": status,
+        "entrypoint": definition.map(|d| d.entrypoint.clone()).unwrap_or_default(),
+        "message": null,
+        "error_type": null,
+        "start_time": ms(job.start_ns()).unwrap_or(0),
+        "end_time": ms(job.end_ns()).unwrap_or(0),
+        "metadata": definition.map_or_else(|| json!({}), |d| parsed(&d.metadata)),
+        "runtime_env": definition.map_or_else(|| json!({}), |d| parsed(&d.serialized_runtime_env)),
+        "driver_agent_http_address": null,
+        "driver_node_id": definition.and_then(|d| d.driver_node_id.clone()),
+        "driver_exit_code": null,
+    })
+}
+
+fn actor_state(actor: &ActorRecord) -> Json {
+    let definition = actor.definition.as_ref().map(|reported| &reported.value);
+    let text = |pick: fn(&crate::merge::entities::ActorDefinitionFacts) -> String| {
+        definition.map(pick).unwrap_or_default()
+    };
+    let death_cause = actor.death_message().map(|message| {
+        json!({"actor_died_error_context": {"error_message": message, "actor_id": actor.id}})
+    });
+    json!({
+        "actor_id": actor.id,
+        "class_name": text(|d| d.class_name.clone()),
+        "state": actor.state().unwrap_or("DEPENDENCIES_UNREADY"),
+        "job_id": definition.and_then(|d| d.job_id.clone()).unwrap_or_default(),
+        "name": text(|d| d.name.clone()),
+        "node_id": actor.node_id(),
+        "pid": actor.pid().unwrap_or(0),
+        "ray_namespace": text(|d| d.ray_namespace.clone()),
+        "serialized_runtime_env": text(|d| d.serialized_runtime_env.clone()),
+        "required_resources": definition.map_or_else(|| json!({}), |d| parsed(&d.required_resources)),
+        "death_cause": death_cause,
+        "is_detached": definition.is_some_and(|d| d.is_detached),
+        "placement_group_id": definition.and_then(|d| d.placement_group_id.clone()),
+        "repr_name": actor.repr_name(),
+        "num_restarts": actor.num_restarts().to_string(),
+        "num_restarts_due_to_lineage_reconstruction": "0",
+        "num_restarts_due_to_node_preemption": "0",
+        "call_site": definition.map(|d| d.call_site.clone()).filter(|site| !site.is_empty()),
+        "label_selector": {},
+        "fallback_strategy": null,
+    })
+}
+
+/// Total resources of a node: those of its latest `ALIVE` report.
+fn node_resources(node: &NodeRecord) -> Json {
+    node.transitions
+        .iter()
+        .rev()
+        .find(|transition| transition.state == "ALIVE")
+        .map_or_else(|| json!({}), |transition| parsed(&transition.resources))
+}
+
+/// Ray's `compose_state_message` of a node's death.
+fn node_state_message(node: &NodeRecord) -> Option<String> {
+    let reason = node
+        .transitions
+        .iter()
+        .rev()
+        .find_map(|transition| transition.death_reason.clone())?;
+    Some(match reason.as_str() {
+        "EXPECTED_TERMINATION" => "Expected termination".to_owned(),
+        "UNEXPECTED_TERMINATION" => "Unexpected termination".to_owned(),
+        "AUTOSCALER_DRAIN_PREEMPTED" => "Terminated due to preemption".to_owned(),
+        "AUTOSCALER_DRAIN_IDLE" => "Terminated due to idle (no Ray activity)".to_owned(),
+        "UNSPECIFIED" => return None,
+        message => message.to_owned(),
+    })
+}
+
+fn node_state(node: &NodeRecord) -> Json {
+    let definition = node.definition.as_ref().map(|reported| &reported.value);
+    let resources = node_resources(node);
+    // The head node is the one holding Ray's head marker resource; the export has no flag.
+    let is_head = resources.get("node:__internal_head__").is_some();
+    json!({
+        "node_id": node.id,
+        "node_ip": definition.map(|d| d.node_ip.clone()).unwrap_or_default(),
+        "is_head_node": is_head,
+        "state": node.state().unwrap_or("ALIVE"),
+        "state_message": node_state_message(node),
+        "node_name": definition.map(|d| d.node_name.clone()).unwrap_or_default(),
+        "resources_total": resources,
+        "labels": definition.map_or_else(|| json!({}), |d| parsed(&d.labels)),
+        "start_time_ms": ms(definition.and_then(|d| d.start_ns)).unwrap_or(0),
+        "end_time_ms": ms(node.end_ns()).unwrap_or(0),
+    })
+}
+
+fn worker_state(worker: &WorkerRecord) -> Json {
+    let definition = worker.definition.as_ref().map(|reported| &reported.value);
+    let death = worker.death();
+    json!({
+        "worker_id": worker.id,
+        "is_alive": worker.is_alive(),
+        "worker_type": definition.map(|d| d.worker_type.clone()).unwrap_or_else(|| "WORKER".into()),
+        "exit_type": death.and_then(|death| death.exit_type.clone()),
+        "node_id": definition.and_then(|d| d.node_id.clone()).unwrap_or_default(),
+        "ip": "",
+        "pid": definition.map_or(0, |d| d.pid),
+        "exit_detail": death.and_then(|death| death.exit_detail.clone()),
+        "worker_launch_time_ms": -1,
+        "worker_launched_time_ms": -1,
+        "start_time_ms": worker.start_time_ms().unwrap_or(0),
+        "end_time_ms": death.map_or(0, |death| death.end_time_ms),
+        "debugger_port": null,
+        "num_paused_threads": null,
+    })
+}
+
+fn placement_group_state(group: &PlacementGroupRecord) -> Json {
+    let definition = group.definition.as_ref().map(|reported| &reported.value);
+    let bundles = definition.map_or_else(|| json!([]), |d| parsed(&d.bundles));
+    json!({
+        "placement_group_id": group.id,
+        "name": definition.map(|d| d.name.clone()).unwrap_or_default(),
+        "creator_job_id": definition.and_then(|d| d.creator_job_id.clone()).unwrap_or_default(),
+        "state": group.state().unwrap_or("PENDING"),
+        "bundles": if bundles.is_array() { bundles } else { json!([]) },
+        "is_detached": definition.is_some_and(|d| d.is_detached),
+        "stats": null,
+        "topology_strategy": {},
+        "topology_assignments": {},
+    })
+}
+
+/// `GET api/jobs/`: the jobs page's bare array of `JobDetails`.
+pub(super) async fn jobs(engine: &QueryEngine, scope: &Scope) -> Result<Json, QueryError> {
+    let entities = records(engine, scope, EntityKind::Jobs).await?;
+    let ips = node_ips(engine, scope).await?;
+    Ok(Json::Array(
+        entities
+            .jobs
+            .values()
+            .map(|job| job_details(job, &ips))
+            .collect(),
+    ))
+}
+
+/// `GET api/jobs/{id}`.
+pub(super) async fn job(engine: &QueryEngine, scope: &Scope, id: &str) -> Result<Json, QueryError> {
+    let entities = records(engine, scope, EntityKind::Jobs).await?;
+    let ips = node_ips(engine, scope).await?;
+    entities
+        .jobs
+        .get(&id.to_ascii_lowercase())
+        .map(|job| job_details(job, &ips))
+        .ok_or_else(|| QueryError::NotFound(format!("Job {id} does not exist")))
+}
+
+/// An actor as the dashboard's `ActorDetail` (camelCase, `logical/actors`).
+fn actor_detail(actor: &ActorRecord, node_ips: &Map<String, Json>) -> Json {
+    let definition = actor.definition.as_ref().map(|reported| &reported.value);
+    let class_name = definition.map(|d| d.class_name.clone()).unwrap_or_default();
+    let node_id = actor.node_id();
+    let ip = node_id
+        .as_ref()
+        .and_then(|node| node_ips.get(node))
+        .cloned()
+        .unwrap_or_else(|| json!(""));
+    let worker_id = actor
+        .transitions
+        .iter()
+        .rev()
+        .find_map(|transition| transition.worker_id.clone());
+    let start = actor
+        .transitions
+        .iter()
+        .find(|transition| transition.state == "ALIVE")
+        .map(|transition| transition.at);
+    let end = actor
+        .transitions
+        .iter()
+        .rev()
+        .find(|transition| transition.state == "DEAD")
+        .map(|transition| transition.at);
+    json!({
+        "actorId": actor.id,
+        "jobId": definition.and_then(|d| d.job_id.clone()).unwrap_or_default(),
+        "address": {"nodeId": node_id, "ipAddress": ip, "port": 0, "workerId": worker_id},
+        "className": class_name,
+        "state": actor.state().unwrap_or("DEPENDENCIES_UNREADY"),
+        "numRestarts": actor.num_restarts().to_string(),
+        "name": definition.map(|d| d.name.clone()).unwrap_or_default(),
+        "timestamp": actor.current().map_or(0, |transition| transition.at.div_euclid(1_000_000)),
+        "pid": actor.pid().unwrap_or(0),
+        "startTime": ms(start).unwrap_or(0),
+        "endTime": ms(end).unwrap_or(0),
+        "reprName": actor.repr_name(),
+        "labelSelector": {},
+        "actorClass": class_name,
+        "exitDetail": actor.death_message().unwrap_or_else(|| "-".into()),
+        "requiredResources": definition.map_or_else(|| json!({}), |d| parsed(&d.required_resources)),
+        "placementGroupId": definition.and_then(|d| d.placement_group_id.clone()),
+        "gpus": [],
+        "processStats": null,
+        "mem": [],
+        "tpus": [],
+    })
+}
+
+/// Node id → IP, for actors' addresses.
+async fn node_ips(engine: &QueryEngine, scope: &Scope) -> Result<Map<String, Json>, QueryError> {
+    let nodes = records(engine, scope, EntityKind::Nodes).await?;
+    Ok(nodes
+        .nodes
+        .values()
+        .filter_map(|node| {
+            let ip = &node.definition.as_ref()?.value.node_ip;
+            Some((node.id.clone(), json!(ip)))
+        })
+        .collect())
+}
+
+/// `GET logical/actors` (`?ids=a,b`).
+pub(super) async fn logical_actors(
+    engine: &QueryEngine,
+    scope: &Scope,
+    pairs: &[(String, String)],
+) -> Result<Json, QueryError> {
+    let wanted: Option<Vec<String>> = pairs
+        .iter()
+        .find(|(key, _)| key == "ids")
+        .map(|(_, ids)| ids.split(',').map(str::to_ascii_lowercase).collect());
+    let entities = records(engine, scope, EntityKind::Actors).await?;
+    let ips = node_ips(engine, scope).await?;
+    let actors: Map<String, Json> = entities
+        .actors
+        .values()
+        .filter(|actor| wanted.as_ref().is_none_or(|ids| ids.contains(&actor.id)))
+        .map(|actor| (actor.id.clone(), actor_detail(actor, &ips)))
+        .collect();
+    Ok(json!({"result": true, "msg": "All actors fetched.", "data": {"actors": actors}}))
+}
+
+/// `GET logical/actors/{id}`: `detail` is null for an unknown actor, as in Ray.
+pub(super) async fn logical_actor(
+    engine: &QueryEngine,
+    scope: &Scope,
+    id: &str,
+) -> Result<Json, QueryError> {
+    let entities = records(engine, scope, EntityKind::Actors).await?;
+    let ips = node_ips(engine, scope).await?;
+    let detail = entities
+        .actors
+        .get(&id.to_ascii_lowercase())
+        .map_or(Json::Null, |actor| actor_detail(actor, &ips));
+    Ok(json!({"result": true, "msg": "Actor details fetched.", "data": {"detail": detail}}))
+}
+
+/// A node as the dashboard's summary entry: what the GCS knows (`raylet`), with the live
+/// statistics a history does not have left out or zero, so the pages render.
+fn node_summary(node: &NodeRecord) -> Json {
+    let definition = node.definition.as_ref().map(|reported| &reported.value);
+    let state = node_state(node);
+    let hostname = definition.map(|d| d.hostname.clone()).unwrap_or_default();
+    let ip = definition.map(|d| d.node_ip.clone()).unwrap_or_default();
+    json!({
+        "hostname": hostname,
+        "ip": ip,
+        "raylet": {
+            "objectStoreUsedMemory": 0,
+            "objectStoreAvailableMemory": 0,
+            "nodeId": node.id,
+            "nodeManagerAddress": ip,
+            "nodeManagerHostname": hostname,
+            "nodeName": state.get("node_name"),
+            "state": state.get("state"),
+            "isHeadNode": state.get("is_head_node"),
+            "resourcesTotal": state.get("resources_total"),
+            "labels": state.get("labels"),
+            "startTimeMs": state.get("start_time_ms"),
+            "endTimeMs": state.get("end_time_ms"),
+            "stateMessage": state.get("state_message"),
+            "instanceId": definition.map(|d| d.instance_id.clone()).unwrap_or_default(),
+            "instanceTypeName": definition.map(|d| d.instance_type_name.clone()).unwrap_or_default(),
+        },
+        "loadAvg": [[0, 0, 0], [0, 0, 0]],
+        "networkSpeed": [0, 0],
+        "cmdline": [],
+        "tpus": [],
+    })
+}
+
+/// `GET nodes?view=summary`.
+pub(super) async fn nodes(engine: &QueryEngine, scope: &Scope) -> Result<Json, QueryError> {
+    let entities = records(engine, scope, EntityKind::Nodes).await?;
+    let summary: Vec<Json> = entities.nodes.values().map(node_summary).collect();
+    Ok(json!({"result": true, "msg": "Node summary fetched.",
+        "data": {"summary": summary, "nodeLogicalResources": {}}}))
+}
+
+/// `GET nodes/{id}`: the summary entry plus the node's actors and (no) live workers.
+pub(super) async fn node(
+    engine: &QueryEngine,
+    scope: &Scope,
+    id: &str,
+) -> Result<Json, QueryError> {
+    let entities = records(engine, scope, EntityKind::Nodes).await?;
+    let id = id.to_ascii_lowercase();
+    let Some(node) = entities.nodes.get(&id) else {
+        return Ok(
+            json!({"result": true, "msg": "Node details fetched.", "data": {"detail": {
+            "raylet": {"objectStoreUsedMemory": 0, "objectStoreAvailableMemory": 0,
+                "stateMessage": null},
+            "tpus": [], "actors": {}, "workers": [], "loadAvg": [[0, 0, 0], [0, 0, 0]],
+            "networkSpeed": [0, 0], "cmdline": []}}}),
+        );
+    };
+    let mut detail = node_summary(node);
+    let actors = records(engine, scope, EntityKind::Actors).await?;
+    let ips = node_ips(engine, scope).await?;
+    let on_node: Map<String, Json> = actors
+        .actors
+        .values()
+        .filter(|actor| actor.node_id().as_deref() == Some(id.as_str()))
+        .map(|actor| (actor.id.clone(), actor_detail(actor, &ips)))
+        .collect();
+    if let Json::Object(fields) = &mut detail {
+        fields.insert("actors".into(), Json::Object(on_node));
+        fields.insert("workers".into(), json!([]));
+    }
+    Ok(json!({"result": true, "msg": "Node details fetched.", "data": {"detail": detail}}))
+}
+
+/// `GET api/v0/actors/summarize`: actors counted by class and state.
+pub(super) async fn summarize_actors(
+    engine: &QueryEngine,
+    scope: &Scope,
+) -> Result<Json, QueryError> {
+    let entities = records(engine, scope, EntityKind::Actors).await?;
+    let mut summary = Map::new();
+    for actor in entities.actors.values() {
+        let class = actor
+            .definition
+            .as_ref()
+            .map(|reported| reported.value.class_name.clone())
+            .unwrap_or_default();
+        let group = summary
+            .entry(class.clone())
+            .or_insert_with(|| json!({"class_name": class, "state_counts": {}}));
+        if let Some(counts) = group.get_mut("state_counts").and_then(Json::as_object_mut) {
+            let state = actor.state().unwrap_or("DEPENDENCIES_UNREADY").to_owned();
+            let count = counts.get(&state).and_then(Json::as_u64).unwrap_or(0);
+            counts.insert(state, json!(count + 1));
+        }
+    }
+    let total = entities.actors.len() as u64;
+    Ok(state_envelope(
+        total,
+        total,
+        total,
+        json!({"node_id_to_summary": {"cluster": {
+            "summary": summary, "total_actors": total, "summary_by": "class"}}}),
+        Vec::new(),
+    ))
+}
+
+/// The actors as the lineage summary names them.
+pub(super) async fn summary_actors(
+    engine: &QueryEngine,
+    scope: &Scope,
+) -> Result<Vec<SummaryActor>, QueryError> {
+    let entities = records(engine, scope, EntityKind::Actors).await?;
+    Ok(entities
+        .actors
+        .values()
+        .map(|actor| {
+            let class = actor
+                .definition
+                .as_ref()
+                .map(|reported| reported.value.class_name.as_str());
+            super::tasks::summary_actor(&actor.id, &actor.repr_name(), class)
+        })
+        .collect())
+}

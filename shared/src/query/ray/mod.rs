@@ -1,0 +1,228 @@
+//! Ray's own routes over the history (DESIGN §4b): what the Ray 2.60 dashboard frontend and
+//! the state CLI (`ray list`, `ray summary`, `ray get`, `ray job list`) request, answered from
+//! the same tables and snapshot code as `/api/`, in Ray's envelopes and field names.
+//!
+//! The URL names the history: `/ray/{cluster}/{session|latest}/…` ([`route`]). Each data route
+//! answers a valid body, empty when the export does not carry its data (metrics, Serve,
+//! datasets, logs), because Ray's dashboard proxy falls back to its own (empty) cluster on a
+//! 404; only paths that are not data routes — the UI's own files — are left to 404.
+//!
+//! Ray caps every list at 10 000 rows; Afterglow has no cap of its own, only the response's
+//! size ([`QuerySettings::response_bytes`](super::QuerySettings)), and says so in `warnings`
+//! when a list is cut.
+
+mod entities;
+pub mod request;
+pub mod route;
+pub mod summary;
+mod tasks;
+
+use serde_json::{Value as Json, json};
+
+use self::route::{FixedRoute, StateResource};
+pub use self::route::{RayPathError, RayRequest, RayRoute, RayTarget, SessionChoice};
+use super::params::Scope;
+use super::snapshot::session_stats;
+use super::{QueryEngine, QueryError};
+
+/// The Ray release whose routes and shapes are served.
+pub const RAY_VERSION: &str = "2.60.0";
+
+impl QueryEngine {
+    /// Answers a Ray route with the query-string `pairs` (repeated keys allowed, as Ray's
+    /// filters repeat them).
+    #[tracing::instrument(name = "ray_query", skip(self, pairs), fields(route = ?request.route))]
+    pub async fn answer_ray(
+        &self,
+        request: &RayRequest,
+        pairs: &[(String, String)],
+    ) -> Result<Json, QueryError> {
+        let (scope, session) = self.resolve(&request.target).await?;
+        match &request.route {
+            RayRoute::List(StateResource::Tasks) => tasks::list(self, &scope, pairs).await,
+            RayRoute::List(StateResource::Entity(kind)) => {
+                entities::list(self, &scope, *kind, pairs).await
+            }
+            RayRoute::List(StateResource::Unexported) => {
+                Ok(list_envelope(0, 0, Vec::new(), Vec::new()))
+            }
+            RayRoute::SummarizeTasks => tasks::summarize(self, &scope, pairs).await,
+            RayRoute::SummarizeActors => entities::summarize_actors(self, &scope).await,
+            RayRoute::Timeline => tasks::timeline(self, &scope, pairs).await,
+            RayRoute::Jobs => entities::jobs(self, &scope).await,
+            RayRoute::Job(id) => entities::job(self, &scope, id).await,
+            RayRoute::LogicalActors => entities::logical_actors(self, &scope, pairs).await,
+            RayRoute::LogicalActor(id) => entities::logical_actor(self, &scope, id).await,
+            RayRoute::Nodes => entities::nodes(self, &scope).await,
+            RayRoute::Node(id) => entities::node(self, &scope, id).await,
+            RayRoute::Events => Ok(events(pairs)),
+            RayRoute::Fixed(FixedRoute::ReadOnly) => Err(QueryError::BadRequest(
+                "This is a history kept by Afterglow: jobs cannot be submitted, stopped or \
+                 deleted here."
+                    .into(),
+            )),
+            RayRoute::Fixed(fixed) => Ok(fixed_answer(*fixed, &session)),
+        }
+    }
+
+    /// The scope of one session: the named one, or the one that started last. A cluster or
+    /// session that is not stored is a 404 naming what is.
+    async fn resolve(&self, target: &RayTarget) -> Result<(Scope, String), QueryError> {
+        let cluster = target.cluster.to_string();
+        let mut clusters = session_stats(
+            &**self.storage(),
+            &Scope {
+                cluster: Some(target.cluster.clone()),
+                session: None,
+            },
+        )
+        .await?;
+        let Some(sessions) = clusters.remove(&cluster) else {
+            let known = session_stats(&**self.storage(), &Scope::default()).await?;
+            let names: Vec<&str> = known.keys().map(String::as_str).collect();
+            return Err(QueryError::NotFound(format!(
+                "no cluster `{cluster}` in this Afterglow (clusters: {})",
+                if names.is_empty() {
+                    "none yet".to_owned()
+                } else {
+                    names.join(", ")
+                }
+            )));
+        };
+        let session = match &target.session {
+            SessionChoice::Named(name) if sessions.contains_key(name) => name.clone(),
+            SessionChoice::Named(name) => {
+                return Err(QueryError::NotFound(format!(
+                    "cluster `{cluster}` has no session `{name}` (sessions: {})",
+                    sessions.keys().cloned().collect::<Vec<_>>().join(", ")
+                )));
+            }
+            SessionChoice::Latest => sessions
+                .iter()
+                .max_by(|a, b| (a.1.first_ms, a.0).cmp(&(b.1.first_ms, b.0)))
+                .map(|(name, _)| name.clone())
+                .ok_or_else(|| {
+                    QueryError::NotFound(format!("cluster `{cluster}` has no sessions yet"))
+                })?,
+        };
+        Ok((
+            Scope {
+                cluster: Some(target.cluster.clone()),
+                session: Some(session.clone()),
+            },
+            session,
+        ))
+    }
+
+    /// Keeps the leading `rows` that fit the response budget, with a warning when some did not.
+    fn within_response(&self, mut rows: Vec<Json>, what: &str) -> (Vec<Json>, Vec<String>) {
+        let budget = self.settings.response_bytes;
+        let mut bytes = 0;
+        let mut keep = 0;
+        for row in &rows {
+            bytes += serde_json::to_vec(row).map_or(0, |text| text.len()) + 2;
+            if keep > 0 && bytes > budget {
+                break;
+            }
+            keep += 1;
+        }
+        if keep == rows.len() {
+            return (rows, Vec::new());
+        }
+        let total = rows.len();
+        rows.truncate(keep);
+        tracing::info!(rows = keep, budget, "Ray list cut short by its size");
+        let warning = format!(
+            "Afterglow returned the first {keep} of {total} {what}: more would exceed this \
+             deployment's response size limit of {budget} bytes. Narrow the list with filters \
+             (--filter) or a lower limit."
+        );
+        (rows, vec![warning])
+    }
+}
+
+/// The state API's envelope around a list: Ray's `ListApiResponse`. Nothing is truncated at a
+/// source, so `num_after_truncation` is the total.
+fn list_envelope(total: u64, filtered: u64, rows: Vec<Json>, warnings: Vec<String>) -> Json {
+    state_envelope(total, total, filtered, Json::Array(rows), warnings)
+}
+
+/// `{"result": true, "msg": "", "data": {"result": {counts…, "result": …}}}`.
+fn state_envelope(
+    total: u64,
+    after_truncation: u64,
+    filtered: u64,
+    result: Json,
+    warnings: Vec<String>,
+) -> Json {
+    json!({
+        "result": true,
+        "msg": "",
+        "data": {"result": {
+            "total": total,
+            "num_after_truncation": after_truncation,
+            "num_filtered": filtered,
+            "result": result,
+            "partial_failure_warning": "",
+            "warnings": if warnings.is_empty() { Json::Null } else { json!(warnings) },
+        }},
+    })
+}
+
+/// `GET events`: the export carries no cluster event log, so no events, in the shape the
+/// overview and job pages read.
+fn events(pairs: &[(String, String)]) -> Json {
+    match pairs.iter().find(|(key, _)| key == "job_id") {
+        Some((_, job_id)) => json!({"result": true, "msg": "Job events fetched.",
+            "data": {"jobId": job_id, "events": []}}),
+        None => json!({"result": true, "msg": "All events fetched.", "data": {"events": {}}}),
+    }
+}
+
+/// Routes answered without the tables: what a history can say about metrics, profiling, Serve
+/// and the rest of a cluster that is gone.
+fn fixed_answer(route: FixedRoute, session: &str) -> Json {
+    let ok = |msg: &str, data: Json| json!({"result": true, "msg": msg, "data": data});
+    match route {
+        FixedRoute::ClusterMetadata => ok(
+            "",
+            json!({"rayVersion": RAY_VERSION, "pythonVersion": "", "rayInitCluster": false}),
+        ),
+        FixedRoute::Timezone => json!({"offset": "+00:00", "value": "UTC"}),
+        FixedRoute::Version => json!({"version": "4", "ray_version": RAY_VERSION,
+            "ray_commit": "", "session_name": session}),
+        FixedRoute::AuthenticationMode => json!({"authentication_mode": "disabled"}),
+        FixedRoute::Authenticate => ok("Authentication is not needed for a history.", json!({})),
+        FixedRoute::UsageStats => ok(
+            "Fetched usage stats enabled",
+            json!({"usageStatsEnabled": false, "usageStatsPromptEnabled": false}),
+        ),
+        FixedRoute::ProfilingEnabled => ok("", json!({"profilingEnabled": false})),
+        FixedRoute::RuntimeEnvRedaction => ok("", json!({"redactionEnabled": true})),
+        // "Disabled" hides the metrics cards instead of showing an error.
+        FixedRoute::GrafanaHealth => ok("Grafana disabled", json!({"grafanaHost": "DISABLED"})),
+        FixedRoute::PrometheusHealth => ok("prometheus running", json!({})),
+        FixedRoute::ClusterStatus => ok(
+            "Got formatted cluster status.",
+            json!({"clusterStatus": format!(
+                "This is the history of session {session}, kept by Afterglow: the cluster's \
+                 live autoscaler status is not part of it."
+            )}),
+        ),
+        FixedRoute::ServeApplications => json!({"controller_info": {}, "proxies": {},
+            "applications": {}, "target_capacity": null}),
+        FixedRoute::Datasets => json!({"datasets": []}),
+        FixedRoute::LogIndex => json!({"result": true, "msg": "", "data": {"result": {}}}),
+        FixedRoute::LogFile => json!({"result": false,
+            "msg": "Afterglow does not keep log files yet.", "data": {"result": null}}),
+        FixedRoute::ObjectSummary => state_envelope(
+            0,
+            0,
+            0,
+            json!({"node_id_to_summary": {"cluster": {"summary": {}, "total_objects": 0,
+                "total_size_mb": 0.0, "callsite_enabled": true, "summary_by": "callsite"}}}),
+            Vec::new(),
+        ),
+        FixedRoute::ReadOnly => json!({}),
+    }
+}

@@ -1,0 +1,624 @@
+//! Ray's own routes (`/ray/{cluster}/{session|latest}/…`, DESIGN §4b) over Ray's captured
+//! traffic: the task list held to Ray's own `ray list tasks --detail` for the same runs, the
+//! summaries to Ray's `summarize_tasks` and to Ray's own summary code, and every data route the
+//! 2.60 dashboard requests to the shape the live dashboard answered
+//! (`fixtures/ray-routes-2.60/`).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use afterglow_tests::api::{Api, our_rows};
+use afterglow_tests::ray::{LOSSY_RUN, check};
+use afterglow_tests::{FixtureRun, TestServer, bodies, local_storage, post_all, serving_settings};
+use anyhow::{Context as _, ensure};
+use serde_json::{Value as Json, json};
+use shared::query::ray::summary::{self, SummaryActor, SummaryTask};
+
+/// `serve` with every fixture run posted (one cluster per run) and compacted.
+struct Served {
+    server: TestServer,
+    _guards: (tempfile::TempDir, tempfile::TempDir),
+}
+
+async fn serve_runs(runs: &[FixtureRun], response_bytes: Option<usize>) -> anyhow::Result<Served> {
+    let (data, storage) = local_storage()?;
+    let (mut settings, queue, scratch) = serving_settings(Arc::new(storage))?;
+    if let (Some(query), Some(bytes)) = (settings.query.as_mut(), response_bytes) {
+        query.response_bytes = bytes;
+    }
+    let server = TestServer::start(settings).await?;
+    for run in runs {
+        post_all(
+            &format!("{}/v1/events/{}", server.url, run.name),
+            &bodies(run)?,
+        )
+        .await?;
+    }
+    queue.idle().await;
+    Ok(Served {
+        server,
+        _guards: (data, scratch),
+    })
+}
+
+/// `GET` under the server, any status; the body as JSON (null when it is not JSON).
+async fn get(served: &Served, path: &str) -> anyhow::Result<(u16, Json)> {
+    let response = reqwest::get(format!("{}{path}", served.server.url)).await?;
+    let status = response.status().as_u16();
+    let text = response.text().await?;
+    Ok((status, serde_json::from_str(&text).unwrap_or(Json::Null)))
+}
+
+/// Ray's list envelope's inner result, checked to be Ray's `ListApiResponse`.
+fn list_result(body: &Json) -> anyhow::Result<&serde_json::Map<String, Json>> {
+    ensure!(
+        body["result"] == json!(true) && body["msg"] == json!(""),
+        "{body}"
+    );
+    let result = body["data"]["result"].as_object().context("data.result")?;
+    let keys: BTreeSet<&str> = result.keys().map(String::as_str).collect();
+    ensure!(
+        keys == BTreeSet::from([
+            "total",
+            "num_after_truncation",
+            "num_filtered",
+            "result",
+            "partial_failure_warning",
+            "warnings"
+        ]),
+        "{keys:?}"
+    );
+    Ok(result)
+}
+
+/// Ray's times are floats of whole milliseconds; our comparison wants their integer text.
+fn as_compared(mut row: Json) -> Json {
+    for field in ["creation_time_ms", "start_time_ms", "end_time_ms"] {
+        #[allow(clippy::cast_possible_truncation)]
+        if let Some(ms) = row[field].as_f64() {
+            row[field] = json!(ms as i64);
+        }
+    }
+    row
+}
+
+#[tokio::test]
+async fn ray_list_tasks_over_the_history_equals_rays_own() -> anyhow::Result<()> {
+    let runs = FixtureRun::all()?;
+    let served = serve_runs(&runs, None).await?;
+    let api = Api::Http(served.server.url.clone());
+    for run in &runs {
+        // The exact request `ray list tasks --detail --limit 10000` sends.
+        let path = format!(
+            "/ray/{}/latest/api/v0/tasks?limit=10000&timeout=24&detail=True&exclude_driver=True\
+             &server_timeout_multiplier=0.8",
+            run.name
+        );
+        let answer = api.get(&path).await?;
+        ensure!(answer.status == 200, "{path}: {}", answer.body);
+        let result = list_result(&answer.body)?;
+        let rows = result["result"].as_array().context("rows")?;
+        let truth = run.ground_truth("tasks.json")?;
+        let truth = truth.as_array().context("tasks.json")?;
+        // Ray's CLI prints the detail columns in `TaskState` order: so do our rows.
+        let ray_keys: Vec<&String> = truth
+            .first()
+            .and_then(Json::as_object)
+            .context("a Ray row")?
+            .keys()
+            .collect();
+        for row in rows {
+            let keys: Vec<&String> = row.as_object().context("row")?.keys().collect();
+            ensure!(keys == ray_keys, "{}: columns {keys:?}", run.name);
+        }
+        let ids: Vec<&str> = rows
+            .iter()
+            .filter_map(|row| row["task_id"].as_str())
+            .collect();
+        ensure!(
+            ids.is_sorted(),
+            "{}: rows are not in task id order",
+            run.name
+        );
+        ensure!(
+            result["num_filtered"] == json!(rows.len())
+                && result["total"] == result["num_after_truncation"],
+            "{}: counts {result:?}",
+            run.name
+        );
+        if run.name == LOSSY_RUN {
+            // Ray's own store kept events the export dropped: the rows are compared through
+            // `/api/tasks`, which says which failures were synthesized (tests/query.rs).
+            continue;
+        }
+        ensure!(
+            rows.len() == truth.len(),
+            "{}: {} rows, Ray {}",
+            run.name,
+            rows.len(),
+            truth.len()
+        );
+        let ours: Vec<Json> = rows.iter().cloned().map(as_compared).collect();
+        check(run, &our_rows(&ours)?, "Ray's route")?;
+        for row in rows {
+            ensure!(
+                row["required_resources"].is_object(),
+                "the task page needs required_resources as an object: {row}"
+            );
+        }
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn filters_select_what_rays_filters_select() -> anyhow::Result<()> {
+    let run = FixtureRun::named("basic-workload")?;
+    let served = serve_runs(std::slice::from_ref(&run), None).await?;
+    let truth = run.ground_truth("tasks.json")?;
+    let truth = truth.as_array().context("tasks.json")?;
+    let count = |pick: &dyn Fn(&Json) -> bool| truth.iter().filter(|task| pick(task)).count();
+    let failed = truth
+        .iter()
+        .find(|task| task["state"] == json!("FAILED"))
+        .context("a failed task")?;
+    let job = failed["job_id"].as_str().context("job")?;
+    let task_id = failed["task_id"].as_str().context("task")?;
+    let cases: Vec<(String, usize)> = vec![
+        // Ray compares strings case-insensitively.
+        (
+            "filter_keys=state&filter_predicates=%3D&filter_values=failed".to_owned(),
+            count(&|task| task["state"] == json!("FAILED")),
+        ),
+        (
+            "filter_keys=state&filter_predicates=%21%3D&filter_values=FINISHED".to_owned(),
+            count(&|task| task["state"] != json!("FINISHED")),
+        ),
+        (
+            "filter_keys=name&filter_predicates=%3D&filter_values=WORK".to_owned(),
+            count(&|task| task["name"] == json!("work")),
+        ),
+        (
+            "filter_keys=attempt_number&filter_predicates=%3D&filter_values=1".to_owned(),
+            count(&|task| task["attempt_number"] == json!(1)),
+        ),
+        (
+            format!(
+                "filter_keys=job_id&filter_predicates=%3D&filter_values={job}\
+                 &filter_keys=state&filter_predicates=%3D&filter_values=FAILED"
+            ),
+            count(&|task| task["job_id"] == json!(job) && task["state"] == json!("FAILED")),
+        ),
+        (
+            format!("filter_keys=task_id&filter_predicates=%3D&filter_values={task_id}"),
+            count(&|task| task["task_id"] == json!(task_id)),
+        ),
+        // A missing field matches neither `=` nor `!=` (error_type is null unless failed).
+        (
+            "filter_keys=error_type&filter_predicates=%21%3D&filter_values=NOPE".to_owned(),
+            count(&|task| !task["error_type"].is_null()),
+        ),
+    ];
+    for (filter, expected) in cases {
+        let path = format!("/ray/basic-workload/latest/api/v0/tasks?limit=10000&{filter}");
+        let (status, body) = get(&served, &path).await?;
+        ensure!(status == 200, "{path}: {body}");
+        let result = list_result(&body)?;
+        ensure!(
+            expected > 0,
+            "{filter}: the case selects nothing in Ray's list"
+        );
+        ensure!(
+            result["num_filtered"] == json!(expected)
+                && result["result"].as_array().map(Vec::len) == Some(expected),
+            "{filter}: {} rows, {} filtered; Ray's list has {expected}",
+            result["result"].as_array().map_or(0, Vec::len),
+            result["num_filtered"]
+        );
+    }
+    // `limit` cuts the rows, not the counts; without `detail` only Ray's default columns.
+    let (_, body) = get(&served, "/ray/basic-workload/api/v0/tasks?limit=3").await?;
+    let result = list_result(&body)?;
+    ensure!(result["result"].as_array().map(Vec::len) == Some(3));
+    ensure!(result["num_filtered"] == json!(truth.len()), "{result:?}");
+    let first = result["result"][0].as_object().context("row")?;
+    ensure!(
+        first.len() == 13 && !first.contains_key("events"),
+        "{first:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn bad_requests_get_rays_error_shape_and_what_is_not_a_route_is_left_to_ray()
+-> anyhow::Result<()> {
+    let run = FixtureRun::named("basic-workload")?;
+    let served = serve_runs(std::slice::from_ref(&run), None).await?;
+    let session = {
+        let (_, body) = get(&served, "/api/clusters").await?;
+        body["clusters"][0]["sessions"][0]["session_name"]
+            .as_str()
+            .context("session")?
+            .to_owned()
+    };
+    let ray_error = |status: u16, body: &Json, words: &str| -> anyhow::Result<()> {
+        ensure!(
+            body["result"] == json!(false)
+                && body["data"] == json!({"result": null})
+                && body["msg"].as_str().is_some_and(|msg| msg.contains(words)),
+            "{status}: {body} (wanted a message with {words:?})"
+        );
+        Ok(())
+    };
+    for (path, status, words) in [
+        (
+            "/ray/basic-workload/latest/api/v0/tasks?filter_keys=bogus&filter_predicates=%3D&filter_values=x".to_owned(),
+            400,
+            "The given filter column bogus is not supported",
+        ),
+        (
+            "/ray/basic-workload/latest/api/v0/actors?filter_keys=state&filter_predicates=%3E&filter_values=x".to_owned(),
+            400,
+            "Unsupported filter predicate > is given",
+        ),
+        (
+            "/ray/basic-workload/latest/api/v0/tasks?limit=abc".to_owned(),
+            400,
+            "invalid literal for int()",
+        ),
+        (
+            "/ray/no-such-cluster/latest/api/v0/tasks".to_owned(),
+            404,
+            "no cluster `no-such-cluster`",
+        ),
+        (
+            "/ray/basic-workload/session_1999-01-01_00-00-00_0_0/api/v0/tasks".to_owned(),
+            404,
+            "has no session `session_1999-01-01_00-00-00_0_0`",
+        ),
+    ] {
+        let (got, body) = get(&served, &path).await?;
+        ensure!(got == status, "{path}: {got} {body}");
+        ray_error(got, &body, words)?;
+    }
+    // The session by name and by `latest` (or by nothing) are the same history.
+    let named = get(
+        &served,
+        &format!("/ray/basic-workload/{session}/api/v0/tasks?limit=5"),
+    )
+    .await?;
+    let latest = get(&served, "/ray/basic-workload/latest/api/v0/tasks?limit=5").await?;
+    let bare = get(&served, "/ray/basic-workload/api/v0/tasks?limit=5").await?;
+    ensure!(named.0 == 200 && named == latest && latest == bare);
+    // Ray's UI files and unknown paths: a bare 404, so Ray's dashboard serves its own.
+    for path in [
+        "/",
+        "/static/js/main.84605326.js",
+        "/favicon.ico",
+        "/api/v0/nope",
+    ] {
+        let (status, body) = get(&served, &format!("/ray/basic-workload/latest{path}")).await?;
+        ensure!(status == 404 && body.is_null(), "{path}: {status} {body}");
+    }
+    Ok(())
+}
+
+/// The captured live answers (`fixtures/ray-routes-2.60`) by file name.
+fn captured(file: &str) -> anyhow::Result<Json> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/ray-routes-2.60")
+        .join(file);
+    let text = std::fs::read_to_string(&path).with_context(|| format!("{}", path.display()))?;
+    Ok(serde_json::from_str(&text)?)
+}
+
+/// Every object key path in `value` (arrays through their first element), so two answers can be
+/// compared by shape: what the dashboard dereferences must be there.
+fn shape(value: &Json, prefix: &str, into: &mut BTreeSet<String>) {
+    match value {
+        Json::Object(map) => {
+            for (key, inner) in map {
+                // Ids as keys (actors by id) are data, not shape.
+                let key = if key.len() >= 16 && key.bytes().all(|b| b.is_ascii_hexdigit()) {
+                    "{id}"
+                } else {
+                    key.as_str()
+                };
+                let path = format!("{prefix}.{key}");
+                into.insert(path.clone());
+                shape(inner, &path, into);
+            }
+        }
+        Json::Array(items) => {
+            if let Some(first) = items.first() {
+                shape(first, &format!("{prefix}[]"), into);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// What a live node reports of its machine and its raylet's load: a history has none of it, and
+/// the pages read it guarded (or from fields Afterglow fills with zeros).
+const LIVE_STATISTICS: &str = ".now|.cpu|.cpus|.mem|.hostMem|.cgroupMem|.shm|coreWorkersStats|\
+numWorkers|storeStats|.agent|.bootTime|.disk|.diskIo|.diskIoSpeed|.gpus|.network|.gcs";
+
+/// What a live raylet reports about its process (ports, sockets, directories, its autoscaler
+/// snapshot): the export does not carry it and no page needs it.
+const RAYLET_PROCESS: &str =
+    "Port|SocketName|sessionDir|tempDir|nodeTypeName|stateSnapshot|metricsAgentPort";
+
+#[tokio::test]
+async fn the_dashboards_routes_answer_the_shapes_the_live_dashboard_did() -> anyhow::Result<()> {
+    let run = FixtureRun::named("basic-workload")?;
+    let served = serve_runs(std::slice::from_ref(&run), None).await?;
+    let (_, actors) = get(&served, "/ray/basic-workload/api/v0/actors?limit=1").await?;
+    let actor = actors["data"]["result"]["result"][0]["actor_id"]
+        .as_str()
+        .context("an actor")?
+        .to_owned();
+    let (_, nodes) = get(&served, "/ray/basic-workload/api/v0/nodes").await?;
+    let node = nodes["data"]["result"]["result"][0]["node_id"]
+        .as_str()
+        .context("a node")?
+        .to_owned();
+    let (_, jobs) = get(&served, "/ray/basic-workload/api/jobs/").await?;
+    let job = jobs[0]["job_id"].as_str().context("a job")?.to_owned();
+    // Route → the live answer captured from Ray 2.60 and the fields of it we may lack (live
+    // statistics a history does not have).
+    let routes: Vec<(String, &str, &[&str])> = vec![
+        ("api/version".into(), "GET__api_version.200.json", &[]),
+        ("timezone".into(), "GET__timezone.200.json", &[]),
+        (
+            "api/v0/cluster_metadata".into(),
+            "GET__api_v0_cluster_metadata.200.json",
+            &[],
+        ),
+        (
+            "usage_stats_enabled".into(),
+            "GET__usage_stats_enabled.200.json",
+            &[],
+        ),
+        (
+            "api/authentication_mode".into(),
+            "GET__api_authentication_mode.200.json",
+            &[],
+        ),
+        (
+            "api/v0/runtime_env_redaction".into(),
+            "GET__api_v0_runtime_env_redaction.200.json",
+            &[],
+        ),
+        (
+            "api/cluster_status?format=1".into(),
+            "GET__api_cluster_status__format-1.200.json",
+            &[],
+        ),
+        ("api/jobs/".into(), "GET__api_jobs.200.json", &[]),
+        (
+            format!("api/jobs/{job}"),
+            "GET__api_jobs_job_id.200.json",
+            &[],
+        ),
+        (
+            "api/v0/jobs?limit=100&detail=True".into(),
+            "GET__api_v0_jobs__limit-100_detail-True_cli.200.json",
+            &[],
+        ),
+        (
+            "api/v0/actors?limit=100&detail=True".into(),
+            "GET__api_v0_actors__limit-100_detail-True_cli.200.json",
+            &[".data.result.result[].death_cause.actor_died_error_context"],
+        ),
+        (
+            "api/v0/nodes?limit=100&detail=True".into(),
+            "GET__api_v0_nodes__limit-100_detail-True_cli.200.json",
+            &[],
+        ),
+        (
+            "api/v0/workers?limit=100&detail=True".into(),
+            "GET__api_v0_workers__limit-100_detail-True_cli.200.json",
+            &[],
+        ),
+        (
+            "api/v0/tasks/summarize".into(),
+            "GET__api_v0_tasks_summarize.200.json",
+            &[],
+        ),
+        (
+            "api/v0/tasks/summarize?summary_by=lineage".into(),
+            "GET__api_v0_tasks_summarize__summary_by-lineage.200.json",
+            &[],
+        ),
+        (
+            "api/v0/actors/summarize".into(),
+            "GET__api_v0_actors_summarize.200.json",
+            &[],
+        ),
+        (
+            "api/v0/objects/summarize".into(),
+            "GET__api_v0_objects_summarize.200.json",
+            &[],
+        ),
+        ("logical/actors".into(), "GET__logical_actors.200.json", &[]),
+        (
+            format!("logical/actors/{actor}"),
+            "GET__logical_actors_actor_id.200.json",
+            &[],
+        ),
+        (
+            "nodes?view=summary".into(),
+            "GET__nodes__view-summary.200.json",
+            &[
+                LIVE_STATISTICS,
+                RAYLET_PROCESS,
+                "raylet.nodeName|raylet.startTimeMs",
+            ],
+        ),
+        (
+            format!("nodes/{node}"),
+            "GET__nodes_node_id.200.json",
+            &[LIVE_STATISTICS, RAYLET_PROCESS, "workers[]"],
+        ),
+        (
+            "events".into(),
+            "GET__events.200.json",
+            // The export carries no cluster event log.
+            &[".data.events."],
+        ),
+    ];
+    let mut problems = Vec::new();
+    for (route, file, may_lack) in &routes {
+        let (status, ours) = get(&served, &format!("/ray/basic-workload/latest/{route}")).await?;
+        if status != 200 {
+            problems.push(format!("{route}: {status} {ours}"));
+            continue;
+        }
+        let (mut want, mut have) = (BTreeSet::new(), BTreeSet::new());
+        shape(&captured(file)?, "", &mut want);
+        shape(&ours, "", &mut have);
+        let missing: Vec<&String> = want
+            .difference(&have)
+            .filter(|path| {
+                !may_lack
+                    .iter()
+                    .any(|lack| lack.split('|').any(|part| path.contains(part)))
+            })
+            // Keys inside free-form maps (resources, labels, metadata, state counts) are data.
+            .filter(|path| {
+                ![
+                    "resources",
+                    "Resources",
+                    "labels",
+                    "Labels",
+                    "labelSelector",
+                    "metadata",
+                    "state_counts",
+                    ".summary.",
+                    "runtime_env",
+                    "node_id_to_summary.cluster.summary[",
+                ]
+                .iter()
+                .any(|free| path.contains(free))
+            })
+            .collect();
+        if !missing.is_empty() {
+            problems.push(format!("{route}: lacks {missing:?}"));
+        }
+    }
+    ensure!(problems.is_empty(), "{}", problems.join("\n"));
+    Ok(())
+}
+
+#[tokio::test]
+async fn ray_summary_tasks_over_the_history_equals_rays_own() -> anyhow::Result<()> {
+    let run = FixtureRun::named("basic-workload")?;
+    let served = serve_runs(std::slice::from_ref(&run), None).await?;
+    let api = Api::Http(served.server.url.clone());
+    // What `ray summary tasks` sends.
+    let answer = api
+        .get("/ray/basic-workload/latest/api/v0/tasks/summarize?timeout=30")
+        .await?;
+    ensure!(answer.status == 200, "{}", answer.body);
+    let ours = &answer.body["data"]["result"]["result"]["node_id_to_summary"]["cluster"];
+    let truth = run.ground_truth("summary_tasks.json")?;
+    let theirs = &truth["tasks"]["cluster"];
+    for key in [
+        "total_tasks",
+        "total_actor_tasks",
+        "total_actor_scheduled",
+        "summary_by",
+    ] {
+        ensure!(
+            ours[key] == theirs[key],
+            "{key}: ours {}, Ray's {}",
+            ours[key],
+            theirs[key]
+        );
+    }
+    let by_name = |summary: &Json| -> BTreeMap<String, Json> {
+        summary["summary"]
+            .as_object()
+            .map(|groups| groups.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+            .unwrap_or_default()
+    };
+    ensure!(
+        by_name(ours) == by_name(theirs),
+        "ours {:?}\nRay's {:?}",
+        by_name(ours),
+        by_name(theirs)
+    );
+    Ok(())
+}
+
+/// Ray's own `TaskSummaries` code, run by `fixtures/ray-summaries-2.60/make.py` on one input.
+#[test]
+fn the_summaries_fold_exactly_as_rays_code_does() -> anyhow::Result<()> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/ray-summaries-2.60");
+    let read = |name: &str| -> anyhow::Result<Json> {
+        Ok(serde_json::from_str(&std::fs::read_to_string(
+            dir.join(name),
+        )?)?)
+    };
+    let input = read("input.json")?;
+    let text = |value: &Json| value.as_str().map(str::to_owned);
+    let tasks: Vec<SummaryTask> = input["tasks"]
+        .as_array()
+        .context("tasks")?
+        .iter()
+        .map(|task| SummaryTask {
+            task_id: text(&task["task_id"]).unwrap_or_default(),
+            name: text(&task["name"]).unwrap_or_default(),
+            func_or_class_name: text(&task["func_or_class_name"]).unwrap_or_default(),
+            task_type: text(&task["type"]).unwrap_or_default(),
+            state: text(&task["state"]).unwrap_or_default(),
+            actor_id: text(&task["actor_id"]),
+            parent_task_id: text(&task["parent_task_id"]),
+            #[allow(clippy::cast_possible_truncation)]
+            creation_time_ms: task["creation_time_ms"].as_f64().map(|ms| ms as i64),
+        })
+        .collect();
+    let actors: Vec<SummaryActor> = input["actors"]
+        .as_array()
+        .context("actors")?
+        .iter()
+        .map(|actor| SummaryActor {
+            actor_id: text(&actor["actor_id"]).unwrap_or_default(),
+            repr_name: text(&actor["repr_name"]),
+            class_name: text(&actor["class_name"]),
+        })
+        .collect();
+    ensure!(
+        summary::by_func_name(&tasks) == read("func_name.json")?,
+        "by func_name differs"
+    );
+    ensure!(
+        summary::by_lineage(&tasks, &actors) == read("lineage.json")?,
+        "by lineage differs"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_list_larger_than_the_response_limit_is_cut_and_says_so() -> anyhow::Result<()> {
+    let run = FixtureRun::named("basic-workload")?;
+    let served = serve_runs(std::slice::from_ref(&run), Some(20_000)).await?;
+    let (status, body) = get(
+        &served,
+        "/ray/basic-workload/latest/api/v0/tasks?limit=10000&detail=True",
+    )
+    .await?;
+    ensure!(status == 200, "{body}");
+    let result = list_result(&body)?;
+    let rows = result["result"].as_array().map_or(0, Vec::len);
+    let filtered = result["num_filtered"].as_u64().context("num_filtered")?;
+    ensure!(
+        rows > 0 && (rows as u64) < filtered,
+        "{rows} of {filtered} rows"
+    );
+    let warning = result["warnings"][0].as_str().context("a warning")?;
+    ensure!(
+        warning.contains(&format!("first {rows} of {filtered} tasks")),
+        "{warning}"
+    );
+    Ok(())
+}
