@@ -189,7 +189,8 @@ async fn send(
     for (name, value) in &headers {
         request = request.header(name, value);
     }
-    let upstream = request.send().await?;
+    // reqwest's errors name the URL, query string included: never log or echo it.
+    let upstream = request.send().await.map_err(reqwest::Error::without_url)?;
     let status = upstream.status();
     let mut passed = HeaderMap::new();
     for name in PASSED_BACK {
@@ -197,7 +198,10 @@ async fn send(
             passed.insert(name, value.clone());
         }
     }
-    let bytes = upstream.bytes().await?;
+    let bytes = upstream
+        .bytes()
+        .await
+        .map_err(reqwest::Error::without_url)?;
     let mut response = (status, bytes).into_response();
     response.headers_mut().extend(passed);
     Ok(response)
