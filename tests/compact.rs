@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use afterglow_tests::faults::LosesManifestResponses;
+use afterglow_tests::faults::LosesConditionalResponses;
 use afterglow_tests::ray::{LOSSY_RUN, OurRows, check};
 use afterglow_tests::{
     FixtureRun, TestServer, bodies, compacting_settings, compactor, local_storage, post_all,
@@ -100,7 +100,7 @@ async fn lost_manifest_responses_lose_no_file(storage: Arc<dyn Storage>) -> anyh
     let server = TestServer::start(afterglow_tests::open_settings(Arc::clone(&storage))).await?;
     post_all(&format!("{}/v1/events/lost", server.url), &bodies(&run)?).await?;
     server.stop().await?;
-    let faulty = Arc::new(LosesManifestResponses::new(
+    let faulty = Arc::new(LosesConditionalResponses::of_manifests(
         Arc::clone(&storage),
         usize::MAX,
     ));

@@ -12,7 +12,8 @@ use afterglow::serve::ServeSettings;
 use afterglow_tests::api::{Api, our_rows, ray_counts_by_name};
 use afterglow_tests::ray::{LOSSY_RUN, check, ray_millis};
 use afterglow_tests::{
-    FixtureRun, TestServer, bodies, local_storage, post_all, s3_storage, serving_settings,
+    FixtureRun, Served, TestServer, bodies, local_storage, post_all, s3_storage, serve_runs,
+    serve_runs_locally, serving_settings,
 };
 use anyhow::{Context as _, ensure};
 use serde_json::Value as Json;
@@ -20,40 +21,8 @@ use shared::auth::AccessToken;
 use shared::config::Config;
 use shared::storage::Storage;
 
-/// A server with every function, and every fixture run posted to it (one cluster per run)
-/// and compacted.
-struct Served {
-    server: TestServer,
-    _scratch: tempfile::TempDir,
-    _data: Option<tempfile::TempDir>,
-}
-
-async fn serve_runs(
-    storage: Arc<dyn Storage>,
-    runs: &[FixtureRun],
-    configure: impl FnOnce(ServeSettings) -> anyhow::Result<ServeSettings>,
-) -> anyhow::Result<Served> {
-    let (settings, queue, scratch) = serving_settings(storage)?;
-    let server = TestServer::start(configure(settings)?).await?;
-    for run in runs {
-        post_all(
-            &format!("{}/v1/events/{}", server.url, run.name),
-            &bodies(run)?,
-        )
-        .await?;
-    }
-    queue.idle().await;
-    Ok(Served {
-        server,
-        _scratch: scratch,
-        _data: None,
-    })
-}
-
 async fn serve_locally(runs: &[FixtureRun]) -> anyhow::Result<(Served, Api)> {
-    let (data, storage) = local_storage()?;
-    let mut served = serve_runs(Arc::new(storage), runs, Ok).await?;
-    served._data = Some(data);
+    let served = serve_runs_locally(runs, Ok).await?;
     let api = Api::Http(served.server.url.clone());
     Ok((served, api))
 }

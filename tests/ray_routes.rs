@@ -5,40 +5,24 @@
 //! (`fixtures/ray-routes-2.60/`).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
 
 use afterglow_tests::api::{Api, our_rows};
 use afterglow_tests::ray::{LOSSY_RUN, check};
-use afterglow_tests::{FixtureRun, TestServer, bodies, local_storage, post_all, serving_settings};
+use afterglow_tests::{FixtureRun, Served, post_all, serve_runs_locally};
 use anyhow::{Context as _, ensure};
 use serde_json::{Value as Json, json};
 use shared::query::ray::summary::{self, SummaryActor, SummaryTask};
 
-/// `serve` with every fixture run posted (one cluster per run) and compacted.
-struct Served {
-    server: TestServer,
-    _guards: (tempfile::TempDir, tempfile::TempDir),
-}
-
+/// `serve` with every fixture run posted (one cluster per run) and compacted, and Ray answers
+/// cut at `response_bytes` when given.
 async fn serve_runs(runs: &[FixtureRun], response_bytes: Option<usize>) -> anyhow::Result<Served> {
-    let (data, storage) = local_storage()?;
-    let (mut settings, queue, scratch) = serving_settings(Arc::new(storage))?;
-    if let (Some(query), Some(bytes)) = (settings.query.as_mut(), response_bytes) {
-        query.response_bytes = bytes;
-    }
-    let server = TestServer::start(settings).await?;
-    for run in runs {
-        post_all(
-            &format!("{}/v1/events/{}", server.url, run.name),
-            &bodies(run)?,
-        )
-        .await?;
-    }
-    queue.idle().await;
-    Ok(Served {
-        server,
-        _guards: (data, scratch),
+    serve_runs_locally(runs, |mut settings| {
+        if let (Some(query), Some(bytes)) = (settings.query.as_mut(), response_bytes) {
+            query.response_bytes = bytes;
+        }
+        Ok(settings)
     })
+    .await
 }
 
 /// `GET` under the server, any status; the body as JSON (null when it is not JSON).
@@ -587,14 +571,10 @@ fn the_summaries_fold_exactly_as_rays_code_does() -> anyhow::Result<()> {
             class_name: text(&actor["class_name"]),
         })
         .collect();
-    ensure!(
-        summary::by_func_name(&tasks) == read("func_name.json")?,
-        "by func_name differs"
-    );
-    ensure!(
-        summary::by_lineage(&tasks, &actors) == read("lineage.json")?,
-        "by lineage differs"
-    );
+    let func_name: Json = serde_json::from_str(&summary::by_func_name(&tasks))?;
+    ensure!(func_name == read("func_name.json")?, "by func_name differs");
+    let lineage: Json = serde_json::from_str(&summary::by_lineage(&tasks, &actors))?;
+    ensure!(lineage == read("lineage.json")?, "by lineage differs");
     Ok(())
 }
 
@@ -619,6 +599,84 @@ async fn a_list_larger_than_the_response_limit_is_cut_and_says_so() -> anyhow::R
     ensure!(
         warning.contains(&format!("first {rows} of {filtered} tasks")),
         "{warning}"
+    );
+    Ok(())
+}
+
+/// How deeply `text` nests arrays and objects (strings skipped).
+fn nesting_depth(text: &str) -> usize {
+    let (mut depth, mut deepest, mut in_string, mut escaped) = (0_usize, 0, false, false);
+    for byte in text.bytes() {
+        match (in_string, escaped, byte) {
+            (true, true, _) => escaped = false,
+            (true, false, b'\\') => escaped = true,
+            (true, false, b'"') | (false, _, b'"') => in_string = !in_string,
+            (false, _, b'[' | b'{') => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            (false, _, b']' | b'}') => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
+}
+
+#[tokio::test]
+async fn a_lineage_as_deep_as_its_job_is_summarized_without_overflowing() -> anyhow::Result<()> {
+    use shared::synth::{Generator, SynthSettings};
+
+    // One job whose every task is submitted by the one before: a chain ~30 000 levels deep,
+    // past where serde_json's recursive drop (~10 000) and serialize (~20 000) overflow a
+    // 2 MiB stack and abort the process.
+    const ATTEMPTS: u64 = 30_000;
+    const ACTOR_CREATIONS: u64 = 4;
+    let served = serve_runs(&[], None).await?;
+    let mut generator = Generator::new(SynthSettings {
+        attempts: ATTEMPTS,
+        jobs: 1,
+        nodes: 2,
+        workers_per_node: 4,
+        failure_rate: 0.0,
+        actor_share: 0.0,
+        nested_share: 1.0,
+        chained: true,
+        duplicate_rate: 0.0,
+        ..SynthSettings::default()
+    });
+    let bodies: Vec<Vec<u8>> = generator.by_ref().map(|body| body.json).collect();
+    ensure!(
+        generator.truth().attempts == ATTEMPTS,
+        "{:?}",
+        generator.truth()
+    );
+    post_all(&format!("{}/v1/events/deep", served.server.url), &bodies).await?;
+    served.queue.idle().await;
+
+    let response = reqwest::get(format!(
+        "{}/ray/deep/latest/api/v0/tasks/summarize?summary_by=lineage",
+        served.server.url
+    ))
+    .await?;
+    ensure!(response.status() == 200, "{}", response.status());
+    let text = response.text().await?;
+    let chain = ATTEMPTS - ACTOR_CREATIONS;
+    for counted in [
+        format!("\"total_tasks\":{chain},"),
+        format!("\"total_actor_scheduled\":{ACTOR_CREATIONS},"),
+        "\"summary_by\":\"lineage\"".to_owned(),
+    ] {
+        ensure!(
+            text.contains(&counted),
+            "no {counted} in {}",
+            &text[text.len().saturating_sub(300)..]
+        );
+    }
+    // Each level is an object and its `children` list.
+    let depth = nesting_depth(&text);
+    ensure!(
+        depth as u64 >= 2 * chain,
+        "nested {depth} deep for a chain of {chain}"
     );
     Ok(())
 }

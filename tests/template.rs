@@ -188,14 +188,10 @@ fn every_function_and_route_is_bounded() -> anyhow::Result<()> {
     for setting in ["ThrottlingBurstLimit", "ThrottlingRateLimit"] {
         let default = at(api, &["DefaultRouteSettings", setting])?;
         ensure!(ref_name(default).is_some(), "the API's {setting} is fixed");
-        let ingest = at(
-            api,
-            &["RouteSettings", "POST /v1/events/{cluster}", setting],
-        )?;
-        ensure!(
-            ref_name(ingest).is_some(),
-            "the ingest route's {setting} is fixed"
-        );
+        for route in ["POST /v1/events/{cluster}", "POST /v1/logs/{cluster}"] {
+            let ingest = at(api, &["RouteSettings", route, setting])?;
+            ensure!(ref_name(ingest).is_some(), "{route}'s {setting} is fixed");
+        }
     }
     Ok(())
 }

@@ -62,6 +62,15 @@ pub enum Command {
     /// AWS_ACCESS_KEY_ID, SSO, …), or sends AFTERGLOW_QUERY_TOKEN as a bearer token to a
     /// deployment in bearer mode.
     Proxy(ProxyArgs),
+    /// Send this node's Ray logs to Afterglow as they are written: start it next to `ray start`
+    /// on every node.
+    ///
+    /// Follows every session under --ray-dir (new files, files Ray moves to logs/old/, rotated
+    /// and truncated files, new sessions), sends appended bytes with their offsets about every
+    /// --interval, resumes after a restart from its state file without re-sending or skipping,
+    /// and retries with backoff while the endpoint is down. A crashed node loses at most the
+    /// last interval.
+    ShipLogs(ShipLogsArgs),
 }
 
 /// The shape of synthetic traffic.
@@ -224,6 +233,53 @@ pub struct ProxyArgs {
     pub region: Option<String>,
 }
 
+/// Flags of `afterglow ship-logs`.
+#[derive(Debug, clap::Args)]
+pub struct ShipLogsArgs {
+    /// The export URL the cluster's events go to (…/v1/events/CLUSTER?token=…), or the logs URL
+    /// (…/v1/logs/CLUSTER?token=…).
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "RAY_DASHBOARD_AGGREGATOR_AGENT_EVENTS_EXPORT_ADDR",
+        hide_env_values = true
+    )]
+    pub to: String,
+    /// Ray's temporary directory (ray start --temp-dir).
+    #[arg(long, value_name = "DIR", default_value = "/tmp/ray")]
+    pub ray_dir: PathBuf,
+    /// This node's id (56 hex digits); read from each session's port files when not given.
+    #[arg(long, value_name = "HEX")]
+    pub node_id: Option<String>,
+    /// Where sent offsets are kept across restarts [default: RAY_DIR/afterglow-ship-logs.json].
+    #[arg(long, value_name = "FILE")]
+    pub state_file: Option<PathBuf>,
+    /// Time between passes.
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
+    pub interval: std::time::Duration,
+    /// Most bytes per request.
+    #[arg(long, value_name = "BYTES", default_value_t = 1024 * 1024)]
+    pub chunk_bytes: usize,
+}
+
+/// `250ms`, `1s`, `2m`, or plain seconds.
+fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    let (number, unit) = text
+        .find(|c: char| !c.is_ascii_digit())
+        .map_or((text, "s"), |at| text.split_at(at));
+    let value: u64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration such as 500ms, 1s or 2m"))?;
+    match unit {
+        "ms" => Ok(std::time::Duration::from_millis(value)),
+        "s" => Ok(std::time::Duration::from_secs(value)),
+        "m" => Ok(std::time::Duration::from_secs(value.saturating_mul(60))),
+        _ => Err(format!(
+            "{text:?} is not a duration such as 500ms, 1s or 2m"
+        )),
+    }
+}
+
 /// Runs one parsed command line.
 pub async fn run(cli: Cli, config: Config) -> anyhow::Result<()> {
     match cli.command {
@@ -233,5 +289,6 @@ pub async fn run(cli: Cli, config: Config) -> anyhow::Result<()> {
         Command::Generate(args) => crate::generate::run(args).await,
         Command::Bench(args) => crate::bench::run(args).await,
         Command::Proxy(args) => crate::proxy::run_cli(args, config).await,
+        Command::ShipLogs(args) => crate::ship_logs::run_cli(args).await,
     }
 }

@@ -31,7 +31,9 @@ pub struct AppState {
 pub fn router(state: Arc<AppState>) -> Router {
     let mut router = Router::new();
     if state.ingestor.is_some() {
-        router = router.route("/v1/events/{cluster}", post(crate::ingest::post_events));
+        router = router
+            .route("/v1/events/{cluster}", post(crate::ingest::post_events))
+            .route("/v1/logs/{cluster}", post(crate::ingest::post_log_chunk));
     }
     if state.query.is_some() {
         router = router

@@ -1,4 +1,6 @@
-//! `POST /v1/events/{cluster}?token=…`: Ray's export traffic onto [`Ingestor::ingest`].
+//! `POST /v1/events/{cluster}?token=…`: Ray's export traffic onto [`Ingestor::ingest`], and
+//! `POST /v1/logs/{cluster}?token=…&session=…&node_id=…&file=…&offset=…`: pieces of log files
+//! from `afterglow ship-logs` onto [`Ingestor::ingest_log_chunk`].
 
 use std::sync::Arc;
 
@@ -9,7 +11,8 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use shared::ingest::{IngestError, IngestReceipt, Ingestor};
-use shared::layout::ClusterName;
+use shared::layout::{ClusterName, LogFile, LogFileName, NodeId, SessionName};
+use shared::logs::store::{LogError, MAX_CHUNK_BYTES};
 
 use crate::http::{AppState, error_response};
 
@@ -92,6 +95,93 @@ fn ingest_error_response(err: &IngestError) -> Response {
         tracing::error!(error = %err, "ingest failed; Ray will retry");
     } else {
         tracing::warn!(error = %err, "ingest refused");
+    }
+    error_response(status, err.to_string())
+}
+
+/// The query string of a log chunk: the token as for events, and where the bytes belong.
+#[derive(Debug, Deserialize)]
+pub struct LogChunkQuery {
+    token: Option<String>,
+    session: Option<String>,
+    node_id: Option<String>,
+    file: Option<String>,
+    offset: Option<String>,
+}
+
+/// Authorizes first, then checks where the bytes belong, then reads the body up to the limit
+/// and stores it. Answers 200 only after the chunk is durable.
+pub async fn post_log_chunk(
+    State(state): State<Arc<AppState>>,
+    Path(cluster): Path<String>,
+    Query(query): Query<LogChunkQuery>,
+    request: Request,
+) -> Response {
+    let Some(ingestor) = &state.ingestor else {
+        return error_response(StatusCode::NOT_FOUND, "this function does not ingest");
+    };
+    let cluster = match ClusterName::new(&cluster) {
+        Ok(cluster) => cluster,
+        Err(err) => return error_response(StatusCode::BAD_REQUEST, err.to_string()),
+    };
+    if let Err(err) = ingestor.authorize(query.token.as_deref()) {
+        return ingest_error_response(&err);
+    }
+    let (file, offset) = match chunk_place(cluster, &query) {
+        Ok(place) => place,
+        Err(message) => return error_response(StatusCode::BAD_REQUEST, message),
+    };
+    let Ok(body) = to_bytes(request.into_body(), MAX_CHUNK_BYTES.saturating_add(1)).await else {
+        return log_error_response(&LogError::TooLarge {
+            bytes: MAX_CHUNK_BYTES.saturating_add(1),
+            limit: MAX_CHUNK_BYTES,
+        });
+    };
+    match ingestor.ingest_log_chunk(&file, offset, &body).await {
+        Ok(receipt) => {
+            let body = serde_json::json!({"stored": receipt.stored, "end": receipt.end});
+            (StatusCode::OK, Json(body)).into_response()
+        }
+        Err(err) => log_error_response(&err),
+    }
+}
+
+/// The file and offset a log chunk names, or what is wrong with them.
+fn chunk_place(cluster: ClusterName, query: &LogChunkQuery) -> Result<(LogFile, u64), String> {
+    fn required<'a>(value: &'a Option<String>, name: &str) -> Result<&'a str, String> {
+        value
+            .as_deref()
+            .ok_or_else(|| format!("missing query parameter `{name}`"))
+    }
+    let file = LogFile {
+        cluster,
+        session: SessionName::new(required(&query.session, "session")?)
+            .map_err(|err| err.to_string())?,
+        node_id: NodeId::new(required(&query.node_id, "node_id")?)
+            .map_err(|err| err.to_string())?,
+        file: LogFileName::new(required(&query.file, "file")?).map_err(|err| err.to_string())?,
+    };
+    let offset = required(&query.offset, "offset")?;
+    let offset = offset
+        .parse()
+        .map_err(|_| format!("offset {offset:?} is not a byte offset (0 or more)"))?;
+    Ok((file, offset))
+}
+
+/// The one place log-chunk errors become HTTP statuses. The shipper retries 5xx; a 4xx makes it
+/// stop sending that file, so only what a retry cannot fix is a 4xx.
+fn log_error_response(err: &LogError) -> Response {
+    let status = match err {
+        LogError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+        LogError::OffsetOverflow { .. } => StatusCode::BAD_REQUEST,
+        LogError::Conflict { .. } | LogError::Unreadable { .. } => StatusCode::CONFLICT,
+        LogError::Storage(_) => StatusCode::SERVICE_UNAVAILABLE,
+        LogError::Key(_) | LogError::Encode(_) => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    if status.is_server_error() {
+        tracing::error!(error = %err, "log chunk not stored; the shipper will retry");
+    } else {
+        tracing::warn!(error = %err, "log chunk refused");
     }
     error_response(status, err.to_string())
 }

@@ -5,11 +5,12 @@
 //! - [`lambda`]: the Lambda entry point, chosen by `_HANDLER`.
 //! - [`compact`]: S3/SQS notifications onto `shared::compact`.
 //! - [`http`]: the one axum router that `serve` and API Gateway both drive.
-//! - [`ingest`]: `POST /v1/events/{cluster}` onto `shared::ingest`.
+//! - [`ingest`]: `POST /v1/events/{cluster}` and `/v1/logs/{cluster}` onto `shared::ingest`.
 //! - [`page`]: the dashboard page at `/`.
 //! - [`query`]: `GET /api/...` onto `shared::query`.
 //! - [`serve`]: the embedded default: every function on a local directory.
 //! - [`proxy`]: `afterglow proxy`, a loopback front that signs requests to a deployed query API.
+//! - [`ship_logs`]: `afterglow ship-logs`, the per-node log shipper.
 //! - [`maintenance`]: `compact` and `rebuild` from the command line.
 //! - [`generate`]: `afterglow generate`, synthetic Ray traffic.
 //! - [`bench`]: `afterglow bench`, the pipeline measured at scale.
@@ -27,4 +28,5 @@ pub mod page;
 pub mod proxy;
 pub mod query;
 pub mod serve;
+pub mod ship_logs;
 pub mod telemetry;

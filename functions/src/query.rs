@@ -44,6 +44,9 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/api/aggregates", fixed(ApiRoute::Aggregates))
         .route("/api/tasks", fixed(ApiRoute::Tasks))
         .route("/api/timeline", fixed(ApiRoute::Timeline))
+        .route("/api/tasks/{task_id}/logs", get(task_log))
+        .route("/api/logs", fixed(ApiRoute::LogFiles))
+        .route("/api/logs/file", get(log_file))
         .route(
             "/api/tasks/{task_id}",
             get(
@@ -65,18 +68,91 @@ pub fn routes() -> Router<Arc<AppState>> {
 }
 
 async fn answer(state: &AppState, route: ApiRoute, headers: &HeaderMap, pairs: Pairs) -> Response {
-    let service = match authorized(state, headers) {
-        Ok(service) => service,
+    let (service, pairs) = match authorized_pairs(state, headers, pairs) {
+        Ok(ready) => ready,
         Err(refusal) => return *refusal,
-    };
-    let pairs = match pairs {
-        Ok(Query(pairs)) => pairs,
-        Err(rejection) => return error_response(StatusCode::BAD_REQUEST, rejection.body_text()),
     };
     match service.engine.answer(&route, &pairs).await {
         Ok(body) => json_response(body),
         Err(err) => error_response(status_of(&err), err.to_string()),
     }
+}
+
+/// `GET /api/tasks/{task_id}/logs`: the attempt's own output as `text/plain`, exactly the bytes
+/// it wrote; `X-Afterglow-Log-Complete: false` when its end was not shipped,
+/// `X-Afterglow-Log-Range: inferred` when Ray never reported where it is.
+async fn task_log(
+    State(state): State<Arc<AppState>>,
+    Path(task_id): Path<String>,
+    headers: HeaderMap,
+    pairs: Pairs,
+) -> Response {
+    let (service, pairs) = match authorized_pairs(&state, &headers, pairs) {
+        Ok(ready) => ready,
+        Err(refusal) => return *refusal,
+    };
+    match service.engine.task_log(&task_id, &pairs).await {
+        Ok(log) => {
+            let mut response = text_response(log.bytes, log.complete);
+            response.headers_mut().insert(
+                header::HeaderName::from_static("x-afterglow-log-range"),
+                HeaderValue::from_static(if log.inferred { "inferred" } else { "reported" }),
+            );
+            response
+        }
+        Err(err) => error_response(status_of(&err), err.to_string()),
+    }
+}
+
+/// `GET /api/logs/file`: a shipped file's last lines as `text/plain`.
+async fn log_file(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    pairs: Pairs,
+) -> Response {
+    let (service, pairs) = match authorized_pairs(&state, &headers, pairs) {
+        Ok(ready) => ready,
+        Err(refusal) => return *refusal,
+    };
+    match service.engine.answer_log_file(&pairs).await {
+        Ok(tail) => text_response(tail.bytes, tail.complete),
+        Err(err) => error_response(status_of(&err), err.to_string()),
+    }
+}
+
+/// The query service and the query pairs, when the request may use it; else the refusal.
+type Admitted<'a> = Result<(&'a QueryService, Vec<(String, String)>), Box<Response>>;
+
+/// The query service and the query pairs, when the request may use it.
+fn authorized_pairs<'a>(state: &'a AppState, headers: &HeaderMap, pairs: Pairs) -> Admitted<'a> {
+    let service = authorized(state, headers)?;
+    match pairs {
+        Ok(Query(pairs)) => Ok((service, pairs)),
+        Err(rejection) => Err(Box::new(error_response(
+            StatusCode::BAD_REQUEST,
+            rejection.body_text(),
+        ))),
+    }
+}
+
+/// Log bytes as `text/plain`, saying whether they reach as far as asked.
+fn text_response(bytes: Vec<u8>, complete: bool) -> Response {
+    (
+        StatusCode::OK,
+        [
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/plain; charset=utf-8"),
+            ),
+            (header::CACHE_CONTROL, HeaderValue::from_static("no-store")),
+            (
+                header::HeaderName::from_static("x-afterglow-log-complete"),
+                HeaderValue::from_static(if complete { "true" } else { "false" }),
+            ),
+        ],
+        bytes,
+    )
+        .into_response()
 }
 
 /// `/ray/{cluster}/{session|latest}/…`: Ray's own routes (DESIGN §4b), for Ray's dashboard
@@ -105,7 +181,7 @@ async fn answer_ray(
         Err(rejection) => return ray_error(StatusCode::BAD_REQUEST, &rejection.body_text()),
     };
     match service.engine.answer_ray(&request, &pairs).await {
-        Ok(body) => json_response(body),
+        Ok(body) => body_response(body.content_type(), body.into_bytes()),
         Err(err) => ray_error(status_of(&err), &err.to_string()),
     }
 }
@@ -117,11 +193,19 @@ fn ray_error(status: StatusCode, message: &str) -> Response {
 }
 
 fn json_response(body: serde_json::Value) -> Response {
-    let mut response = (StatusCode::OK, axum::Json(body)).into_response();
-    response
-        .headers_mut()
-        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    response
+    body_response("application/json", body.to_string().into_bytes())
+}
+
+fn body_response(content_type: &'static str, body: Vec<u8>) -> Response {
+    (
+        StatusCode::OK,
+        [
+            (header::CONTENT_TYPE, HeaderValue::from_static(content_type)),
+            (header::CACHE_CONTROL, HeaderValue::from_static("no-store")),
+        ],
+        body,
+    )
+        .into_response()
 }
 
 /// The query service, when the request may use it; otherwise the refusal to send.

@@ -2,6 +2,7 @@
 //! (or the configured bucket), listening on loopback.
 
 use std::future::Future;
+use std::io::Write as _;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -134,7 +135,10 @@ pub async fn run_cli(args: ServeArgs, config: Config) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen on {}", args.addr))?;
     let local = listener.local_addr().context("listener has no address")?;
-    println!(
+    // Whoever started `serve` may close its stdout after reading what it needed (a test reads
+    // up to the export line): a failed print must not take the server down with it.
+    let _ = writeln!(
+        std::io::stdout(),
         "{}",
         banner(
             local,
@@ -197,6 +201,8 @@ fn banner(local: SocketAddr, cluster: &str, location: &str, has_token: bool) -> 
          \x20 export RAY_enable_core_worker_ray_event_to_aggregator=1\n\
          \x20 export RAY_enable_ray_event=1\n\
          \x20 export RAY_DASHBOARD_AGGREGATOR_AGENT_EXPOSABLE_EVENT_TYPES=ALL\n\
-         \x20 export RAY_DASHBOARD_AGGREGATOR_AGENT_EVENTS_EXPORT_ADDR=\"http://{local}/v1/events/{cluster}{token}\""
+         \x20 export RAY_DASHBOARD_AGGREGATOR_AGENT_EVENTS_EXPORT_ADDR=\"http://{local}/v1/events/{cluster}{token}\"\n\
+         Keep tasks' stdout/stderr too: on every node, next to `ray start`:\n\
+         \x20 afterglow ship-logs --to \"$RAY_DASHBOARD_AGGREGATOR_AGENT_EVENTS_EXPORT_ADDR\" &"
     )
 }

@@ -37,6 +37,27 @@ fn help_lists_the_commands_and_flags() -> anyhow::Result<()> {
     for flag in ["--data-dir", "--addr", "--cluster"] {
         ensure!(text.contains(flag), "serve --help lacks {flag}: {text}");
     }
+    // The shipper's URL may come from Ray's own variable; help never prints its value (the
+    // token is in it).
+    let output = afterglow()?
+        .args(["ship-logs", "--help"])
+        .env(
+            "RAY_DASHBOARD_AGGREGATOR_AGENT_EVENTS_EXPORT_ADDR",
+            "http://h/v1/events/c?token=do-not-print-me",
+        )
+        .output()?;
+    ensure!(output.status.success());
+    let text = String::from_utf8(output.stdout)?;
+    for flag in [
+        "--to",
+        "--ray-dir",
+        "--node-id",
+        "--state-file",
+        "--interval",
+    ] {
+        ensure!(text.contains(flag), "ship-logs --help lacks {flag}: {text}");
+    }
+    ensure!(!text.contains("do-not-print-me"), "{text}");
     Ok(())
 }
 

@@ -1,4 +1,5 @@
-//! The ingest function's logic: check a POST from Ray, and store its events as one raw object.
+//! The ingest function's logic: check a POST from Ray, and store its events as one raw object;
+//! and store a piece of a node's log file from `afterglow ship-logs`.
 //!
 //! Ray re-sends a batch on any status ≥ 400, on a connection error, or after 3 s, forever. So a
 //! batch is answered `Ok` only once its object is durable, and refused (4xx) only when it is not
@@ -16,7 +17,8 @@ use ulid::Ulid;
 
 use crate::auth::AccessToken;
 use crate::event::{BatchError, split_batch};
-use crate::layout::{ClusterName, raw_object_key};
+use crate::layout::{ClusterName, LogFile, raw_object_key};
+use crate::logs::store::{ChunkReceipt, LogError, put_chunk};
 use crate::storage::{InvalidKey, ObjectKey, PutMode, Storage, StorageError};
 
 /// The Ray setting that bounds events per POST, named in every size refusal.
@@ -181,6 +183,17 @@ impl Ingestor {
             events: events.len(),
             stored_bytes,
         })
+    }
+
+    /// Stores an authorized piece of a node's log file (`POST /v1/logs/{cluster}`), returning
+    /// only once it is durable; see [`put_chunk`] for re-sends and rewritten files.
+    pub async fn ingest_log_chunk(
+        &self,
+        file: &LogFile,
+        offset: u64,
+        bytes: &[u8],
+    ) -> Result<ChunkReceipt, LogError> {
+        put_chunk(&*self.storage, file, offset, bytes).await
     }
 }
 

@@ -1,6 +1,8 @@
-//! Where things live in storage: the key layout of DESIGN §2–3, in one place.
+//! Where things live in storage: the key layout of DESIGN §2–3 and §4c, in one place.
 //!
-//! `raw/{cluster}/{yyyy}/{mm}/{dd}/{hh}/{ulid}.ndjson.gz` holds each accepted ingest request.
+//! `raw/{cluster}/{yyyy}/{mm}/{dd}/{hh}/{ulid}.ndjson.gz` holds each accepted ingest request;
+//! `logs/{cluster}/{session}/{node_id}/{file}/{offset:020}.gz` each shipped piece of a node's log
+//! file, named by the byte offset where it starts in that file.
 
 use chrono::{DateTime, Datelike, Timelike, Utc};
 use ulid::Ulid;
@@ -54,6 +56,131 @@ impl std::fmt::Display for ClusterName {
     }
 }
 
+/// Top-level prefix of shipped log chunks.
+pub const LOGS_PREFIX: &str = "logs/";
+
+/// Suffix of a shipped log chunk.
+const LOG_CHUNK_SUFFIX: &str = ".gz";
+
+/// Defines a validated name that becomes one key segment.
+macro_rules! segment_name {
+    ($(#[$doc:meta])* $name:ident, $error:ident, $what:literal, $rule:literal, $valid:expr) => {
+        $(#[$doc])*
+        #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub struct $name(String);
+
+        #[doc = concat!("A value that is not a valid [`", stringify!($name), "`].")]
+        #[derive(Debug, thiserror::Error)]
+        #[error("invalid {what} {0:?}: {rule}", what = $what, rule = $rule)]
+        pub struct $error(String);
+
+        impl $name {
+            #[doc = concat!("Checks the value: ", $rule, ".")]
+            pub fn new(name: &str) -> Result<Self, $error> {
+                let valid: fn(&str) -> bool = $valid;
+                if valid(name) {
+                    Ok(Self(name.to_owned()))
+                } else {
+                    Err($error(name.to_owned()))
+                }
+            }
+
+            /// The name.
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+    };
+}
+
+segment_name!(
+    /// A Ray session's name, such as `session_2026-11-22_06-14-46_050039_15318`.
+    SessionName,
+    InvalidSessionName,
+    "session name",
+    "`session_` and then 1-64 of A-Z a-z 0-9 - _",
+    |name| name.strip_prefix("session_").is_some_and(|rest| {
+        (1..=64).contains(&rest.len())
+            && rest
+                .bytes()
+                .all(|byte| byte.is_ascii_alphanumeric() || b"-_".contains(&byte))
+    })
+);
+
+segment_name!(
+    /// A Ray node id in hex (56 lower-case digits), as Ray names it in its files and logs.
+    NodeId,
+    InvalidNodeId,
+    "node id",
+    "56 lower-case hex digits",
+    |id| id.len() == 56 && id.bytes().all(|byte| matches!(byte, b'0'..=b'9' | b'a'..=b'f'))
+);
+
+segment_name!(
+    /// The name of a file in a Ray session's `logs/` folder, such as
+    /// `worker-{worker_id}-{job_id}-{pid}.out`.
+    LogFileName,
+    InvalidLogFileName,
+    "log file name",
+    "1-255 of A-Z a-z 0-9 - _ . =, not starting with '.'",
+    |name| {
+        (1..=255).contains(&name.len())
+            && !name.starts_with('.')
+            && name
+                .bytes()
+                .all(|byte| byte.is_ascii_alphanumeric() || b"-_.=".contains(&byte))
+    }
+);
+
+/// One node's log file in one session: where its chunks live.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LogFile {
+    /// The cluster (from the export URL).
+    pub cluster: ClusterName,
+    /// The Ray session.
+    pub session: SessionName,
+    /// The node the file is on.
+    pub node_id: NodeId,
+    /// The file's name in the session's `logs/` folder.
+    pub file: LogFileName,
+}
+
+impl LogFile {
+    /// The prefix every chunk of this file is under (ends with `/`).
+    pub fn prefix(&self) -> String {
+        format!(
+            "{LOGS_PREFIX}{}/{}/{}/{}/",
+            self.cluster, self.session, self.node_id, self.file
+        )
+    }
+
+    /// The key of the chunk that starts at byte `offset` of the file. Zero-padded, so that key
+    /// order is offset order.
+    pub fn chunk_key(&self, offset: u64) -> Result<ObjectKey, InvalidKey> {
+        ObjectKey::new(format!("{}{offset:020}{LOG_CHUNK_SUFFIX}", self.prefix()))
+    }
+
+    /// The offset a chunk key of this file names; `None` for any other key.
+    pub fn chunk_offset(&self, key: &ObjectKey) -> Option<u64> {
+        let name = key.as_str().strip_prefix(&self.prefix())?;
+        let digits = name.strip_suffix(LOG_CHUNK_SUFFIX)?;
+        (digits.len() == 20 && digits.bytes().all(|byte| byte.is_ascii_digit()))
+            .then(|| digits.parse().ok())
+            .flatten()
+    }
+}
+
+/// The prefix of every log file of one node in one session (ends with `/`).
+pub fn node_logs_prefix(cluster: &ClusterName, session: &SessionName, node_id: &NodeId) -> String {
+    format!("{LOGS_PREFIX}{cluster}/{session}/{node_id}/")
+}
+
 /// The key of a new raw object for `cluster`, named by `id`. The hour directories come from the
 /// ULID's own timestamp, so a key's place and name always agree.
 pub fn raw_object_key(cluster: &ClusterName, id: Ulid) -> Result<ObjectKey, InvalidKey> {
@@ -105,6 +232,52 @@ mod tests {
             assert_eq!(raw_object_time_ms(&ObjectKey::new(other)?), None, "{other}");
         }
         Ok(())
+    }
+
+    #[test]
+    fn log_chunks_sort_by_offset_and_name_it() -> Result<(), Box<dyn std::error::Error>> {
+        let file = LogFile {
+            cluster: ClusterName::new("c")?,
+            session: SessionName::new("session_2026-11-22_06-14-46_050039_15318")?,
+            node_id: NodeId::new(&"0a".repeat(28))?,
+            file: LogFileName::new("worker-ab-01000000-77.out")?,
+        };
+        let (early, late) = (file.chunk_key(9)?, file.chunk_key(10)?);
+        assert_eq!(
+            early.as_str(),
+            format!(
+                "logs/c/session_2026-11-22_06-14-46_050039_15318/{}/worker-ab-01000000-77.out/\
+                 00000000000000000009.gz",
+                "0a".repeat(28)
+            )
+        );
+        assert!(early < late);
+        assert_eq!(file.chunk_offset(&late), Some(10));
+        assert_eq!(
+            file.chunk_offset(&ObjectKey::new(format!("{}x.gz", file.prefix()))?),
+            None
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn log_names_are_single_safe_segments() {
+        for bad in [
+            "session_",
+            "session_a/b",
+            "sess",
+            "session_..",
+            "session_a.b",
+        ] {
+            assert!(SessionName::new(bad).is_err(), "{bad:?}");
+        }
+        for bad in ["", &"0A".repeat(28), &"0".repeat(55), &"g".repeat(56)] {
+            assert!(NodeId::new(bad).is_err(), "{bad:?}");
+        }
+        for bad in ["", ".", "..", ".hidden", "a/b", "sp ace", &"x".repeat(256)] {
+            assert!(LogFileName::new(bad).is_err(), "{bad:?}");
+        }
+        assert!(LogFileName::new("raylet.out").is_ok());
     }
 
     #[test]

@@ -13,6 +13,7 @@
 //! - [`compact`]: raw NDJSON → merged Parquet tables, with a conditionally replaced manifest.
 //! - [`tables`]: the Parquet tables' schemas, written and read with DuckDB.
 //! - [`query`]: the dashboard API, answered by DuckDB over those tables.
+//! - [`logs`]: Ray's log files, shipped from each node and read back by byte range.
 //! - [`layout`]: the storage key layout.
 //! - [`merge`]: Ray's rules for merging a task attempt's events into one row (pure).
 //! - [`synth`]: synthetic Ray traffic of any size, for `generate` and `bench`.
@@ -27,6 +28,7 @@ pub mod config;
 pub mod event;
 pub mod ingest;
 pub mod layout;
+pub mod logs;
 pub mod merge;
 pub mod query;
 pub mod storage;

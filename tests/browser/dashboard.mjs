@@ -67,6 +67,10 @@ try {
   check(/Traceback|File "|Error/.test(trace), "the detail panel shows the stack trace");
   check((await page.locator("#detail svg.transitions circle").count()) >= 2,
     "the detail panel draws the state transitions");
+  // Its output: this run shipped no logs, and the panel says what would keep them.
+  await page.waitForFunction(() => [...document.querySelectorAll("#detail pre.log")]
+    .some((pre) => pre.textContent.includes("ship-logs")), null, { timeout: 10_000 });
+  check(true, "the detail panel shows the attempt's output section (no logs shipped: says how)");
   await page.screenshot({ path: `${shots}/3-task-detail.png`, fullPage: true });
   await page.click("#close");
 

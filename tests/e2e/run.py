@@ -10,8 +10,10 @@ One run of this script:
    batches (variant `lambda`; see lambda_stack.py);
 2. starts a single-node Ray head on 127.0.0.1 exporting every event type to the proxy, and runs
    `workload.py` as a driver;
+   `afterglow ship-logs` runs beside Ray and sends its session logs through the same proxy;
 3. captures Ray's answers (`ray list tasks --detail`, `summarize_tasks`, `ray list actors/jobs/
-   nodes`), waits until Afterglow has as many attempts, stops Ray, and compares;
+   nodes`, each printing task's own output), waits until Afterglow has as many attempts, stops
+   Ray and the shipper, removes Ray's session directory, and compares;
 4. shows that the history is still served after the cluster is gone.
 
 It prints one line per entity type (`tasks: N matched, M differ, K missing`) and exits 1 when
@@ -69,6 +71,107 @@ class Api:
 
     def get(self, path, timeout=30):
         return http_json(self.base + path, timeout, self.headers)
+
+    def get_bytes(self, path, timeout=30):
+        """(status, body) of a GET, errors included."""
+        request = urllib.request.Request(self.base + path, headers=self.headers)
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as response:
+                return response.status, response.read()
+        except urllib.error.HTTPError as err:
+            return err.code, err.read()
+
+
+class LogShipper:
+    """`afterglow ship-logs` beside the Ray node, as a user starts it next to `ray start`."""
+
+    def __init__(self, binary, export_addr, ray_dir, log_path):
+        env = dict(os.environ)
+        env.pop("AWS_LAMBDA_RUNTIME_API", None)
+        self.process = subprocess.Popen(
+            [binary, "ship-logs", "--to", export_addr, "--ray-dir", ray_dir,
+             "--interval", "500ms"],
+            env=env, stdout=open(log_path, "a"), stderr=subprocess.STDOUT)
+
+    def stop(self):
+        """SIGTERM, as Kubernetes stops a pod: the shipper makes its last pass and exits."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return self.process.returncode
+
+
+def ray_task_logs(env, address, printed):
+    """Ray's own answer (`ray.util.state.get_log`) for each printing task's streams, from the
+    live cluster: {task_id: {stream: text or None when Ray could not tell}}."""
+    script = (
+        "import json, sys\n"
+        "from ray.util.state import get_log\n"
+        "printed = json.load(open(sys.argv[2]))\n"
+        "out = {}\n"
+        "for task_id, streams in printed.items():\n"
+        "    out[task_id] = {}\n"
+        "    for stream in streams:\n"
+        "        try:\n"
+        "            out[task_id][stream] = ''.join(get_log(address=sys.argv[1], task_id=task_id,\n"
+        "                suffix='out' if stream == 'stdout' else 'err'))\n"
+        "        except Exception as err:\n"
+        "            out[task_id][stream] = None\n"
+        "print(json.dumps(out))\n")
+    result = subprocess.run([sys.executable, "-c", script, address, printed], env=env,
+                            capture_output=True, text=True, timeout=300)
+    if result.returncode != 0:
+        raise RuntimeError(f"reading Ray's task logs failed: {result.stderr[-2000:]}")
+    return json.loads(result.stdout)
+
+
+def compare_logs_through_rays_route(api, ray_logs):
+    """Ray's own log route (`api/v0/logs/file?task_id=…`, as Ray's dashboard task page asks it;
+    Ray's `get_log`/`ray logs` need a GCS address, so they cannot be pointed at a URL) over
+    Afterglow after the cluster is gone: the text the live cluster gave. Returns the number of
+    problems."""
+    compared = [(task_id, stream, text) for task_id, streams in ray_logs.items()
+                for stream, text in streams.items() if text is not None]
+    differ = []
+    for task_id, stream, text in compared:
+        suffix = "out" if stream == "stdout" else "err"
+        status, body = api.get_bytes(f"/ray/{CLUSTER}/latest/api/v0/logs/file?task_id={task_id}"
+                                     f"&suffix={suffix}&lines=50000&filter_ansi_code=true")
+        if status != 200 or body.decode("utf-8", "replace") != text:
+            differ.append((task_id, stream, status, body[:200]))
+    print(f"api/v0/logs/file?task_id=… (Ray's dashboard) over afterglow: "
+          f"{len(compared) - len(differ)} of {len(compared)} streams as the live cluster gave them")
+    for task_id, stream, status, body in differ[:3]:
+        print(f"  {task_id[:12]}… {stream}: {status} {body!r} vs {ray_logs[task_id][stream]!r:.200}")
+    return len(differ) + (not compared)
+
+
+def compare_logs(api, printed_path, ray_logs):
+    """Each printing task's output from Afterglow, after Ray and its session directory are
+    gone: exactly what the task printed, and Ray's own answer where Ray could give one (not
+    for the task whose worker died: Ray never reported its offsets, so Afterglow infers
+    them). Returns the number of problems."""
+    with open(printed_path) as f:
+        printed = json.load(f)
+    problems, checked = 0, 0
+    for task_id, streams in printed.items():
+        for stream, line in streams.items():
+            status, body = api.get_bytes(f"/api/tasks/{task_id}/logs?stream={stream}")
+            text = body.decode("utf-8", "replace")
+            theirs = ray_logs.get(task_id, {}).get(stream)
+            ok = status == 200 and text == line and (theirs is None or theirs == text)
+            checked += 1
+            if not ok:
+                problems += 1
+                print(f"  logs of {task_id[:12]}… {stream}: {status} {text[:200]!r} "
+                      f"(Ray: {theirs!r:.200}, printed {line!r})")
+    print(f"task logs after the session directory is gone: {checked - problems} of {checked} "
+          f"streams exactly as printed and as Ray served them")
+    return problems
 
 
 class Afterglow:
@@ -572,6 +675,7 @@ def main():
                       f"/ray/{CLUSTER}/latest"]
     status = 1
     ray_stopped = False
+    shipper = None
     dashboard_problems = 0
     try:
         ray_cli(env, "start", "--head", "--num-cpus=2", "--include-dashboard=true",
@@ -579,9 +683,13 @@ def main():
                 "--node-ip-address=127.0.0.1", f"--port={gcs_port}", "--disable-usage-stats",
                 f"--temp-dir={env['RAY_TMPDIR']}", *proxy_flag)
         log("Ray started")
+        shipper = LogShipper(os.path.abspath(args.afterglow), export_addr, env["RAY_TMPDIR"],
+                             os.path.join(work, "ship-logs.log"))
         if args.variant == "faults":
             proxy.failing.set()
-        driver_env = dict(env, RAY_ADDRESS=address, N_TASKS=str(args.tasks))
+        printed_path = os.path.join(work, "printed.json")
+        driver_env = dict(env, RAY_ADDRESS=address, N_TASKS=str(args.tasks),
+                          AFTERGLOW_E2E_PRINTS=printed_path)
         workload = subprocess.Popen([sys.executable, os.path.join(HERE, "workload.py")],
                                     env=driver_env)
         if args.variant == "faults":
@@ -599,6 +707,7 @@ def main():
         time.sleep(10)
         ray = ray_answers(env, address)
         log(f"Ray lists {len(ray['tasks'])} attempts")
+        ray_logs = ray_task_logs(env, address, printed_path)
         seen = wait_for_attempts(api, len(ray["tasks"]), timeout=180)
         log(f"Afterglow shows {seen} attempts")
         if args.versus_ray:
@@ -608,8 +717,14 @@ def main():
                                                      switch)
         ray_cli(env, "stop", "--force")
         ray_stopped = True
-        log("Ray stopped; comparing")
-        problems = compare(ray, api) + dashboard_problems
+        shipped = shipper.stop()
+        sessions = [name for name in os.listdir(env["RAY_TMPDIR"]) if name.startswith("session_")]
+        for name in sessions:
+            shutil.rmtree(os.path.join(env["RAY_TMPDIR"], name), ignore_errors=True)
+        log(f"Ray and the log shipper (exit {shipped}) stopped, {len(sessions)} session "
+            "directories removed; comparing")
+        problems = compare(ray, api) + dashboard_problems + (shipped != 0)
+        problems += compare_logs(api, printed_path, ray_logs)
         if args.variant == "serve":
             problems += list_synthetic_session(args.afterglow, deployment, api, env, 50_000)
         if args.variant == "lambda":
@@ -619,8 +734,10 @@ def main():
                 # Without --detail: a detail list of 2068 attempts is over Lambda's 6 MB and is
                 # cut there (tests/ray_routes.rs checks the cut and its warning).
                 problems += compare_ray_tools(env, ray, proxied, detail=False)
+                problems += compare_logs_through_rays_route(proxied, ray_logs)
         else:
             problems += compare_ray_tools(env, ray, api)
+            problems += compare_logs_through_rays_route(api, ray_logs)
         after = api.get(f"/api/summary?cluster={CLUSTER}")
         print(f"after the cluster is gone: {after['total']} attempts still served "
               f"({after['by_state']})")
@@ -637,6 +754,8 @@ def main():
         if not ray_stopped:
             subprocess.run([os.path.join(os.path.dirname(sys.executable), "ray"), "stop",
                             "--force"], env=env, capture_output=True)
+        if shipper:
+            shipper.stop()
         deployment.stop()
         proxy.shutdown()
         if switch:

@@ -2,9 +2,12 @@
 
 Thousands of short tasks, named tasks, tasks raising exceptions, a retry that fails then
 succeeds (and one whose worker crashes first), nested tasks, actors with methods, an actor that
-exits itself and one that is killed, a cancelled task, and a task still running when the job
-ends. Run as a Ray driver (RAY_ADDRESS set); N_TASKS sets the number of short tasks.
+exits itself and one that is killed, a cancelled task, a task still running when the job ends,
+and tasks that print known lines (one then fails, one then kills its worker). Run as a Ray
+driver (RAY_ADDRESS set); N_TASKS sets the number of short tasks; the printing tasks' ids and
+lines are written to the JSON file AFTERGLOW_E2E_PRINTS names.
 """
+import json
 import os
 import sys
 import tempfile
@@ -67,6 +70,49 @@ def flaky_crash(path):
 
 
 @ray.remote
+def prints(i):
+    print(f"afterglow e2e: printer {i} on stdout")
+    print(f"afterglow e2e: printer {i} on stderr", file=sys.stderr)
+    return i
+
+
+@ray.remote(max_retries=0)
+def prints_then_fails():
+    print("afterglow e2e: about to fail")
+    raise ValueError("afterglow e2e: failing after printing")
+
+
+# A worker of its own (see flaky_crash): os._exit() kills it mid-task, so Ray never reports
+# where this attempt's output ends.
+@ray.remote(max_retries=0, runtime_env={"env_vars": {"AFTERGLOW_E2E_EXIT_WORKER": "1"}})
+def prints_then_exits():
+    print("afterglow e2e: last words before os._exit")
+    sys.stdout.flush()
+    os._exit(3)
+
+
+def printing_tasks():
+    """Runs the printing tasks; returns what each attempt printed, by task id."""
+    printed = {}
+    refs = [prints.remote(i) for i in range(3)]
+    for i, ref in enumerate(refs):
+        printed[ref.task_id().hex()] = {
+            "stdout": f"afterglow e2e: printer {i} on stdout\n",
+            "stderr": f"afterglow e2e: printer {i} on stderr\n",
+        }
+    ray.get(refs)
+    for task, line in [(prints_then_fails, "afterglow e2e: about to fail\n"),
+                       (prints_then_exits, "afterglow e2e: last words before os._exit\n")]:
+        ref = task.remote()
+        printed[ref.task_id().hex()] = {"stdout": line}
+        try:
+            ray.get(ref)
+        except Exception:
+            pass
+    return printed
+
+
+@ray.remote
 class Counter:
     def __init__(self, start=0):
         self.n = start
@@ -122,6 +168,11 @@ def main():
     crashed = flaky_crash.remote(os.path.join(STATE_DIR, "crash.cnt"))
 
     ray.get(refs + named + nested + actor_refs + [retried, crashed])
+    printed = printing_tasks()
+    prints_file = os.environ.get("AFTERGLOW_E2E_PRINTS")
+    if prints_file:
+        with open(prints_file, "w") as f:
+            json.dump(printed, f)
     for ref in failing + [boom]:
         try:
             ray.get(ref)

@@ -8,24 +8,32 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use shared::storage::{ETag, ObjectKey, ObjectMeta, PutMode, Storage, StorageError, StoredObject};
 
-/// Conditional writes of manifests whose response is lost after they were applied: the write
+/// Conditional writes under a prefix whose response is lost after they were applied: the write
 /// lands in the inner store, and the caller gets the 412 that the SDK's automatic retry of the
 /// same request would get. The first `losses` such writes are affected.
 #[derive(Debug)]
-pub struct LosesManifestResponses {
+pub struct LosesConditionalResponses {
     inner: Arc<dyn Storage>,
+    prefix: &'static str,
     remaining: AtomicUsize,
     lost: AtomicUsize,
 }
 
-impl LosesManifestResponses {
-    /// Wraps `inner`, losing the responses of the first `losses` manifest writes.
-    pub fn new(inner: Arc<dyn Storage>, losses: usize) -> Self {
+impl LosesConditionalResponses {
+    /// Wraps `inner`, losing the responses of the first `losses` conditional writes of keys
+    /// under `prefix`.
+    pub fn new(inner: Arc<dyn Storage>, prefix: &'static str, losses: usize) -> Self {
         Self {
             inner,
+            prefix,
             remaining: AtomicUsize::new(losses),
             lost: AtomicUsize::new(0),
         }
+    }
+
+    /// Losing the responses of manifest writes.
+    pub fn of_manifests(inner: Arc<dyn Storage>, losses: usize) -> Self {
+        Self::new(inner, "tables/manifests/", losses)
     }
 
     /// How many responses were lost so far (each after its write landed).
@@ -35,13 +43,12 @@ impl LosesManifestResponses {
 }
 
 #[async_trait]
-impl Storage for LosesManifestResponses {
+impl Storage for LosesConditionalResponses {
     async fn put(&self, key: &ObjectKey, body: Bytes, mode: PutMode) -> Result<ETag, StorageError> {
         let conditional = !matches!(mode, PutMode::Overwrite);
         let etag = self.inner.put(key, body, mode).await?;
-        let manifest = key.as_str().starts_with("tables/manifests/");
         if conditional
-            && manifest
+            && key.as_str().starts_with(self.prefix)
             && self
                 .remaining
                 .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))

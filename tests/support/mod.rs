@@ -204,6 +204,55 @@ impl TestServer {
     }
 }
 
+/// A `serve` with every function in this process, and what it posted, compacted.
+pub struct Served {
+    /// The server.
+    pub server: TestServer,
+    /// Where it keeps everything.
+    pub storage: Arc<dyn Storage>,
+    /// Its compaction queue: `idle()` after posting more.
+    pub queue: shared::compact::queue::CompactionQueue,
+    _scratch: tempfile::TempDir,
+    _data: Option<tempfile::TempDir>,
+}
+
+/// `serve` over `storage` with settings changed by `configure`, every fixture run posted to it
+/// (one cluster per run) and compacted.
+pub async fn serve_runs(
+    storage: Arc<dyn Storage>,
+    runs: &[FixtureRun],
+    configure: impl FnOnce(ServeSettings) -> anyhow::Result<ServeSettings>,
+) -> anyhow::Result<Served> {
+    let (settings, queue, scratch) = serving_settings(Arc::clone(&storage))?;
+    let server = TestServer::start(configure(settings)?).await?;
+    for run in runs {
+        post_all(
+            &format!("{}/v1/events/{}", server.url, run.name),
+            &bodies(run)?,
+        )
+        .await?;
+    }
+    queue.idle().await;
+    Ok(Served {
+        server,
+        storage,
+        queue,
+        _scratch: scratch,
+        _data: None,
+    })
+}
+
+/// [`serve_runs`] over a local folder.
+pub async fn serve_runs_locally(
+    runs: &[FixtureRun],
+    configure: impl FnOnce(ServeSettings) -> anyhow::Result<ServeSettings>,
+) -> anyhow::Result<Served> {
+    let (data, storage) = local_storage()?;
+    let mut served = serve_runs(Arc::new(storage), runs, configure).await?;
+    served._data = Some(data);
+    Ok(served)
+}
+
 /// Settings with open ingest and default limits over `storage`.
 pub fn open_settings(storage: Arc<dyn Storage>) -> ServeSettings {
     ServeSettings {

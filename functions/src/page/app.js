@@ -226,6 +226,40 @@ function transitions(events) {
     }));
 }
 
+// The attempt's own stdout and stderr (shipped by `afterglow ship-logs`), loaded after the
+// detail is shown; a 404 says why there is none.
+function attemptOutput(task, attempt) {
+  if (!attempt.task_log_info?.stdout_file && !attempt.task_log_info?.stderr_file) return null;
+  const box = el("div", { class: "output" });
+  for (const stream of ["stdout", "stderr"]) {
+    const pre = el("pre", { class: "log", "data-stream": stream }, "loading…");
+    box.append(el("h4", {}, stream), pre);
+    const params = new URLSearchParams({
+      cluster: task.cluster, session: task.session_name,
+      attempt: String(attempt.attempt_number), stream,
+    });
+    fetch(`api/tasks/${task.task_id}/logs?${params}`).then(async (response) => {
+      const text = await response.text();
+      if (response.ok) {
+        pre.textContent = text || "(nothing printed)";
+        if (response.headers.get("x-afterglow-log-complete") === "false") {
+          pre.append("\n… (the rest was never shipped)");
+        }
+        if (response.headers.get("x-afterglow-log-range") === "inferred") {
+          pre.append("\n(Ray never reported where this attempt's output is, since its worker died: " +
+            "this is what the worker wrote between its previous task and its next)");
+        }
+      } else {
+        let message = text;
+        try { message = JSON.parse(text).error ?? text; } catch { /* not JSON */ }
+        pre.textContent = message;
+        pre.classList.add("muted");
+      }
+    }).catch((error) => { pre.textContent = String(error); pre.classList.add("muted"); });
+  }
+  return box;
+}
+
 async function openTask(task) {
   const params = new URLSearchParams({ cluster: task.cluster, session: task.session_name });
   const detail = await api(`tasks/${task.task_id}`, params);
@@ -234,6 +268,7 @@ async function openTask(task) {
       attempt.synthesized_failure ? " (failed by Ray at job end or worker death)" : ""),
     transitions(attempt.events),
     attempt.error_message ? el("pre", { class: "trace" }, `${attempt.error_type ?? ""}\n${attempt.error_message}`) : null,
+    attemptOutput(task, attempt),
     el("dl", {}, [
       ["task", attempt.task_id], ["name", attempt.name], ["function", attempt.func_or_class_name],
       ["type", attempt.type], ["job", attempt.job_id], ["actor", attempt.actor_id],

@@ -19,6 +19,7 @@
 mod aggregates;
 mod entities;
 pub mod json;
+mod logs;
 pub mod params;
 pub mod ray;
 pub mod snapshot;
@@ -27,6 +28,7 @@ mod tasks;
 mod timeline;
 
 pub use self::aggregates::BUCKET_BOUNDS_MS;
+pub use self::logs::TaskLog;
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -132,6 +134,8 @@ pub enum ApiRoute {
     Entities(EntityKind),
     /// `GET /api/timeline`.
     Timeline,
+    /// `GET /api/logs`: the log files a node shipped.
+    LogFiles,
 }
 
 /// Answers dashboard API requests over one store.
@@ -204,6 +208,7 @@ impl QueryEngine {
             ApiRoute::Task(task_id) => tasks::task(self, task_id, params).await,
             ApiRoute::Entities(kind) => entities::entities(self, *kind, params).await,
             ApiRoute::Timeline => timeline::timeline(self, params).await,
+            ApiRoute::LogFiles => self.answer_log_files(params).await,
         }
     }
 

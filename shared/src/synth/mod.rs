@@ -37,6 +37,12 @@ pub struct SynthSettings {
     pub failure_rate: f64,
     /// Share of tasks that are actor method calls.
     pub actor_share: f64,
+    /// Share of normal tasks submitted by an earlier task of their job rather than its driver.
+    pub nested_share: f64,
+    /// Whether a nested task's submitter is its job's previous task, so that nesting makes
+    /// chains as deep as the job (a lineage summary's worst case), rather than one of the
+    /// job's 64 most recent tasks.
+    pub chained: bool,
     /// Share of bodies delivered twice.
     pub duplicate_rate: f64,
     /// Events per body (Ray ≥ 2.55 sends at most 1000).
@@ -58,6 +64,8 @@ impl Default for SynthSettings {
             workers_per_node: 16,
             failure_rate: 0.02,
             actor_share: 0.15,
+            nested_share: 0.2,
+            chained: false,
             duplicate_rate: 0.005,
             batch_events: 1000,
             profile: false,
@@ -592,9 +600,12 @@ impl Generator {
                 worker,
             )
         };
-        // A fifth of normal tasks are submitted by another task rather than the driver.
-        let parent = if !actor_call && self.rng.chance(0.2) && recent > 0 {
-            let index = self.rng.below(recent);
+        let parent = if !actor_call && self.rng.chance(self.settings.nested_share) && recent > 0 {
+            let index = if self.settings.chained {
+                recent - 1
+            } else {
+                self.rng.below(recent)
+            };
             self.jobs[job_index].recent.get(index).cloned()
         } else {
             None

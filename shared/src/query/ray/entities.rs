@@ -498,6 +498,25 @@ pub(super) async fn logical_actor(
     Ok(json!({"result": true, "msg": "Actor details fetched.", "data": {"detail": detail}}))
 }
 
+/// Where an actor last ran: its node and pid (what names its worker's log files).
+pub(super) async fn actor_worker(
+    engine: &QueryEngine,
+    scope: &Scope,
+    id: &str,
+) -> Result<(String, u32), QueryError> {
+    let entities = records(engine, scope, EntityKind::Actors).await?;
+    let actor = entities
+        .actors
+        .get(&id.to_ascii_lowercase())
+        .ok_or_else(|| QueryError::NotFound(format!("no actor {id}")))?;
+    match (actor.node_id(), actor.pid()) {
+        (Some(node_id), Some(pid)) => Ok((node_id, pid)),
+        _ => Err(QueryError::NotFound(format!(
+            "actor {id} never reported the node and process it ran in"
+        ))),
+    }
+}
+
 /// A node as the dashboard's summary entry: what the GCS knows (`raylet`), with the live
 /// statistics a history does not have left out or zero, so the pages render.
 fn node_summary(node: &NodeRecord) -> Json {
@@ -620,7 +639,11 @@ pub(super) async fn summary_actors(
                 .definition
                 .as_ref()
                 .map(|reported| reported.value.class_name.as_str());
-            super::tasks::summary_actor(&actor.id, &actor.repr_name(), class)
+            SummaryActor {
+                actor_id: actor.id.clone(),
+                repr_name: Some(actor.repr_name()).filter(|name| !name.is_empty()),
+                class_name: class.map(str::to_owned),
+            }
         })
         .collect())
 }

@@ -4,14 +4,16 @@
 //!
 //! The URL names the history: `/ray/{cluster}/{session|latest}/…` ([`route`]). Each data route
 //! answers a valid body, empty when the export does not carry its data (metrics, Serve,
-//! datasets, logs), because Ray's dashboard proxy falls back to its own (empty) cluster on a
-//! 404; only paths that are not data routes — the UI's own files — are left to 404.
+//! datasets), because Ray's dashboard proxy falls back to its own (empty) cluster on a 404;
+//! only paths that are not data routes — the UI's own files — are left to 404. Log routes read
+//! what `afterglow ship-logs` sent.
 //!
 //! Ray caps every list at 10 000 rows; Afterglow has no cap of its own, only the response's
 //! size ([`QuerySettings::response_bytes`](super::QuerySettings)), and says so in `warnings`
 //! when a list is cut.
 
 mod entities;
+mod logs;
 pub mod request;
 pub mod route;
 pub mod summary;
@@ -36,9 +38,9 @@ impl QueryEngine {
         &self,
         request: &RayRequest,
         pairs: &[(String, String)],
-    ) -> Result<Json, QueryError> {
+    ) -> Result<RayBody, QueryError> {
         let (scope, session) = self.resolve(&request.target).await?;
-        match &request.route {
+        let answer = match &request.route {
             RayRoute::List(StateResource::Tasks) => tasks::list(self, &scope, pairs).await,
             RayRoute::List(StateResource::Entity(kind)) => {
                 entities::list(self, &scope, *kind, pairs).await
@@ -46,7 +48,9 @@ impl QueryEngine {
             RayRoute::List(StateResource::Unexported) => {
                 Ok(list_envelope(0, 0, Vec::new(), Vec::new()))
             }
-            RayRoute::SummarizeTasks => tasks::summarize(self, &scope, pairs).await,
+            RayRoute::SummarizeTasks => return tasks::summarize(self, &scope, pairs).await,
+            RayRoute::LogIndex => logs::index(self, &scope, pairs).await,
+            RayRoute::LogFile => return logs::file(self, &scope, pairs).await,
             RayRoute::SummarizeActors => entities::summarize_actors(self, &scope).await,
             RayRoute::Timeline => tasks::timeline(self, &scope, pairs).await,
             RayRoute::Jobs => entities::jobs(self, &scope).await,
@@ -56,13 +60,14 @@ impl QueryEngine {
             RayRoute::Nodes => entities::nodes(self, &scope).await,
             RayRoute::Node(id) => entities::node(self, &scope, id).await,
             RayRoute::Events => Ok(events(pairs)),
-            RayRoute::Fixed(FixedRoute::ReadOnly) => Err(QueryError::BadRequest(
+            RayRoute::ReadOnly => Err(QueryError::BadRequest(
                 "This is a history kept by Afterglow: jobs cannot be submitted, stopped or \
                  deleted here."
                     .into(),
             )),
             RayRoute::Fixed(fixed) => Ok(fixed_answer(*fixed, &session)),
-        }
+        };
+        RayBody::from_json(&answer?)
     }
 
     /// The scope of one session: the named one, or the one that started last. A cluster or
@@ -141,6 +146,73 @@ impl QueryEngine {
     }
 }
 
+/// A Ray route's answer: the bytes to send and their media type.
+///
+/// JSON is kept as text rather than a `serde_json::Value` because a lineage summary is as deep
+/// as the task tree, and a `Value` that deep cannot be serialized or even dropped without
+/// overflowing the stack ([`summary`] writes it as text). Log routes answer plain text.
+#[derive(Clone, Debug)]
+pub struct RayBody {
+    bytes: Vec<u8>,
+    content_type: &'static str,
+}
+
+impl RayBody {
+    /// The media type (`application/json`, or `text/plain` for log files).
+    pub fn content_type(&self) -> &'static str {
+        self.content_type
+    }
+
+    /// The body.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// The body, owned.
+    pub fn into_bytes(self) -> Vec<u8> {
+        self.bytes
+    }
+
+    fn from_json(value: &Json) -> Result<Self, QueryError> {
+        serde_json::to_vec(value)
+            .map(|bytes| Self {
+                bytes,
+                content_type: "application/json",
+            })
+            .map_err(|err| QueryError::Internal(format!("writing a Ray answer: {err}")))
+    }
+
+    fn text(bytes: Vec<u8>) -> Self {
+        Self {
+            bytes,
+            content_type: "text/plain; charset=utf-8",
+        }
+    }
+
+    /// `envelope` with the JSON text `inner` in place of the string [`SPLICE_HERE`] (which
+    /// must occur once), so that one function still defines each envelope.
+    fn spliced(envelope: &Json, inner: &str) -> Result<Self, QueryError> {
+        let outer = serde_json::to_string(envelope)
+            .map_err(|err| QueryError::Internal(format!("writing a Ray answer: {err}")))?;
+        let marker = Json::from(SPLICE_HERE).to_string();
+        let Some((before, after)) = outer.split_once(&marker) else {
+            return Err(QueryError::Internal("a Ray envelope lost its place".into()));
+        };
+        let mut bytes = Vec::with_capacity(outer.len() + inner.len());
+        bytes.extend_from_slice(before.as_bytes());
+        bytes.extend_from_slice(inner.as_bytes());
+        bytes.extend_from_slice(after.as_bytes());
+        Ok(Self {
+            bytes,
+            content_type: "application/json",
+        })
+    }
+}
+
+/// Where [`RayBody::spliced`] puts a value written as text. The NULs keep it out of any
+/// envelope's own strings, which are ours.
+const SPLICE_HERE: &str = "\u{0}afterglow: spliced here\u{0}";
+
 /// The state API's envelope around a list: Ray's `ListApiResponse`. Nothing is truncated at a
 /// source, so `num_after_truncation` is the total.
 fn list_envelope(total: u64, filtered: u64, rows: Vec<Json>, warnings: Vec<String>) -> Json {
@@ -212,9 +284,6 @@ fn fixed_answer(route: FixedRoute, session: &str) -> Json {
         FixedRoute::ServeApplications => json!({"controller_info": {}, "proxies": {},
             "applications": {}, "target_capacity": null}),
         FixedRoute::Datasets => json!({"datasets": []}),
-        FixedRoute::LogIndex => json!({"result": true, "msg": "", "data": {"result": {}}}),
-        FixedRoute::LogFile => json!({"result": false,
-            "msg": "Afterglow does not keep log files yet.", "data": {"result": null}}),
         FixedRoute::ObjectSummary => state_envelope(
             0,
             0,
@@ -223,6 +292,5 @@ fn fixed_answer(route: FixedRoute, session: &str) -> Json {
                 "total_size_mb": 0.0, "callsite_enabled": true, "summary_by": "callsite"}}}),
             Vec::new(),
         ),
-        FixedRoute::ReadOnly => json!({}),
     }
 }

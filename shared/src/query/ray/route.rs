@@ -65,14 +65,8 @@ pub enum FixedRoute {
     ServeApplications,
     /// `api/data/datasets/{job}`.
     Datasets,
-    /// `api/v0/logs`: the files of a node (none until logs are shipped).
-    LogIndex,
-    /// `api/v0/logs/file`.
-    LogFile,
     /// `api/v0/objects/summarize`.
     ObjectSummary,
-    /// `api/v0/delete_job`-like and other writes a history cannot do.
-    ReadOnly,
 }
 
 /// A route of Ray's dashboard, under a [`RayTarget`].
@@ -100,6 +94,12 @@ pub enum RayRoute {
     Node(String),
     /// `GET events` (`?job_id=`).
     Events,
+    /// `GET api/v0/logs?node_id=`: a node's shipped log files, by Ray's categories.
+    LogIndex,
+    /// `GET api/v0/logs/file` (and `stream`): a file's last lines, or a task's own output.
+    LogFile,
+    /// Job submission, stopping, deleting: writes a history cannot do (HTTP 400).
+    ReadOnly,
     /// Answers that need no table.
     Fixed(FixedRoute),
 }
@@ -160,7 +160,7 @@ fn route_of(method: &str, path: &str) -> Option<RayRoute> {
             ("POST", ["api", "authenticate"]) => fixed(FixedRoute::Authenticate),
             // Job submission, stopping, deleting: a history has nothing to act on.
             ("POST" | "PUT" | "DELETE", ["api", "jobs", ..] | ["api", "v0", ..]) => {
-                fixed(FixedRoute::ReadOnly)
+                Some(RayRoute::ReadOnly)
             }
             _ => None,
         };
@@ -183,10 +183,10 @@ fn route_of(method: &str, path: &str) -> Option<RayRoute> {
             // Off by default in Ray (`RAY_DASHBOARD_INGEST_PLATFORM_EVENTS`): a 404 keeps the
             // tab hidden, as on the cluster.
             "platform_events" => return None,
-            "logs" => return fixed(FixedRoute::LogIndex),
+            "logs" => return Some(RayRoute::LogIndex),
             _ => return None,
         }),
-        ["api", "v0", "logs", "file" | "stream"] => RayRoute::Fixed(FixedRoute::LogFile),
+        ["api", "v0", "logs", "file" | "stream"] => RayRoute::LogFile,
         ["api", "jobs", ""] | ["api", "jobs"] => RayRoute::Jobs,
         ["api", "jobs", id] | ["api", "jobs", id, ""] => RayRoute::Job((*id).to_owned()),
         ["logical", "actors"] | ["logical", "actors", ""] => RayRoute::LogicalActors,
@@ -272,7 +272,7 @@ mod tests {
     fn writes_get_a_read_only_answer_not_a_fallback() -> Result<(), RayPathError> {
         assert_eq!(
             RayRequest::parse("POST", "c/latest/api/jobs/")?.route,
-            RayRoute::Fixed(FixedRoute::ReadOnly)
+            RayRoute::ReadOnly
         );
         assert_eq!(
             RayRequest::parse("POST", "c/latest/api/authenticate")?.route,

@@ -13,8 +13,8 @@ use super::super::sql::Sql;
 use super::super::tasks::attempts_relation;
 use super::super::{QueryEngine, QueryError};
 use super::request::{Column, ColumnKind, RayQuery};
-use super::summary::{self, SummaryActor, SummaryTask};
-use super::{list_envelope, state_envelope};
+use super::summary::{self, SummaryTask};
+use super::{RayBody, SPLICE_HERE, list_envelope, state_envelope};
 use crate::tables::task_attempts::status_columns;
 
 /// `TaskState`'s filterable columns (`filterable_columns()` in Ray 2.60).
@@ -331,7 +331,7 @@ pub(super) async fn summarize(
     engine: &QueryEngine,
     scope: &Scope,
     pairs: &[(String, String)],
-) -> Result<Json, QueryError> {
+) -> Result<RayBody, QueryError> {
     // Ray's summaries take filters only; drivers are always left out.
     let filter_pairs: Vec<(String, String)> = pairs
         .iter()
@@ -358,7 +358,7 @@ pub(super) async fn summarize(
         } else {
             summary::by_func_name(&[])
         };
-        return Ok(state_envelope(0, 0, 0, cluster_summary(empty), Vec::new()));
+        return cluster_summary(0, 0, &empty, Vec::new());
     };
     let mut sql = Sql::default();
     sql.push(
@@ -396,19 +396,25 @@ pub(super) async fn summarize(
     } else {
         summary::by_func_name(&tasks)
     };
-    let counted = tasks.len() as u64;
-    Ok(state_envelope(
+    cluster_summary(filtered, tasks.len() as u64, &result, warnings)
+}
+
+/// The envelope around a summary (JSON text): Ray's summaries are per "node" and always under
+/// the one key `cluster`.
+fn cluster_summary(
+    filtered: u64,
+    counted: u64,
+    summary: &str,
+    warnings: Vec<String>,
+) -> Result<RayBody, QueryError> {
+    let envelope = state_envelope(
         filtered,
         filtered,
         counted,
-        cluster_summary(result),
+        json!({ "node_id_to_summary": { "cluster": SPLICE_HERE } }),
         warnings,
-    ))
-}
-
-/// Ray's summaries are per "node" and always under the one key `cluster`.
-fn cluster_summary(summary: Json) -> Json {
-    json!({ "node_id_to_summary": { "cluster": summary } })
+    );
+    RayBody::spliced(&envelope, summary)
 }
 
 fn summary_task(mut row: JsonRow) -> SummaryTask {
@@ -556,19 +562,6 @@ fn chrome_trace(rows: Vec<JsonRow>) -> Vec<Json> {
             "pid": pid, "tid": tid, "ph": "M"}));
     }
     events
-}
-
-/// The actors' names the lineage summary shows, from the actors table.
-pub(super) fn summary_actor(
-    actor_id: &str,
-    repr_name: &str,
-    class_name: Option<&str>,
-) -> SummaryActor {
-    SummaryActor {
-        actor_id: actor_id.to_owned(),
-        repr_name: Some(repr_name.to_owned()).filter(|name| !name.is_empty()),
-        class_name: class_name.map(str::to_owned),
-    }
 }
 
 #[cfg(test)]

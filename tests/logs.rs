@@ -1,0 +1,468 @@
+//! Node logs (DESIGN §4c): pieces stored by offset on both backends, re-sends and lost
+//! responses recognised, rewritten files refused; `POST /v1/logs/{cluster}` checking what it
+//! is sent; and `afterglow ship-logs`' shipper sending a Ray session folder through `serve`.
+
+use std::sync::Arc;
+
+use afterglow::ship_logs::HttpSink;
+use afterglow_tests::faults::LosesConditionalResponses;
+use afterglow_tests::{TestServer, for_each_backend, local_storage, open_settings};
+use anyhow::{Context as _, ensure};
+use shared::auth::AccessToken;
+use shared::layout::{ClusterName, LogFile, LogFileName, NodeId, SessionName};
+use shared::logs::ship::{ShipError, ShipSettings, Shipper};
+use shared::logs::store::{LogError, LogRange, MAX_CHUNK_BYTES, put_chunk, read_range};
+use shared::storage::Storage;
+
+const SESSION: &str = "session_2026-11-23_10-00-00_000001_4242";
+const TOKEN: &str = "logs-test-token-0123456789";
+
+fn node_id() -> String {
+    "5e".repeat(28)
+}
+
+fn log_file(name: &str) -> anyhow::Result<LogFile> {
+    Ok(LogFile {
+        cluster: ClusterName::new("logs")?,
+        session: SessionName::new(SESSION)?,
+        node_id: NodeId::new(&node_id())?,
+        file: LogFileName::new(name)?,
+    })
+}
+
+async fn chunks_tile_a_file_and_any_range_reads_back(
+    storage: Arc<dyn Storage>,
+) -> anyhow::Result<()> {
+    let file = log_file("worker-a-01000000-7.out")?;
+    let text = b"first line\nsecond line\nthird\n";
+    put_chunk(&*storage, &file, 0, &text[..11]).await?;
+    put_chunk(&*storage, &file, 11, &text[11..]).await?;
+    let whole = read_range(&*storage, &file, 0, None).await?;
+    ensure!(whole.bytes == text && whole.complete, "{whole:?}");
+    // A range across the two pieces, as a task's taskLogInfo names one.
+    let middle = read_range(&*storage, &file, 6, Some(17)).await?;
+    ensure!(
+        middle
+            == LogRange {
+                bytes: text[6..17].to_vec(),
+                complete: true
+            },
+        "{middle:?}"
+    );
+    // Past what was shipped: the stored part, marked incomplete.
+    let past = read_range(&*storage, &file, 23, Some(40)).await?;
+    ensure!(
+        past == LogRange {
+            bytes: text[23..].to_vec(),
+            complete: false
+        },
+        "{past:?}"
+    );
+    let other = read_range(&*storage, &log_file("never-sent.out")?, 0, Some(5)).await?;
+    ensure!(other.bytes.is_empty() && !other.complete, "{other:?}");
+    Ok(())
+}
+
+async fn a_resend_stores_only_what_is_new_and_a_rewrite_is_refused(
+    storage: Arc<dyn Storage>,
+) -> anyhow::Result<()> {
+    let file = log_file("worker-b-01000000-8.err")?;
+    put_chunk(&*storage, &file, 0, b"0123456789").await?;
+    // The shipper resends from an acknowledged offset, with what was appended since.
+    let longer = put_chunk(&*storage, &file, 0, b"0123456789abc").await?;
+    ensure!((longer.stored, longer.end) == (3, 13), "{longer:?}");
+    let same = put_chunk(&*storage, &file, 0, b"0123456789abc").await?;
+    ensure!(same.stored == 0, "{same:?}");
+    // The same name with other bytes (a file rewritten): refused, and nothing changes.
+    match put_chunk(&*storage, &file, 0, b"01234XXXXXXXXXXX").await {
+        Err(LogError::Conflict { start, .. }) => ensure!(start == 5, "conflict at {start}"),
+        other => anyhow::bail!("a rewrite was not refused: {other:?}"),
+    }
+    let stored = read_range(&*storage, &file, 0, None).await?;
+    ensure!(stored.bytes == b"0123456789abc", "{stored:?}");
+    put_chunk(&*storage, &file, 13, b"def").await?;
+    ensure!(read_range(&*storage, &file, 0, None).await?.bytes == b"0123456789abcdef");
+    Ok(())
+}
+
+async fn a_lost_response_is_recognised_not_refused(
+    storage: Arc<dyn Storage>,
+) -> anyhow::Result<()> {
+    let faulty = LosesConditionalResponses::new(Arc::clone(&storage), "logs/", 1);
+    let file = log_file("raylet.out")?;
+    // The piece lands, the response is lost, the SDK's retry sees 412.
+    let receipt = put_chunk(&faulty, &file, 0, b"raylet started\n").await?;
+    ensure!(faulty.lost() == 1, "the response was not lost");
+    ensure!(receipt.end == 15, "{receipt:?}");
+    ensure!(read_range(&*storage, &file, 0, None).await?.bytes == b"raylet started\n");
+    Ok(())
+}
+
+for_each_backend!(
+    chunks_tile_a_file_and_any_range_reads_back,
+    a_resend_stores_only_what_is_new_and_a_rewrite_is_refused,
+    a_lost_response_is_recognised_not_refused,
+);
+
+/// `serve` with ingest behind [`TOKEN`], over a local folder.
+async fn serve_with_token() -> anyhow::Result<(TestServer, Arc<dyn Storage>, tempfile::TempDir)> {
+    let (dir, storage) = local_storage()?;
+    let storage: Arc<dyn Storage> = Arc::new(storage);
+    let settings = afterglow::serve::ServeSettings {
+        ingest_token: Some(AccessToken::new(TOKEN)?),
+        ..open_settings(Arc::clone(&storage))
+    };
+    Ok((TestServer::start(settings).await?, storage, dir))
+}
+
+#[tokio::test]
+async fn the_log_route_checks_token_place_and_size() -> anyhow::Result<()> {
+    let (server, storage, _dir) = serve_with_token().await?;
+    let client = reqwest::Client::new();
+    let node = node_id();
+    let post = |query: String, body: Vec<u8>| {
+        let request = client
+            .post(format!("{}/v1/logs/logs?{query}", server.url))
+            .body(body);
+        async move {
+            let response = request.send().await?;
+            let status = response.status().as_u16();
+            let text = response.text().await?;
+            anyhow::Ok((status, text))
+        }
+    };
+    let place = format!("session={SESSION}&node_id={node}&file=raylet.out&offset=0");
+    for (query, status, says) in [
+        (place.clone(), 401, "missing ingest token"),
+        (
+            format!("token=wrong-token-0123456789&{place}"),
+            403,
+            "wrong ingest token",
+        ),
+        (
+            format!("token={TOKEN}&node_id={node}&file=raylet.out&offset=0"),
+            400,
+            "`session`",
+        ),
+        (
+            format!("token={TOKEN}&session={SESSION}&node_id=XYZ&file=a&offset=0"),
+            400,
+            "node id",
+        ),
+        (
+            format!("token={TOKEN}&session={SESSION}&node_id={node}&file=..%2Fx&offset=0"),
+            400,
+            "log file name",
+        ),
+        (
+            format!("token={TOKEN}&session={SESSION}&node_id={node}&file=a&offset=-1"),
+            400,
+            "offset",
+        ),
+    ] {
+        let (got, text) = post(query.clone(), b"x".to_vec()).await?;
+        ensure!(
+            got == status && text.contains(says),
+            "{query}: {got} {text}"
+        );
+    }
+    let (got, text) = post(
+        format!("token={TOKEN}&{place}"),
+        vec![b'x'; MAX_CHUNK_BYTES + 1],
+    )
+    .await?;
+    ensure!(got == 413, "{got} {text}");
+    let (got, text) = post(format!("token={TOKEN}&{place}"), b"hello\n".to_vec()).await?;
+    ensure!(got == 200 && text.contains("\"end\":6"), "{got} {text}");
+    let (got, text) = post(format!("token={TOKEN}&{place}"), b"HELLO\n".to_vec()).await?;
+    ensure!(got == 409 && text.contains("rewritten"), "{got} {text}");
+    let stored = read_range(&*storage, &log_file("raylet.out")?, 0, None).await?;
+    ensure!(stored.bytes == b"hello\n", "{stored:?}");
+    server.stop().await
+}
+
+#[tokio::test]
+async fn the_shipper_sends_a_session_folder_through_serve_and_waits_out_an_outage()
+-> anyhow::Result<()> {
+    let ray = tempfile::tempdir()?;
+    let session = ray.path().join(SESSION);
+    std::fs::create_dir_all(session.join("logs").join("old"))?;
+    std::fs::write(
+        session.join(format!("metrics_agent_port_{}", node_id())),
+        "1",
+    )?;
+    let files = [
+        ("worker-c-01000000-9.out", "task says hi\n".repeat(300)),
+        (
+            "worker-c-01000000-9.err",
+            "Traceback (most recent call last):\n".to_owned(),
+        ),
+        ("raylet.out", "started\n".to_owned()),
+    ];
+    for (name, text) in &files {
+        std::fs::write(session.join("logs").join(name), text)?;
+    }
+    let settings = ShipSettings {
+        ray_dir: ray.path().to_owned(),
+        node_id: None,
+        state_file: ray.path().join("state.json"),
+        chunk_bytes: 1000,
+    };
+
+    // Nothing listens yet: the pass asks to retry and acknowledges nothing.
+    let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let down = format!(
+        "http://{}/v1/events/logs?token={TOKEN}",
+        closed.local_addr()?
+    );
+    drop(closed);
+    let mut shipper = Shipper::new(settings.clone())?;
+    match shipper.pass(&HttpSink::new(&down)?).await {
+        Err(ShipError::Retry { reason, .. }) => ensure!(!reason.contains(TOKEN), "{reason}"),
+        other => anyhow::bail!("a pass against a closed port: {other:?}"),
+    }
+
+    let (server, storage, _dir) = serve_with_token().await?;
+    let sink = HttpSink::new(&format!("{}/v1/events/logs?token={TOKEN}", server.url))?;
+    let report = shipper.pass(&sink).await?;
+    ensure!(report.chunks == 6, "{report:?}"); // 3900 bytes in 1000-byte pieces, and two more
+    for (name, text) in &files {
+        let stored = read_range(&*storage, &log_file(name)?, 0, None).await?;
+        ensure!(
+            stored.bytes == text.as_bytes(),
+            "{name}: {} of {} bytes",
+            stored.bytes.len(),
+            text.len()
+        );
+    }
+    // A restarted shipper has nothing to send.
+    let again = Shipper::new(settings)?.pass(&sink).await?;
+    ensure!(again.chunks == 0, "{again:?}");
+    server.stop().await.context("stopping serve")
+}
+
+/// Ray's captured traffic with one attempt made to have printed: its executor event's
+/// `taskLogInfo` end offsets moved `printed` bytes past their starts. Returns the bodies and
+/// that attempt's task id (hex) and stdout file name.
+fn bodies_with_output(printed: u64) -> anyhow::Result<(Vec<Vec<u8>>, String, String)> {
+    use base64::Engine as _;
+    let run = afterglow_tests::FixtureRun::named("basic-workload")?;
+    let mut found = None;
+    let mut bodies = Vec::new();
+    for body in afterglow_tests::bodies(&run)? {
+        let mut events: serde_json::Value = serde_json::from_slice(&body)?;
+        for event in events.as_array_mut().into_iter().flatten() {
+            // `get_mut`, not indexing: indexing a missing key would add it to every event.
+            let Some(lifecycle) = event.get_mut("taskLifecycleEvent") else {
+                continue;
+            };
+            if found.is_some() || lifecycle.get("taskAttempt") != Some(&serde_json::json!(0)) {
+                continue;
+            }
+            let task_id = base64::engine::general_purpose::STANDARD.decode(
+                lifecycle
+                    .get("taskId")
+                    .and_then(serde_json::Value::as_str)
+                    .context("taskId")?,
+            )?;
+            let Some(info) = lifecycle
+                .get_mut("taskLogInfo")
+                .filter(|info| info.is_object())
+            else {
+                continue;
+            };
+            for stream in ["stdout", "stderr"] {
+                let start: u64 = info
+                    .get(format!("{stream}Start"))
+                    .and_then(serde_json::Value::as_str)
+                    .context("start offset")?
+                    .parse()?;
+                info[format!("{stream}End")] = (start + printed).to_string().into();
+            }
+            let file = info
+                .get("stdoutFile")
+                .and_then(serde_json::Value::as_str)
+                .context("stdoutFile")?;
+            found = Some((
+                task_id
+                    .iter()
+                    .map(|byte| format!("{byte:02x}"))
+                    .collect::<String>(),
+                file.rsplit('/').next().unwrap_or(file).to_owned(),
+            ));
+        }
+        bodies.push(serde_json::to_vec(&events)?);
+    }
+    let (task_id, file) = found.context("no executor event with taskLogInfo")?;
+    Ok((bodies, task_id, file))
+}
+
+/// `serve` over a local folder with `bodies` posted as cluster `logs` and compacted.
+async fn serving(bodies: &[Vec<u8>]) -> anyhow::Result<afterglow_tests::Served> {
+    let served = afterglow_tests::serve_runs_locally(&[], Ok).await?;
+    afterglow_tests::post_all(&format!("{}/v1/events/logs", served.server.url), bodies).await?;
+    served.queue.idle().await;
+    Ok(served)
+}
+
+#[tokio::test]
+async fn a_tasks_logs_are_exactly_its_bytes_of_its_workers_file() -> anyhow::Result<()> {
+    const PRINTED: u64 = 12;
+    let (bodies, task_id, name) = bodies_with_output(PRINTED)?;
+    let served = serving(&bodies).await?;
+    let api = |path: String| {
+        let url = format!("{}{path}", served.server.url);
+        async move {
+            let response = reqwest::get(url).await?;
+            let status = response.status().as_u16();
+            let complete = response
+                .headers()
+                .get("x-afterglow-log-complete")
+                .and_then(|value| value.to_str().ok())
+                .map(str::to_owned);
+            anyhow::Ok((status, complete, response.bytes().await?.to_vec()))
+        }
+    };
+    let (status, _, detail) = api(format!("/api/tasks/{task_id}")).await?;
+    ensure!(status == 200, "{}", String::from_utf8_lossy(&detail));
+    let detail: serde_json::Value = serde_json::from_slice(&detail)?;
+    let attempt = &detail["attempts"][0];
+    let file = LogFile {
+        cluster: ClusterName::new("logs")?,
+        session: SessionName::new(attempt["session_name"].as_str().context("session")?)?,
+        node_id: NodeId::new(attempt["node_id"].as_str().context("node_id")?)?,
+        file: LogFileName::new(&name)?,
+    };
+    let start = attempt["task_log_info"]["stdout_start"]
+        .as_u64()
+        .context("stdout_start")?;
+
+    let (status, _, said) = api(format!("/api/tasks/{task_id}/logs")).await?;
+    let said = String::from_utf8_lossy(&said);
+    ensure!(
+        status == 404 && said.contains("ship-logs"),
+        "{status} {said}"
+    );
+
+    // The worker's file as shipped: other tasks' output around this attempt's bytes.
+    let before = "x".repeat(usize::try_from(start)?);
+    let mine = "attempt out\n";
+    ensure!(mine.len() as u64 == PRINTED);
+    let whole = format!("{before}{mine}after, another task's output\n");
+    put_chunk(
+        &*served.storage,
+        &file,
+        0,
+        &whole.as_bytes()[..whole.len() - 10],
+    )
+    .await?;
+    let (status, complete, bytes) = api(format!("/api/tasks/{task_id}/logs?attempt=0")).await?;
+    ensure!(
+        status == 200 && complete.as_deref() == Some("true"),
+        "{status} {complete:?}"
+    );
+    ensure!(
+        bytes == mine.as_bytes(),
+        "{:?}",
+        String::from_utf8_lossy(&bytes)
+    );
+
+    let (status, _, said) = api(format!("/api/tasks/{task_id}/logs?stream=stderr")).await?;
+    let said = String::from_utf8_lossy(&said);
+    ensure!(status == 404, "stderr was never shipped: {status} {said}");
+    let (status, _, said) = api(format!("/api/tasks/{task_id}/logs?attempt=7")).await?;
+    ensure!(status == 404, "{status} {}", String::from_utf8_lossy(&said));
+    let (status, _, said) = api(format!("/api/tasks/{task_id}/logs?stream=both")).await?;
+    ensure!(status == 400, "{status} {}", String::from_utf8_lossy(&said));
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_nodes_files_list_and_tail_in_ours_and_in_rays_routes() -> anyhow::Result<()> {
+    // Ray's routes name a session the tables know: the captured run's.
+    let (bodies, _, _) = bodies_with_output(0)?;
+    let served = serving(&bodies).await?;
+    let get = |path: String| {
+        let url = format!("{}{path}", served.server.url);
+        async move {
+            let response = reqwest::get(url).await?;
+            let status = response.status().as_u16();
+            anyhow::Ok((status, response.text().await?))
+        }
+    };
+    let (_, clusters) = get("/api/clusters?cluster=logs".to_owned()).await?;
+    let clusters: serde_json::Value = serde_json::from_str(&clusters)?;
+    let session = clusters["clusters"][0]["sessions"][0]["session_name"]
+        .as_str()
+        .context("a session")?
+        .to_owned();
+    let in_session = |name: &str| -> anyhow::Result<LogFile> {
+        Ok(LogFile {
+            session: SessionName::new(&session)?,
+            ..log_file(name)?
+        })
+    };
+    let (raylet, worker) = (
+        in_session("raylet.out")?,
+        in_session("worker-d-01000000-3.out")?,
+    );
+    put_chunk(&*served.storage, &raylet, 0, b"one\ntwo\n").await?;
+    put_chunk(&*served.storage, &raylet, 8, b"three\nfour").await?;
+    put_chunk(&*served.storage, &worker, 0, b"printed\n").await?;
+
+    let node = node_id();
+    let place = format!("cluster=logs&session={session}&node_id={node}");
+    let (status, listed) = get(format!("/api/logs?{place}")).await?;
+    ensure!(status == 200, "{listed}");
+    let listed: serde_json::Value = serde_json::from_str(&listed)?;
+    ensure!(
+        listed["files"]
+            == serde_json::json!([
+                {"file": "raylet.out", "chunks": 2},
+                {"file": "worker-d-01000000-3.out", "chunks": 1}
+            ]),
+        "{listed}"
+    );
+    for (lines, expected) in [
+        ("2", "three\nfour"),
+        ("-1", "one\ntwo\nthree\nfour"),
+        ("1", "four"),
+    ] {
+        let (status, tail) = get(format!(
+            "/api/logs/file?{place}&file=raylet.out&lines={lines}"
+        ))
+        .await?;
+        ensure!(
+            status == 200 && tail == expected,
+            "lines={lines}: {status} {tail:?}"
+        );
+    }
+    let (status, _) = get(format!("/api/logs/file?{place}&file=gcs_server.out")).await?;
+    ensure!(status == 404, "a file never shipped: {status}");
+    let (status, _) = get("/api/logs?cluster=logs&node_id=x".to_owned()).await?;
+    ensure!(status == 400, "no session: {status}");
+
+    // Ray's own routes, as `ray logs` and the dashboard's logs page call them.
+    let ray = format!("/ray/logs/{session}/api/v0/logs");
+    let (status, index) = get(format!("{ray}?node_id={node}")).await?;
+    ensure!(status == 200, "{status} {index}");
+    let index: serde_json::Value = serde_json::from_str(&index)?;
+    ensure!(
+        index["data"]["result"]
+            == serde_json::json!({"raylet": ["raylet.out"], "worker_out": ["worker-d-01000000-3.out"]}),
+        "{index}"
+    );
+    let (status, index) = get(format!("{ray}?node_id={node}&glob=*worker*")).await?;
+    ensure!(
+        status == 200 && !index.contains("raylet"),
+        "{status} {index}"
+    );
+    let (status, tail) = get(format!(
+        "{ray}/file?node_id={node}&filename=raylet.out&lines=2"
+    ))
+    .await?;
+    ensure!(status == 200 && tail == "three\nfour", "{status} {tail:?}");
+    let (status, said) = get(format!("{ray}?glob=*")).await?;
+    ensure!(status == 400 && said.contains("node id"), "{status} {said}");
+    Ok(())
+}
