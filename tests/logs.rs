@@ -374,6 +374,19 @@ async fn a_tasks_logs_are_exactly_its_bytes_of_its_workers_file() -> anyhow::Res
     ensure!(status == 404, "{status} {}", String::from_utf8_lossy(&said));
     let (status, _, said) = api(format!("/api/tasks/{task_id}/logs?stream=both")).await?;
     ensure!(status == 400, "{status} {}", String::from_utf8_lossy(&said));
+
+    // A driver has no taskLogInfo and no worker file: 404, saying why.
+    let (_, _, drivers) = api("/api/tasks?include_drivers=true&type=DRIVER_TASK".into()).await?;
+    let drivers: serde_json::Value = serde_json::from_slice(&drivers)?;
+    let driver = drivers["tasks"][0]["task_id"]
+        .as_str()
+        .context("a driver")?;
+    let (status, _, said) = api(format!("/api/tasks/{driver}/logs")).await?;
+    let said = String::from_utf8_lossy(&said);
+    ensure!(
+        status == 404 && said.contains("taskLogInfo"),
+        "{status} {said}"
+    );
     Ok(())
 }
 
