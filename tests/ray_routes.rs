@@ -490,6 +490,33 @@ async fn the_dashboards_routes_answer_the_shapes_the_live_dashboard_did() -> any
         }
     }
     ensure!(problems.is_empty(), "{}", problems.join("\n"));
+
+    // The overview's cards split the status text at "Node status" and "Resources" (Ray's
+    // AutoscalerStatusCards.tsx); each shows what Ray's own `ray list nodes` said.
+    let (_, status) = get(&served, "/ray/basic-workload/api/cluster_status?format=1").await?;
+    let text = status["data"]["clusterStatus"]
+        .as_str()
+        .context("clusterStatus")?;
+    let (nodes_part, resources_part) = text
+        .split_once("Resources")
+        .context("no Resources section")?;
+    let truth = run.ground_truth("nodes.json")?;
+    let node_truth = truth.get(0).context("Ray's node")?;
+    ensure!(
+        nodes_part.contains("Node status")
+            && nodes_part.contains(&format!(
+                "Active:\n 1 node_{}",
+                node_truth["node_id"].as_str().context("node id")?
+            )),
+        "{text}"
+    );
+    let cpus = node_truth["resources_total"]["CPU"]
+        .as_f64()
+        .context("CPU")?;
+    ensure!(
+        resources_part.contains(&format!("Total:\n {cpus:.1} CPU")),
+        "{text}"
+    );
     Ok(())
 }
 

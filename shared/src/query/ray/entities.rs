@@ -559,6 +559,81 @@ pub(super) async fn nodes(engine: &QueryEngine, scope: &Scope) -> Result<Json, Q
         "data": {"summary": summary, "nodeLogicalResources": {}}}))
 }
 
+/// `GET api/cluster_status?format=1`: the text behind the overview's node and resource cards,
+/// laid out as Ray's `format_info_string` (the cards split it at `Node status` and
+/// `Resources`), from each node's last known state. Live usage is not part of the history.
+pub(super) async fn cluster_status(
+    engine: &QueryEngine,
+    scope: &Scope,
+    session: &str,
+) -> Result<Json, QueryError> {
+    let entities = records(engine, scope, EntityKind::Nodes).await?;
+    let (mut active, mut stopped, mut failed) = (Vec::new(), Vec::new(), Vec::new());
+    let mut totals: std::collections::BTreeMap<String, f64> = std::collections::BTreeMap::new();
+    for node in entities.nodes.values() {
+        let name = format!("node_{}", node.id);
+        match (node.state(), node_state_message(node)) {
+            (Some("DEAD"), Some(message)) if message == "Expected termination" => {
+                stopped.push(format!(" {name}"));
+            }
+            (Some("DEAD"), message) => {
+                failed.push(format!(
+                    " {name}: {}",
+                    message.unwrap_or_else(|| "died".into())
+                ));
+            }
+            _ => active.push(format!(" 1 {name}")),
+        }
+        if let Json::Object(resources) = node_resources(node) {
+            for (resource, amount) in resources {
+                if resource.starts_with("node:") || resource.starts_with("accelerator_type:") {
+                    continue;
+                }
+                *totals.entry(resource).or_default() += amount.as_f64().unwrap_or(0.0);
+            }
+        }
+    }
+    let lines = |rows: Vec<String>, none: &str| {
+        if rows.is_empty() {
+            format!(" ({none})")
+        } else {
+            rows.join("\n")
+        }
+    };
+    let resources: Vec<String> = totals
+        .iter()
+        .map(|(resource, amount)| {
+            if resource.ends_with("memory") {
+                format!(" {:.2}GiB {resource}", amount / f64::from(1u32 << 30))
+            } else {
+                format!(" {amount:.1} {resource}")
+            }
+        })
+        .collect();
+    let text = format!(
+        "======== Afterglow: the history of {session} (each node's last known state) ========\n\
+         Node status\n\
+         ---------------------------------------------------------------\n\
+         Active:\n{}\n\
+         Pending:\n (no pending nodes)\n\
+         Stopped:\n{}\n\
+         Recent failures:\n{}\n\
+         \n\
+         Resources\n\
+         ---------------------------------------------------------------\n\
+         Total:\n{}\n\
+         Usage:\n (live usage is not part of the exported history)",
+        lines(active, "no active nodes"),
+        lines(stopped, "none"),
+        lines(failed, "no failures"),
+        lines(resources, "none reported"),
+    );
+    Ok(
+        json!({"result": true, "msg": "Got formatted cluster status.",
+        "data": {"clusterStatus": text}}),
+    )
+}
+
 /// `GET nodes/{id}`: the summary entry plus the node's actors and (no) live workers.
 pub(super) async fn node(
     engine: &QueryEngine,

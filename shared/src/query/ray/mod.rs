@@ -59,6 +59,7 @@ impl QueryEngine {
             RayRoute::LogicalActor(id) => entities::logical_actor(self, &scope, id).await,
             RayRoute::Nodes => entities::nodes(self, &scope).await,
             RayRoute::Node(id) => entities::node(self, &scope, id).await,
+            RayRoute::ClusterStatus => entities::cluster_status(self, &scope, &session).await,
             RayRoute::Events => Ok(events(pairs)),
             RayRoute::ReadOnly => Err(QueryError::BadRequest(
                 "This is a history kept by Afterglow: jobs cannot be submitted, stopped or \
@@ -274,13 +275,6 @@ fn fixed_answer(route: FixedRoute, session: &str) -> Json {
         // "Disabled" hides the metrics cards instead of showing an error.
         FixedRoute::GrafanaHealth => ok("Grafana disabled", json!({"grafanaHost": "DISABLED"})),
         FixedRoute::PrometheusHealth => ok("prometheus running", json!({})),
-        FixedRoute::ClusterStatus => ok(
-            "Got formatted cluster status.",
-            json!({"clusterStatus": format!(
-                "This is the history of session {session}, kept by Afterglow: the cluster's \
-                 live autoscaler status is not part of it."
-            )}),
-        ),
         FixedRoute::ServeApplications => json!({"controller_info": {}, "proxies": {},
             "applications": {}, "target_capacity": null}),
         FixedRoute::Datasets => json!({"datasets": []}),

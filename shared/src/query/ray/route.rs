@@ -59,8 +59,6 @@ pub enum FixedRoute {
     GrafanaHealth,
     /// `api/prometheus_health`.
     PrometheusHealth,
-    /// `api/cluster_status`.
-    ClusterStatus,
     /// `api/serve/applications/`.
     ServeApplications,
     /// `api/data/datasets/{job}`.
@@ -92,6 +90,8 @@ pub enum RayRoute {
     Nodes,
     /// `GET nodes/{id}`.
     Node(String),
+    /// `GET api/cluster_status` (`?format=1`): the overview's node and resource cards.
+    ClusterStatus,
     /// `GET events` (`?job_id=`).
     Events,
     /// `GET api/v0/logs?node_id=`: a node's shipped log files, by Ray's categories.
@@ -201,7 +201,7 @@ fn route_of(method: &str, path: &str) -> Option<RayRoute> {
         ["api", "profiling_enabled"] => RayRoute::Fixed(FixedRoute::ProfilingEnabled),
         ["api", "grafana_health"] => RayRoute::Fixed(FixedRoute::GrafanaHealth),
         ["api", "prometheus_health"] => RayRoute::Fixed(FixedRoute::PrometheusHealth),
-        ["api", "cluster_status"] => RayRoute::Fixed(FixedRoute::ClusterStatus),
+        ["api", "cluster_status"] => RayRoute::ClusterStatus,
         ["api", "serve", "applications", ..] => RayRoute::Fixed(FixedRoute::ServeApplications),
         ["api", "data", "datasets", ..] => RayRoute::Fixed(FixedRoute::Datasets),
         _ => return None,
