@@ -98,7 +98,40 @@ async fn a_lost_response_is_recognised_not_refused(
     Ok(())
 }
 
+async fn overlapping_pieces_read_back_once_and_files_list_by_name(
+    storage: Arc<dyn Storage>,
+) -> anyhow::Result<()> {
+    // A re-send shorter than the piece stored at its offset (the shipper's --chunk-bytes
+    // lowered across a restart) makes the next piece start inside that one: the bytes agree
+    // (the store checked the overlap), and every reader must count them once.
+    let file = log_file("raylet.out")?;
+    put_chunk(&*storage, &file, 0, b"one\ntwo\n").await?;
+    put_chunk(&*storage, &file, 0, b"one\n").await?;
+    put_chunk(&*storage, &file, 4, b"two\nthree\n").await?;
+    let whole = read_range(&*storage, &file, 0, None).await?;
+    ensure!(
+        whole.bytes == b"one\ntwo\nthree\n" && whole.complete,
+        "{whole:?}"
+    );
+    let tail = shared::logs::store::read_tail(&*storage, &file, 3).await?;
+    ensure!(
+        tail.bytes == b"one\ntwo\nthree\n" && tail.complete,
+        "{tail:?}"
+    );
+    // `.` sorts before the `/` after a name in keys; the listing is by name all the same.
+    put_chunk(&*storage, &log_file("raylet.out.1")?, 0, b"rotated\n").await?;
+    let names: Vec<String> =
+        shared::logs::store::list_files(&*storage, &file.cluster, &file.session, &file.node_id)
+            .await?
+            .into_iter()
+            .map(|shipped| shipped.name.to_string())
+            .collect();
+    ensure!(names == ["raylet.out", "raylet.out.1"], "{names:?}");
+    Ok(())
+}
+
 for_each_backend!(
+    overlapping_pieces_read_back_once_and_files_list_by_name,
     chunks_tile_a_file_and_any_range_reads_back,
     a_resend_stores_only_what_is_new_and_a_rewrite_is_refused,
     a_lost_response_is_recognised_not_refused,
