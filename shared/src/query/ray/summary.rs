@@ -629,10 +629,9 @@ impl<'a> Lineage<'a> {
         order
     }
 
-    /// Step 3 (`merge_sibings_for_task_group`), bottom-up: each node's children are merged
-    /// after their own children were, and a node takes its subtree's earliest timestamp when
-    /// that is earlier than its own; then the roots are merged.
-    fn merge_siblings_everywhere(&mut self) {
+    /// Calls `visit` with each node that has children and its children (taken out of the
+    /// node, put back after), children before parents; then with the roots (`None`).
+    fn bottom_up(&mut self, mut visit: impl FnMut(&mut Self, Option<usize>, &mut Vec<usize>)) {
         for index in self.post_order(&self.roots) {
             let Some(node) = self.nodes.get_mut(index) else {
                 continue;
@@ -641,19 +640,29 @@ impl<'a> Lineage<'a> {
                 continue;
             }
             let mut children = std::mem::take(&mut node.children);
-            let earliest = self.merge_siblings(&mut children);
+            visit(self, Some(index), &mut children);
             if let Some(node) = self.nodes.get_mut(index) {
                 node.children = children;
-                if let Some(earliest) = truthy(earliest)
-                    && earliest < or_max(node.timestamp)
-                {
-                    node.timestamp = Some(earliest);
-                }
             }
         }
         let mut roots = std::mem::take(&mut self.roots);
-        self.merge_siblings(&mut roots);
+        visit(self, None, &mut roots);
         self.roots = roots;
+    }
+
+    /// Step 3 (`merge_sibings_for_task_group`), bottom-up: each node's children are merged
+    /// after their own children were, and a node takes its subtree's earliest timestamp when
+    /// that is earlier than its own; then the roots are merged.
+    fn merge_siblings_everywhere(&mut self) {
+        self.bottom_up(|lineage, index, children| {
+            let earliest = lineage.merge_siblings(children);
+            if let Some(node) = index.and_then(|index| lineage.nodes.get_mut(index))
+                && let Some(earliest) = truthy(earliest)
+                && earliest < or_max(node.timestamp)
+            {
+                node.timestamp = Some(earliest);
+            }
+        });
     }
 
     /// Folds siblings that share a name into a `GROUP` node (kept where the first of them
@@ -740,31 +749,26 @@ impl<'a> Lineage<'a> {
     /// children's counts (in merged order) after its own, then sorts its children; then the
     /// roots are sorted.
     fn total_and_sort(&mut self) {
-        for index in self.post_order(&self.roots) {
-            let Some(node) = self.nodes.get_mut(index) else {
-                continue;
-            };
-            if node.children.is_empty() {
-                continue;
-            }
-            let mut children = std::mem::take(&mut node.children);
-            let mut counts = std::mem::take(&mut node.counts);
-            for &child in &children {
-                if let Some(child) = self.nodes.get(child) {
-                    for &(state, count) in &child.counts.0 {
-                        counts.add(state, count);
+        self.bottom_up(|lineage, index, children| {
+            if let Some(index) = index {
+                let mut counts = lineage
+                    .nodes
+                    .get_mut(index)
+                    .map(|node| std::mem::take(&mut node.counts))
+                    .unwrap_or_default();
+                for &child in children.iter() {
+                    if let Some(child) = lineage.nodes.get(child) {
+                        for &(state, count) in &child.counts.0 {
+                            counts.add(state, count);
+                        }
                     }
                 }
+                if let Some(node) = lineage.nodes.get_mut(index) {
+                    node.counts = counts;
+                }
             }
-            self.sort(&mut children);
-            if let Some(node) = self.nodes.get_mut(index) {
-                node.counts = counts;
-                node.children = children;
-            }
-        }
-        let mut roots = std::mem::take(&mut self.roots);
-        self.sort(&mut roots);
-        self.roots = roots;
+            lineage.sort(children);
+        });
     }
 
     /// The roots as a JSON list of `NestedTaskSummary`s (`dataclasses.asdict` order), written
