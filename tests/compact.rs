@@ -123,10 +123,66 @@ async fn lost_manifest_responses_lose_no_file(storage: Arc<dyn Storage>) -> anyh
     Ok(())
 }
 
+/// Files a cut-off run wrote but never committed are deleted once old enough, by the store's
+/// clock; younger ones (perhaps a run still going) and every file the manifest names stay.
+async fn orphan_files_are_collected_once_old(storage: Arc<dyn Storage>) -> anyhow::Result<()> {
+    let run = FixtureRun::named("basic-workload")?;
+    ingest_and_compact(Arc::clone(&storage), "orphaned", &bodies(&run)?).await?;
+    let manifests = storage.list("tables/manifests/cluster=orphaned/").await?;
+    let [manifest] = manifests.as_slice() else {
+        anyhow::bail!("expected one session, found {}", manifests.len());
+    };
+    let (cluster, session) =
+        shared::compact::manifest::session_of(&manifest.key).context("a manifest key")?;
+    let strays = [
+        format!("tables/task_attempts/cluster=orphaned/session={session}/delta-01STRAY.parquet"),
+        format!("tables/jobs/cluster=orphaned/session={session}/jobs-01STRAY.parquet"),
+    ];
+    for stray in &strays {
+        storage
+            .put(
+                &ObjectKey::new(stray.clone())?,
+                bytes::Bytes::from_static(b"PAR1 cut off"),
+                shared::storage::PutMode::Overwrite,
+            )
+            .await?;
+    }
+    let before = storage.list("tables/").await?.len();
+
+    let (patient, _scratch) = compactor(Arc::clone(&storage), CompactSettings::default())?;
+    let young = patient.collect_orphans(&cluster, &session).await?;
+    ensure!(young == 0, "collected {young} files younger than a day");
+
+    let settings = CompactSettings {
+        orphan_age: std::time::Duration::ZERO,
+        ..CompactSettings::default()
+    };
+    let (eager, _scratch) = compactor(Arc::clone(&storage), settings)?;
+    let collected = eager.collect_orphans(&cluster, &session).await?;
+    ensure!(collected == strays.len(), "collected {collected} files");
+    for stray in &strays {
+        ensure!(
+            matches!(
+                storage.get(&ObjectKey::new(stray.clone())?).await,
+                Err(shared::storage::StorageError::NotFound { .. })
+            ),
+            "{stray} is left"
+        );
+    }
+    ensure!(storage.list("tables/").await?.len() == before - strays.len());
+    check(
+        &run,
+        &stored_task_rows(&*storage, "orphaned").await?,
+        "after collecting orphans",
+    )?;
+    Ok(())
+}
+
 afterglow_tests::for_each_backend!(
     compacted_rows_agree_with_ray,
     racing_compactions_both_land,
-    lost_manifest_responses_lose_no_file
+    lost_manifest_responses_lose_no_file,
+    orphan_files_are_collected_once_old
 );
 
 /// Bodies shuffled and every body delivered twice give exactly the rows of arrival order; so
@@ -836,7 +892,6 @@ async fn a_batch_past_the_deadline_is_answered_unattempted() -> anyhow::Result<(
 #[tokio::test]
 async fn expiry_removes_old_sessions_whole_and_keeps_the_rest() -> anyhow::Result<()> {
     use shared::compact::catalog;
-    use shared::layout::ClusterName;
 
     let (_guard, local) = local_storage()?;
     let storage: Arc<dyn Storage> = Arc::new(local);
@@ -848,25 +903,8 @@ async fn expiry_removes_old_sessions_whole_and_keeps_the_rest() -> anyhow::Resul
     // The captures' event times are fixed; place the sessions in time relative to now.
     let now = i64::try_from(now_ms()?)?;
     let day = 86_400_000;
-    let (stored, _) = catalog::load(&*storage).await?;
-    for (cluster, sessions) in &stored.clusters {
-        for (session, stats) in sessions {
-            let mut stats = stats.clone();
-            stats.last_ms = Some(if cluster == "old" {
-                now - 10 * day
-            } else {
-                now - day / 24
-            });
-            catalog::record(
-                &*storage,
-                &ClusterName::new(cluster)?,
-                session,
-                &stats,
-                None,
-            )
-            .await?;
-        }
-    }
+    age_sessions(&*storage, "old", now - 10 * day).await?;
+    age_sessions(&*storage, "new", now - day / 24).await?;
     let mut old_files = Vec::new();
     let old_manifests = storage.list("tables/manifests/cluster=old/").await?;
     for meta in &old_manifests {
@@ -893,13 +931,15 @@ async fn expiry_removes_old_sessions_whole_and_keeps_the_rest() -> anyhow::Resul
         "expired {expired} sessions, {} were old",
         old_manifests.len()
     );
-    ensure!(
-        storage
-            .list("tables/manifests/cluster=old/")
+    for meta in &old_manifests {
+        let left = shared::compact::manifest::load(&*storage, &meta.key)
             .await?
-            .is_empty(),
-        "an old manifest is left"
-    );
+            .manifest;
+        ensure!(
+            left.task_attempts.all().next().is_none() && left.entities.is_empty(),
+            "an old manifest still names files"
+        );
+    }
     for file in &old_files {
         ensure!(
             matches!(
@@ -923,6 +963,67 @@ async fn expiry_removes_old_sessions_whole_and_keeps_the_rest() -> anyhow::Resul
         &stored_task_rows(&*storage, "new").await?,
         "a recent session after expiry",
     )?;
+    Ok(())
+}
+
+/// Sets the newest event time of every session of `cluster` to `last_ms`, in its manifest and
+/// in the catalog, as if its events had been that old.
+async fn age_sessions(storage: &dyn Storage, cluster: &str, last_ms: i64) -> anyhow::Result<()> {
+    use shared::compact::{catalog, manifest};
+    let cluster_name = shared::layout::ClusterName::new(cluster)?;
+    for meta in storage
+        .list(&format!("tables/manifests/cluster={cluster}/"))
+        .await?
+    {
+        let read = manifest::load(storage, &meta.key).await?;
+        let mut aged = read.manifest;
+        aged.stats.last_ms = Some(last_ms);
+        manifest::store(storage, &meta.key, &aged, read.etag.as_ref()).await?;
+        let (_, session) = manifest::session_of(&meta.key).context("a manifest key")?;
+        catalog::record(storage, &cluster_name, &session, &aged.stats, None).await?;
+    }
+    Ok(())
+}
+
+/// A compaction committing into a session while expiry removes it: the manifest expiry read is
+/// replaced before expiry writes. The session is kept whole (manifest, files, catalog entry),
+/// where deleting the manifest unconditionally lost the commit and orphaned every file.
+#[tokio::test]
+async fn a_session_written_while_it_expires_is_kept() -> anyhow::Result<()> {
+    use afterglow_tests::faults::CommitsAfterRead;
+
+    let (_guard, local) = local_storage()?;
+    let storage: Arc<dyn Storage> = Arc::new(local);
+    let run = FixtureRun::named("basic-workload")?;
+    ingest_and_compact(Arc::clone(&storage), "racing", &bodies(&run)?).await?;
+    let now = i64::try_from(now_ms()?)?;
+    let day = 86_400_000;
+    age_sessions(&*storage, "racing", now - 10 * day).await?;
+
+    let racing = Arc::new(CommitsAfterRead::new(
+        Arc::clone(&storage),
+        "tables/manifests/",
+        now,
+    ));
+    let (compactor, _scratch) = compactor(
+        Arc::clone(&racing) as Arc<dyn Storage>,
+        CompactSettings::default(),
+    )?;
+    let expired = compactor
+        .expire_sessions(std::time::Duration::from_secs(7 * 86_400), now)
+        .await?;
+    ensure!(racing.committed(), "no commit raced the expiry");
+    ensure!(expired == 0, "a session written meanwhile was expired");
+    check(
+        &run,
+        &stored_task_rows(&*storage, "racing").await?,
+        "a session written while it expired",
+    )?;
+    let (catalog, _) = shared::compact::catalog::load(&*storage).await?;
+    ensure!(
+        catalog.clusters.contains_key("racing"),
+        "the catalog lost the session"
+    );
     Ok(())
 }
 

@@ -56,6 +56,18 @@ impl std::fmt::Display for ClusterName {
     }
 }
 
+/// The tables a session's files belong to (the key segment after `tables/`).
+pub fn session_tables() -> impl Iterator<Item = &'static str> {
+    ["task_attempts", "task_profile"]
+        .into_iter()
+        .chain(crate::tables::entities::EntityKind::ALL.map(|kind| kind.table()))
+}
+
+/// Where one table's files of one session live: `tables/{table}/cluster={c}/session={s}/`.
+pub fn session_table_prefix(table: &str, cluster: &ClusterName, session: &str) -> String {
+    format!("tables/{table}/cluster={cluster}/session={session}/")
+}
+
 /// Top-level prefix of shipped log chunks.
 pub const LOGS_PREFIX: &str = "logs/";
 

@@ -91,24 +91,32 @@ pub async fn record(
 }
 
 /// Removes `(cluster, session)` from the catalog (and the cluster, when it was its last
-/// session), the same way.
+/// session), the same way, unless its newest event is at or after `before_ms`: a compaction
+/// that recorded new events meanwhile keeps its session listed.
 #[tracing::instrument(name = "catalog.forget", skip(storage), fields(cluster = %cluster, session = %session))]
 pub async fn forget(
     storage: &dyn Storage,
     cluster: &ClusterName,
     session: &str,
+    before_ms: i64,
 ) -> Result<(), ManifestError> {
     let cluster = cluster.to_string();
     update(storage, |catalog| {
         let Some(sessions) = catalog.clusters.get_mut(&cluster) else {
             return false;
         };
-        let removed = sessions.remove(session).is_some();
+        if sessions
+            .get(session)
+            .is_none_or(|stats| stats.last_ms.is_some_and(|last| last >= before_ms))
+        {
+            return false;
+        }
+        sessions.remove(session);
         if sessions.is_empty() {
             catalog.clusters.remove(&cluster);
             catalog.raw_from.remove(&cluster);
         }
-        removed
+        true
     })
     .await
 }

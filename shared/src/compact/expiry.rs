@@ -2,6 +2,12 @@
 //! retention is removed whole, in the order readers tolerate — its manifest first (readers then
 //! see an empty session), then every file the manifest named, then its catalog entry.
 //!
+//! The manifest is not deleted but replaced by an empty one, conditionally on the version read:
+//! a compaction committing into the session meanwhile makes that write fail, and the session is
+//! kept; one committing afterwards builds on the empty manifest, so nothing it writes is
+//! orphaned. The empty manifest (a few hundred bytes) stays: the storage API has no conditional
+//! delete, and an unconditional one could remove a commit made on top of it.
+//!
 //! Never an S3 age rule on `tables/`: such a rule deletes files by their write time, under a
 //! live manifest, and a long-lived session's rarely rewritten files (its base, its nodes and
 //! jobs) would vanish while the session is still read and written.
@@ -9,6 +15,7 @@
 use std::time::Duration;
 
 use super::{CompactError, Compactor, catalog, manifest};
+use crate::compact::manifest::{Commit, Document as _, Manifest};
 use crate::layout::ClusterName;
 use crate::storage::ObjectKey;
 
@@ -34,8 +41,9 @@ impl Compactor {
                     tracing::warn!(%cluster, "catalog names an invalid cluster; left alone");
                     continue;
                 };
-                self.expire_session(&cluster, session).await?;
-                expired += 1;
+                if self.expire_session(&cluster, session, cutoff).await? {
+                    expired += 1;
+                }
             }
         }
         if expired > 0 {
@@ -44,15 +52,33 @@ impl Compactor {
         Ok(expired)
     }
 
+    /// Removes one session unless it was written since the catalog was read; true if removed.
     async fn expire_session(
         &self,
         cluster: &ClusterName,
         session: &str,
-    ) -> Result<(), CompactError> {
+        cutoff: i64,
+    ) -> Result<bool, CompactError> {
         let storage = &**self.storage();
         let key = manifest::manifest_key(cluster, session)?;
-        let current = manifest::load(storage, &key).await?.manifest;
-        storage.delete(&key).await?;
+        let read = manifest::load(storage, &key).await?;
+        let current = read.manifest;
+        if current.stats.last_ms.is_some_and(|last| last >= cutoff) {
+            tracing::info!(%cluster, session, "events arrived since the catalog was read; kept");
+            return Ok(false);
+        }
+        if read.etag.is_some() {
+            let emptied = Manifest {
+                sequence: current.sequence.saturating_add(1),
+                ..Manifest::empty()
+            };
+            if manifest::commit(storage, &key, &emptied, read.etag.as_ref(), &[]).await?
+                == Commit::Lost
+            {
+                tracing::info!(%cluster, session, "written while expiring; kept");
+                return Ok(false);
+            }
+        }
         let files = current
             .task_attempts
             .all()
@@ -63,8 +89,8 @@ impl Compactor {
         for file in files {
             storage.delete(&ObjectKey::new(file.to_owned())?).await?;
         }
-        catalog::forget(storage, cluster, session).await?;
+        catalog::forget(storage, cluster, session, cutoff).await?;
         tracing::info!(%cluster, session, "session expired");
-        Ok(())
+        Ok(true)
     }
 }

@@ -16,6 +16,7 @@ pub mod catalog;
 pub mod expiry;
 pub mod manifest;
 pub mod notification;
+pub mod orphans;
 pub mod queue;
 pub mod raw;
 
@@ -61,6 +62,11 @@ pub struct CompactSettings {
     /// Remove sessions whose newest event is older than this, after each run (see
     /// [`expiry`]). `None`: keep history forever.
     pub retention: Option<Duration>,
+    /// A session's table file that its manifest does not name (written by a run that was cut
+    /// off before committing) is deleted once the store says it is this old (see [`orphans`]).
+    /// Far longer than any run, so files a running compaction has written but not yet
+    /// committed are never taken.
+    pub orphan_age: Duration,
 }
 
 impl Default for CompactSettings {
@@ -71,6 +77,7 @@ impl Default for CompactSettings {
             max_manifest_retries: 20,
             memory_limit_mib: None,
             retention: None,
+            orphan_age: Duration::from_secs(86_400),
         }
     }
 }
@@ -270,6 +277,10 @@ impl Compactor {
             let (rows, retries) = self.compact_session(&cluster, &session, &batch).await?;
             report.rows_written += rows;
             report.retries += retries;
+            // Costs a few listings of this session's folders; the next run tries again.
+            if let Err(err) = self.collect_orphans(&cluster, &session).await {
+                tracing::warn!(%cluster, session, error = %err, "could not collect orphan files");
+            }
         }
         tracing::info!(
             ?report,

@@ -188,11 +188,17 @@ fn list_blocking(root: &Path, prefix: &str) -> Result<Vec<ObjectMeta>, StorageEr
             } else if relative.starts_with(prefix) {
                 // Names that are not keys (the staging dir, the lock, stray files) are skipped.
                 if let Ok(key) = ObjectKey::new(relative) {
-                    let size = entry
+                    let metadata = entry
                         .metadata()
-                        .map_err(|err| StorageError::backend(&key, err))?
-                        .len();
-                    found.push(ObjectMeta { key, size });
+                        .map_err(|err| StorageError::backend(&key, err))?;
+                    let modified = metadata
+                        .modified()
+                        .map_err(|err| StorageError::backend(&key, err))?;
+                    found.push(ObjectMeta {
+                        key,
+                        size: metadata.len(),
+                        modified,
+                    });
                 }
             }
         }

@@ -64,6 +64,9 @@ pub struct ObjectMeta {
     pub key: ObjectKey,
     /// Size in bytes.
     pub size: u64,
+    /// When the store last wrote it, by the store's clock (S3's `LastModified`, the file's
+    /// mtime), so that age decisions do not depend on a writer's clock.
+    pub modified: std::time::SystemTime,
 }
 
 /// Why a storage call failed. Every variant names the key involved.

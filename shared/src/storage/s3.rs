@@ -184,9 +184,16 @@ impl Storage for S3Storage {
                 // Objects written by something else under our prefix are not ours to list.
                 if let Ok(key) = ObjectKey::new(relative) {
                     let size = object.size.and_then(|size| u64::try_from(size).ok());
+                    // Without a time the object counts as new: nothing is old enough to be
+                    // collected by a guess.
+                    let modified = object
+                        .last_modified()
+                        .and_then(|time| std::time::SystemTime::try_from(*time).ok())
+                        .unwrap_or_else(std::time::SystemTime::now);
                     found.push(ObjectMeta {
                         key,
                         size: size.unwrap_or(0),
+                        modified,
                     });
                 }
             }
