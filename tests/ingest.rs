@@ -8,15 +8,15 @@ use std::time::Duration;
 use afterglow::http::{AppState, router};
 use afterglow::serve::ServeSettings;
 use afterglow_tests::{
-    FixtureRun, TestServer, local_storage, open_settings, raw_events, stored_raw_lines,
+    FixtureRun, TestServer, cluster_token, ingest_keys, local_storage, open_settings, raw_events,
+    stored_raw_lines,
 };
 use anyhow::{Context as _, ensure};
-use shared::auth::AccessToken;
 use shared::ingest::{IngestAccess, IngestLimits, Ingestor, RAY_BATCH_SIZE_VARIABLE};
 use shared::storage::{LocalDirStorage, S3Storage, Storage};
 use tower::ServiceExt as _;
 
-const TOKEN: &str = "test-token-0123456789abcdef";
+const SECRET: &str = "test-secret-0123456789abcdef";
 
 fn counts(lines: impl IntoIterator<Item = String>) -> BTreeMap<String, usize> {
     let mut counts = BTreeMap::new();
@@ -104,7 +104,7 @@ async fn local_server(
 
 fn with_token(settings: ServeSettings) -> anyhow::Result<ServeSettings> {
     Ok(ServeSettings {
-        ingest_token: Some(AccessToken::new(TOKEN)?),
+        ingest_keys: Some(ingest_keys(SECRET)?),
         ..settings
     })
 }
@@ -135,19 +135,23 @@ async fn missing_token_answers_401_and_stores_nothing() -> anyhow::Result<()> {
 #[tokio::test]
 async fn wrong_token_answers_403_and_stores_nothing() -> anyhow::Result<()> {
     let (_guard, storage, server) = local_server(with_token).await?;
-    let url = format!(
-        "{}/v1/events/c?token=test-token-0123456789abcdeX",
-        server.url
-    );
-    let (status, text) = post(&url, body_of("basic-workload").await?).await?;
-    ensure!(status == 403, "{status} {text}");
-    ensure!(
-        !text.contains(TOKEN),
-        "the answer must not echo the secret: {text}"
-    );
+    let token = cluster_token(SECRET, "c");
+    // A near miss, the secret itself, and another cluster's token (a leaked export URL of
+    // cluster `d` must not write `c`'s history).
+    let mut near_miss = token.clone();
+    near_miss.replace_range(63.., if token.ends_with('0') { "1" } else { "0" });
+    for wrong in [near_miss, SECRET.to_owned(), cluster_token(SECRET, "d")] {
+        let url = format!("{}/v1/events/c?token={wrong}", server.url);
+        let (status, text) = post(&url, body_of("basic-workload").await?).await?;
+        ensure!(status == 403, "{status} {text}");
+        ensure!(
+            !text.contains(&token) && !text.contains(SECRET),
+            "the answer must not echo a secret: {text}"
+        );
+    }
     ensure!(storage.list("raw/").await?.is_empty());
     let (status, _) = post(
-        &format!("{}/v1/events/c?token={TOKEN}", server.url),
+        &format!("{}/v1/events/c?token={token}", server.url),
         body_of("basic-workload").await?,
     )
     .await?;
@@ -370,7 +374,7 @@ async fn lambda_api_gateway_v2_events_are_ingested() -> anyhow::Result<()> {
     let state = Arc::new(AppState {
         ingestor: Some(Ingestor::new(
             Arc::clone(&storage),
-            IngestAccess::Token(AccessToken::new(TOKEN)?),
+            IngestAccess::Keys(ingest_keys(SECRET)?),
             IngestLimits::default(),
         )),
         ..AppState::default()
@@ -378,7 +382,8 @@ async fn lambda_api_gateway_v2_events_are_ingested() -> anyhow::Result<()> {
     let run = FixtureRun::named("snake-case-keys")?;
     let mut sent = Vec::new();
     for (index, request) in run.requests()?.into_iter().enumerate() {
-        let event = api_gateway_event("lambda-run", TOKEN, &request.body, index % 2 == 1);
+        let token = cluster_token(SECRET, "lambda-run");
+        let event = api_gateway_event("lambda-run", &token, &request.body, index % 2 == 1);
         let http_request = lambda_http::request::from_str(&event)?;
         let response = router(Arc::clone(&state)).oneshot(http_request).await?;
         ensure!(

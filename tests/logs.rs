@@ -6,16 +6,17 @@ use std::sync::Arc;
 
 use afterglow::ship_logs::HttpSink;
 use afterglow_tests::faults::LosesConditionalResponses;
-use afterglow_tests::{TestServer, for_each_backend, local_storage, open_settings};
+use afterglow_tests::{
+    TestServer, cluster_token, for_each_backend, ingest_keys, local_storage, open_settings,
+};
 use anyhow::{Context as _, ensure};
-use shared::auth::AccessToken;
 use shared::layout::{ClusterName, LogFile, LogFileName, NodeId, SessionName};
 use shared::logs::ship::{ShipError, ShipSettings, Shipper};
 use shared::logs::store::{LogError, LogRange, MAX_CHUNK_BYTES, put_chunk, read_range};
 use shared::storage::Storage;
 
 const SESSION: &str = "session_2026-11-23_10-00-00_000001_4242";
-const TOKEN: &str = "logs-test-token-0123456789";
+const SECRET: &str = "logs-test-secret-0123456789";
 
 fn node_id() -> String {
     "5e".repeat(28)
@@ -137,12 +138,12 @@ for_each_backend!(
     a_lost_response_is_recognised_not_refused,
 );
 
-/// `serve` with ingest behind [`TOKEN`], over a local folder.
+/// `serve` with ingest behind [`SECRET`], over a local folder.
 async fn serve_with_token() -> anyhow::Result<(TestServer, Arc<dyn Storage>, tempfile::TempDir)> {
     let (dir, storage) = local_storage()?;
     let storage: Arc<dyn Storage> = Arc::new(storage);
     let settings = afterglow::serve::ServeSettings {
-        ingest_token: Some(AccessToken::new(TOKEN)?),
+        ingest_keys: Some(ingest_keys(SECRET)?),
         ..open_settings(Arc::clone(&storage))
     };
     Ok((TestServer::start(settings).await?, storage, dir))
@@ -151,6 +152,7 @@ async fn serve_with_token() -> anyhow::Result<(TestServer, Arc<dyn Storage>, tem
 #[tokio::test]
 async fn the_log_route_checks_token_place_and_size() -> anyhow::Result<()> {
     let (server, storage, _dir) = serve_with_token().await?;
+    let token = cluster_token(SECRET, "logs");
     let client = reqwest::Client::new();
     let node = node_id();
     let post = |query: String, body: Vec<u8>| {
@@ -173,22 +175,27 @@ async fn the_log_route_checks_token_place_and_size() -> anyhow::Result<()> {
             "wrong ingest token",
         ),
         (
-            format!("token={TOKEN}&node_id={node}&file=raylet.out&offset=0"),
+            format!("token={}&{place}", cluster_token(SECRET, "other")),
+            403,
+            "wrong ingest token for this cluster",
+        ),
+        (
+            format!("token={token}&node_id={node}&file=raylet.out&offset=0"),
             400,
             "`session`",
         ),
         (
-            format!("token={TOKEN}&session={SESSION}&node_id=XYZ&file=a&offset=0"),
+            format!("token={token}&session={SESSION}&node_id=XYZ&file=a&offset=0"),
             400,
             "node id",
         ),
         (
-            format!("token={TOKEN}&session={SESSION}&node_id={node}&file=..%2Fx&offset=0"),
+            format!("token={token}&session={SESSION}&node_id={node}&file=..%2Fx&offset=0"),
             400,
             "log file name",
         ),
         (
-            format!("token={TOKEN}&session={SESSION}&node_id={node}&file=a&offset=-1"),
+            format!("token={token}&session={SESSION}&node_id={node}&file=a&offset=-1"),
             400,
             "offset",
         ),
@@ -200,14 +207,14 @@ async fn the_log_route_checks_token_place_and_size() -> anyhow::Result<()> {
         );
     }
     let (got, text) = post(
-        format!("token={TOKEN}&{place}"),
+        format!("token={token}&{place}"),
         vec![b'x'; MAX_CHUNK_BYTES + 1],
     )
     .await?;
     ensure!(got == 413, "{got} {text}");
-    let (got, text) = post(format!("token={TOKEN}&{place}"), b"hello\n".to_vec()).await?;
+    let (got, text) = post(format!("token={token}&{place}"), b"hello\n".to_vec()).await?;
     ensure!(got == 200 && text.contains("\"end\":6"), "{got} {text}");
-    let (got, text) = post(format!("token={TOKEN}&{place}"), b"HELLO\n".to_vec()).await?;
+    let (got, text) = post(format!("token={token}&{place}"), b"HELLO\n".to_vec()).await?;
     ensure!(got == 409 && text.contains("rewritten"), "{got} {text}");
     let stored = read_range(&*storage, &log_file("raylet.out")?, 0, None).await?;
     ensure!(stored.bytes == b"hello\n", "{stored:?}");
@@ -217,6 +224,7 @@ async fn the_log_route_checks_token_place_and_size() -> anyhow::Result<()> {
 #[tokio::test]
 async fn the_shipper_sends_a_session_folder_through_serve_and_waits_out_an_outage()
 -> anyhow::Result<()> {
+    let token = cluster_token(SECRET, "logs");
     let ray = tempfile::tempdir()?;
     let session = ray.path().join(SESSION);
     std::fs::create_dir_all(session.join("logs").join("old"))?;
@@ -245,18 +253,18 @@ async fn the_shipper_sends_a_session_folder_through_serve_and_waits_out_an_outag
     // Nothing listens yet: the pass asks to retry and acknowledges nothing.
     let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let down = format!(
-        "http://{}/v1/events/logs?token={TOKEN}",
+        "http://{}/v1/events/logs?token={token}",
         closed.local_addr()?
     );
     drop(closed);
     let mut shipper = Shipper::new(settings.clone())?;
     match shipper.pass(&HttpSink::new(&down)?).await {
-        Err(ShipError::Retry { reason, .. }) => ensure!(!reason.contains(TOKEN), "{reason}"),
+        Err(ShipError::Retry { reason, .. }) => ensure!(!reason.contains(&token), "{reason}"),
         other => anyhow::bail!("a pass against a closed port: {other:?}"),
     }
 
     let (server, storage, _dir) = serve_with_token().await?;
-    let sink = HttpSink::new(&format!("{}/v1/events/logs?token={TOKEN}", server.url))?;
+    let sink = HttpSink::new(&format!("{}/v1/events/logs?token={token}", server.url))?;
     let report = shipper.pass(&sink).await?;
     ensure!(report.chunks == 6, "{report:?}"); // 3900 bytes in 1000-byte pieces, and two more
     for (name, text) in &files {

@@ -357,3 +357,68 @@ fn every_query_route_is_behind_the_query_authorizer() -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// The ingest secret is read at run time, never resolved into the function's configuration
+/// (where a rotation would need a redeploy and anyone allowed `lambda:GetFunction` could read
+/// it), and the stack creates one when none is given, kept when the stack goes.
+#[test]
+fn the_ingest_secret_is_read_at_run_time_and_outlives_the_stack() -> anyhow::Result<()> {
+    let template = template()?;
+    let variables = at(
+        &template,
+        &[
+            "Resources",
+            "IngestFunction",
+            "Properties",
+            "Environment",
+            "Variables",
+        ],
+    )?;
+    let Some(variables) = variables.as_mapping() else {
+        bail!("the ingest function's variables are not a mapping");
+    };
+    let names: Vec<&str> = variables.keys().filter_map(Value::as_str).collect();
+    ensure!(
+        names == ["AFTERGLOW_INGEST_SECRET_ARN"],
+        "the ingest function gets {names:?}, not only the secret's ARN"
+    );
+    let text = serde_yaml_ng::to_string(&template)?;
+    ensure!(
+        !text.contains("resolve:secretsmanager"),
+        "a secret is resolved at deploy time"
+    );
+    for (name, parameter) in at(&template, &["Parameters"])?
+        .as_mapping()
+        .context("Parameters")?
+    {
+        let name = name.as_str().unwrap_or_default();
+        ensure!(
+            !(name.starts_with("Ingest") && parameter.get("NoEcho").is_some()),
+            "parameter {name} takes the ingest secret itself"
+        );
+    }
+    let secret = at(&template, &["Resources", "IngestSecret"])?;
+    ensure!(secret.get("DeletionPolicy").and_then(Value::as_str) == Some("Retain"));
+    ensure!(secret.get("UpdateReplacePolicy").and_then(Value::as_str) == Some("Retain"));
+
+    let statements = at(
+        &template,
+        &["Resources", "IngestFunction", "Properties", "Policies"],
+    )?;
+    let readable = statements
+        .as_sequence()
+        .into_iter()
+        .flatten()
+        .filter_map(|policy| policy.get("Statement")?.as_sequence())
+        .flatten()
+        .filter(|statement| {
+            statement.get("Action").and_then(Value::as_str) == Some("secretsmanager:GetSecretValue")
+        })
+        .filter_map(|statement| statement.get("Resource"))
+        .any(|resource| Some(resource) == variables.get("AFTERGLOW_INGEST_SECRET_ARN"));
+    ensure!(
+        readable,
+        "the ingest role cannot read the secret its variable names"
+    );
+    Ok(())
+}

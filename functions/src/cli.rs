@@ -32,7 +32,8 @@ pub enum Command {
     /// Run Afterglow locally: receive Ray's events on 127.0.0.1 and store them in a directory.
     ///
     /// Prints the URL to put in RAY_DASHBOARD_AGGREGATOR_AGENT_EVENTS_EXPORT_ADDR. Without
-    /// AFTERGLOW_INGEST_TOKEN, ingest is open and only a loopback address may be used.
+    /// AFTERGLOW_INGEST_SECRET (or AFTERGLOW_INGEST_SECRET_ARN), ingest is open and only a
+    /// loopback address may be used.
     Serve(ServeArgs),
     /// Roll raw ingest objects into the Parquet tables (all of them, or the keys given).
     ///
@@ -71,6 +72,13 @@ pub enum Command {
     /// and retries with backoff while the endpoint is down. A crashed node loses at most the
     /// last interval.
     ShipLogs(ShipLogsArgs),
+    /// Print a cluster's export URL: the endpoint, the cluster's name, and its own token.
+    ///
+    /// Each cluster's token is derived from the ingest secret (AFTERGLOW_INGEST_SECRET, or the
+    /// Secrets Manager secret AFTERGLOW_INGEST_SECRET_ARN names, read with the standard AWS
+    /// credential chain), so a leaked URL cannot write another cluster's history. Put the URL
+    /// in RAY_DASHBOARD_AGGREGATOR_AGENT_EVENTS_EXPORT_ADDR before `ray start`.
+    ExportUrl(ExportUrlArgs),
 }
 
 /// The shape of synthetic traffic.
@@ -206,6 +214,17 @@ pub struct ServeArgs {
     pub cluster: String,
 }
 
+/// Flags of `afterglow export-url`.
+#[derive(Debug, clap::Args)]
+pub struct ExportUrlArgs {
+    /// The cluster's name, as it will appear in the history.
+    #[arg(long, value_name = "NAME")]
+    pub cluster: String,
+    /// Base URL of ingest: the stack's IngestBaseUrl output, or `serve`'s address.
+    #[arg(long, value_name = "URL", default_value = "http://127.0.0.1:8700")]
+    pub endpoint: String,
+}
+
 /// How `afterglow proxy` authenticates upstream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ProxyAuth {
@@ -290,5 +309,6 @@ pub async fn run(cli: Cli, config: Config) -> anyhow::Result<()> {
         Command::Bench(args) => crate::bench::run(args).await,
         Command::Proxy(args) => crate::proxy::run_cli(args, config).await,
         Command::ShipLogs(args) => crate::ship_logs::run_cli(args).await,
+        Command::ExportUrl(args) => crate::serve::print_export_url(args, config).await,
     }
 }

@@ -61,7 +61,10 @@ async fn ingest(
     request: Request,
 ) -> Result<IngestReceipt, Refusal> {
     let cluster = ClusterName::new(cluster).map_err(|err| Refusal::Cluster(err.to_string()))?;
-    ingestor.authorize(token).map_err(Refusal::Ingest)?;
+    ingestor
+        .authorize(&cluster, token)
+        .await
+        .map_err(Refusal::Ingest)?;
     let limit = ingestor.limits().max_body_bytes;
     // Reading stops one byte past the limit, so an oversized body never sits in memory whole.
     let body = to_bytes(request.into_body(), limit.saturating_add(1))
@@ -124,7 +127,7 @@ pub async fn post_log_chunk(
         Ok(cluster) => cluster,
         Err(err) => return error_response(StatusCode::BAD_REQUEST, err.to_string()),
     };
-    if let Err(err) = ingestor.authorize(query.token.as_deref()) {
+    if let Err(err) = ingestor.authorize(&cluster, query.token.as_deref()).await {
         return ingest_error_response(&err);
     }
     let (file, offset) = match chunk_place(cluster, &query) {

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use shared::auth::ingest::{IngestKeys, RefreshPolicy};
 use shared::compact::batch::BatchLimits;
 use shared::compact::{CompactSettings, Compactor};
 use shared::config::{Config, ConfigError, LambdaFunction};
@@ -22,15 +23,19 @@ const INGEST_S3_TIMEOUT: Duration = Duration::from_millis(2500);
 pub async fn run(function: LambdaFunction, config: Config) -> anyhow::Result<()> {
     match function {
         LambdaFunction::Ingest => {
-            let token = config.ingest_token.clone().ok_or(ConfigError::Missing {
-                variable: "AFTERGLOW_INGEST_TOKEN",
+            let source = config.ingest_secret.clone().ok_or(ConfigError::Missing {
+                variable: "AFTERGLOW_INGEST_SECRET_ARN",
                 reason: "the ingest function never accepts unauthenticated events",
             })?;
+            // Read at start: a missing secret or permission fails the cold start, not requests.
+            let keys = IngestKeys::load(source, RefreshPolicy::default())
+                .await
+                .context("cannot read the ingest secret")?;
             let storage = S3Storage::connect(config.lambda_s3(Some(INGEST_S3_TIMEOUT))?).await;
             let state = Arc::new(AppState {
                 ingestor: Some(Ingestor::new(
                     Arc::new(storage),
-                    IngestAccess::Token(token),
+                    IngestAccess::Keys(Arc::new(keys)),
                     config.ingest_limits,
                 )),
                 // On AWS, S3 notifications reach the compact function through SQS.

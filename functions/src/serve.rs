@@ -8,15 +8,17 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use shared::auth::AccessToken;
+use shared::auth::ingest::{IngestKeys, RefreshPolicy};
 use shared::compact::queue::CompactionQueue;
 use shared::compact::{CompactSettings, Compactor};
 use shared::config::{Config, StorageConfig};
 use shared::ingest::{IngestAccess, IngestLimits, Ingestor};
+use shared::layout::ClusterName;
 use shared::query::{QueryEngine, QuerySettings};
 use shared::storage::{LocalDirStorage, S3Storage, Storage};
 use tokio::net::TcpListener;
 
-use crate::cli::ServeArgs;
+use crate::cli::{ExportUrlArgs, ServeArgs};
 use crate::http::{AppState, router};
 use crate::query::QueryService;
 
@@ -25,8 +27,8 @@ use crate::query::QueryService;
 pub struct ServeSettings {
     /// Where objects go.
     pub storage: Arc<dyn Storage>,
-    /// The ingest secret; `None` leaves ingest open, which only loopback listeners allow.
-    pub ingest_token: Option<AccessToken>,
+    /// The ingest secrets; `None` leaves ingest open, which only loopback listeners allow.
+    pub ingest_keys: Option<Arc<IngestKeys>>,
     /// Bounds on ingest requests.
     pub ingest_limits: IngestLimits,
     /// Where stored raw objects are queued for compaction; `None` stores raw objects only.
@@ -80,11 +82,11 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let local = listener.local_addr().context("listener has no address")?;
-    let access = match settings.ingest_token {
-        Some(token) => IngestAccess::Token(token),
+    let access = match settings.ingest_keys {
+        Some(keys) => IngestAccess::Keys(keys),
         None if local.ip().is_loopback() => IngestAccess::Open,
         None => anyhow::bail!(
-            "refusing to serve ingest without a token on {local}: set AFTERGLOW_INGEST_TOKEN, \
+            "refusing to serve ingest without a token on {local}: set AFTERGLOW_INGEST_SECRET, \
              or listen on 127.0.0.1"
         ),
     };
@@ -121,15 +123,16 @@ pub async fn run(
 
 /// The `serve` subcommand: binds, prints how to point Ray here, and runs until Ctrl-C.
 pub async fn run_cli(args: ServeArgs, config: Config) -> anyhow::Result<()> {
-    if (config.ingest_token.is_none() || config.query_token.is_none())
+    if (config.ingest_secret.is_none() || config.query_token.is_none())
         && !args.addr.ip().is_loopback()
     {
         anyhow::bail!(
-            "refusing to listen on {} with an open API: set both AFTERGLOW_INGEST_TOKEN and \
+            "refusing to listen on {} with an open API: set both AFTERGLOW_INGEST_SECRET and \
              AFTERGLOW_QUERY_TOKEN, or use --addr 127.0.0.1:PORT",
             args.addr
         );
     }
+    let ingest_keys = ingest_keys(&config).await?;
     let storage = open_storage(&config, args.data_dir.clone()).await?;
     let listener = TcpListener::bind(args.addr)
         .await
@@ -144,7 +147,7 @@ pub async fn run_cli(args: ServeArgs, config: Config) -> anyhow::Result<()> {
             local,
             &args.cluster,
             &storage.location(),
-            config.ingest_token.is_some()
+            ingest_keys.is_some()
         )
     );
     let (compactor, scratch) = compactor_with_scratch(Arc::clone(&storage), &config)?;
@@ -162,7 +165,7 @@ pub async fn run_cli(args: ServeArgs, config: Config) -> anyhow::Result<()> {
     }
     let settings = ServeSettings {
         storage,
-        ingest_token: config.ingest_token,
+        ingest_keys,
         ingest_limits: config.ingest_limits,
         compaction: Some(queue.clone()),
         query: Some(QuerySettings::under(&scratch.path().join("query"))),
@@ -179,17 +182,50 @@ pub async fn run_cli(args: ServeArgs, config: Config) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The startup text: where we listen and exactly what to export on the Ray cluster.
-fn banner(local: SocketAddr, cluster: &str, location: &str, has_token: bool) -> String {
-    let token = if has_token {
-        "?token=$AFTERGLOW_INGEST_TOKEN"
-    } else {
-        ""
+/// The ingest secrets `config` names, read now (from Secrets Manager, when it names a secret).
+pub async fn ingest_keys(config: &Config) -> anyhow::Result<Option<Arc<IngestKeys>>> {
+    let Some(source) = config.ingest_secret.clone() else {
+        return Ok(None);
     };
-    let access = if has_token {
-        "Ingest requires the token in AFTERGLOW_INGEST_TOKEN."
+    let keys = IngestKeys::load(source, RefreshPolicy::default())
+        .await
+        .context("cannot read the ingest secret")?;
+    Ok(Some(Arc::new(keys)))
+}
+
+/// `afterglow export-url`: the URL a cluster exports to, with its own token.
+pub async fn print_export_url(args: ExportUrlArgs, config: Config) -> anyhow::Result<()> {
+    let cluster = ClusterName::new(&args.cluster).context("--cluster")?;
+    let base = args.endpoint.trim_end_matches('/');
+    let url = match ingest_keys(&config).await? {
+        Some(keys) => format!(
+            "{base}/v1/events/{cluster}?token={}",
+            keys.token_for(&cluster).await
+        ),
+        None => {
+            tracing::warn!(
+                "no AFTERGLOW_INGEST_SECRET or AFTERGLOW_INGEST_SECRET_ARN: printing the URL of \
+                 an open (loopback-only) ingest"
+            );
+            format!("{base}/v1/events/{cluster}")
+        }
+    };
+    println!("{url}");
+    Ok(())
+}
+
+/// The startup text: where we listen and exactly what to export on the Ray cluster.
+fn banner(local: SocketAddr, cluster: &str, location: &str, has_secret: bool) -> String {
+    // The cluster's token is not printed: serve's output may end up in logs.
+    let export = if has_secret {
+        format!("$(afterglow export-url --endpoint http://{local} --cluster {cluster})")
     } else {
-        "Ingest is open (AFTERGLOW_INGEST_TOKEN is not set), so Afterglow only listens on loopback."
+        format!("http://{local}/v1/events/{cluster}")
+    };
+    let access = if has_secret {
+        "Ingest requires each cluster's token, derived from AFTERGLOW_INGEST_SECRET."
+    } else {
+        "Ingest is open (AFTERGLOW_INGEST_SECRET is not set), so Afterglow only listens on loopback."
     };
     format!(
         "Afterglow listening on http://{local} (history in {location})\n\
@@ -201,7 +237,7 @@ fn banner(local: SocketAddr, cluster: &str, location: &str, has_token: bool) -> 
          \x20 export RAY_enable_core_worker_ray_event_to_aggregator=1\n\
          \x20 export RAY_enable_ray_event=1\n\
          \x20 export RAY_DASHBOARD_AGGREGATOR_AGENT_EXPOSABLE_EVENT_TYPES=ALL\n\
-         \x20 export RAY_DASHBOARD_AGGREGATOR_AGENT_EVENTS_EXPORT_ADDR=\"http://{local}/v1/events/{cluster}{token}\"\n\
+         \x20 export RAY_DASHBOARD_AGGREGATOR_AGENT_EVENTS_EXPORT_ADDR=\"{export}\"\n\
          Keep tasks' stdout/stderr too: on every node, next to `ray start`:\n\
          \x20 afterglow ship-logs --to \"$RAY_DASHBOARD_AGGREGATOR_AGENT_EVENTS_EXPORT_ADDR\" &"
     )

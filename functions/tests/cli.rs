@@ -15,6 +15,8 @@ fn afterglow() -> anyhow::Result<Command> {
     for variable in [
         "AFTERGLOW_BUCKET",
         "AFTERGLOW_INGEST_TOKEN",
+        "AFTERGLOW_INGEST_SECRET",
+        "AFTERGLOW_INGEST_SECRET_ARN",
         "AFTERGLOW_QUERY_TOKEN",
         "AFTERGLOW_DATA_DIR",
         "AWS_LAMBDA_RUNTIME_API",
@@ -97,7 +99,48 @@ fn open_ingest_refuses_a_non_loopback_address() -> anyhow::Result<()> {
         .output()?;
     ensure!(!output.status.success());
     let text = String::from_utf8(output.stderr)?;
-    ensure!(text.contains("AFTERGLOW_INGEST_TOKEN"), "{text}");
+    ensure!(text.contains("AFTERGLOW_INGEST_SECRET"), "{text}");
+    Ok(())
+}
+
+/// `hex(HMAC-SHA256(secret, "afterglow-ingest:" + cluster))`, computed here from the primitives,
+/// not by Afterglow's code.
+fn cluster_token(secret: &str, cluster: &str) -> anyhow::Result<String> {
+    use hmac::{Hmac, Mac};
+    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()).context("HMAC key")?;
+    mac.update(format!("afterglow-ingest:{cluster}").as_bytes());
+    Ok(hex::encode(mac.finalize().into_bytes()))
+}
+
+#[test]
+fn export_url_prints_the_clusters_own_token() -> anyhow::Result<()> {
+    const SECRET: &str = "export-url-secret-0123456789";
+    let output = afterglow()?
+        .args(["export-url", "--cluster", "team-a", "--endpoint"])
+        .arg("https://ingest.example.com/")
+        .env("AFTERGLOW_INGEST_SECRET", SECRET)
+        .output()?;
+    ensure!(output.status.success(), "{output:?}");
+    let expected = format!(
+        "https://ingest.example.com/v1/events/team-a?token={}\n",
+        cluster_token(SECRET, "team-a")?
+    );
+    ensure!(
+        String::from_utf8(output.stdout)? == expected,
+        "not {expected}"
+    );
+
+    // A deployment still configured the old way is told what changed.
+    let output = afterglow()?
+        .args(["export-url", "--cluster", "team-a"])
+        .env("AFTERGLOW_INGEST_TOKEN", SECRET)
+        .output()?;
+    ensure!(!output.status.success());
+    let text = String::from_utf8(output.stderr)?;
+    ensure!(
+        text.contains("AFTERGLOW_INGEST_SECRET") && !text.contains(SECRET),
+        "{text}"
+    );
     Ok(())
 }
 
@@ -234,11 +277,12 @@ async fn serve_prints_the_ray_settings_stores_what_ray_posts_and_answers_queries
     Ok(())
 }
 
-/// Secrets never reach the logs, even at the most verbose level: the ingest token travels in the
-/// query string of every Ray POST, the query token in every dashboard request.
+/// Secrets never reach the logs, even at the most verbose level: the cluster's ingest token
+/// travels in the query string of every Ray POST, the query token in every dashboard request.
+/// A cluster's token writes only that cluster's history.
 #[tokio::test]
 async fn secrets_never_appear_in_the_logs() -> anyhow::Result<()> {
-    const INGEST_TOKEN: &str = "ingest-secret-7f3a9c1e5b";
+    const INGEST_SECRET: &str = "ingest-secret-7f3a9c1e5b";
     const QUERY_TOKEN: &str = "query-secret-2d8e6b4a0c";
     let dir = tempfile::tempdir()?;
     let log_path = dir.path().join("serve.log");
@@ -254,7 +298,7 @@ async fn secrets_never_appear_in_the_logs() -> anyhow::Result<()> {
                 "--data-dir",
             ])
             .arg(dir.path().join("data"))
-            .env("AFTERGLOW_INGEST_TOKEN", INGEST_TOKEN)
+            .env("AFTERGLOW_INGEST_SECRET", INGEST_SECRET)
             .env("AFTERGLOW_QUERY_TOKEN", QUERY_TOKEN)
             .env("AFTERGLOW_LOG", "trace")
             .stdout(Stdio::from(log.try_clone()?))
@@ -282,14 +326,22 @@ async fn secrets_never_appear_in_the_logs() -> anyhow::Result<()> {
         .next()
         .context("a body")?
         .body;
-    for (token, expected) in [(INGEST_TOKEN, 200), ("wrong-secret-0123456789", 403)] {
+    let token = cluster_token(INGEST_SECRET, "secretive")?;
+    for (cluster, token, expected) in [
+        ("secretive", token.as_str(), 200),
+        // Another cluster's URL with this cluster's token: refused.
+        ("other", token.as_str(), 403),
+        // The secret itself is not a token.
+        ("secretive", INGEST_SECRET, 403),
+        ("secretive", "wrong-secret-0123456789", 403),
+    ] {
         let status = client
-            .post(format!("{base}/v1/events/secretive?token={token}"))
+            .post(format!("{base}/v1/events/{cluster}?token={token}"))
             .body(body.clone())
             .send()
             .await?
             .status();
-        ensure!(status == expected, "ingest with {token}: {status}");
+        ensure!(status == expected, "ingest to {cluster}: {status}");
     }
     for (authorization, expected) in [
         (format!("Bearer {QUERY_TOKEN}"), 200),
@@ -309,7 +361,7 @@ async fn secrets_never_appear_in_the_logs() -> anyhow::Result<()> {
         text.contains("request"),
         "the log shows no requests at all:\n{text}"
     );
-    for secret in [INGEST_TOKEN, QUERY_TOKEN] {
+    for secret in [INGEST_SECRET, token.as_str(), QUERY_TOKEN] {
         ensure!(
             !text.contains(secret),
             "the log contains a secret:\n{}",

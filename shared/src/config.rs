@@ -2,7 +2,8 @@
 //!
 //! | variable | meaning | default |
 //! |---|---|---|
-//! | `AFTERGLOW_INGEST_TOKEN` | secret expected as `?token=` on ingest (≥ 16 of `A-Z a-z 0-9 - _ . ~`) | unset: ingest is open, allowed only for `serve` on loopback |
+//! | `AFTERGLOW_INGEST_SECRET` | secret each cluster's ingest token (`?token=`) is derived from (≥ 16 characters; `afterglow export-url` prints a cluster's URL) | unset: ingest is open, allowed only for `serve` on loopback |
+//! | `AFTERGLOW_INGEST_SECRET_ARN` | instead: a Secrets Manager secret holding it, read at run time (current and previous version accepted) | unset |
 //! | `AFTERGLOW_QUERY_TOKEN` | bearer token the query API (`/api/...`) requires (≥ 16 characters, same alphabet) | unset: no token; `serve` then only listens on loopback, and on AWS IAM guards the routes |
 //! | `AFTERGLOW_BUCKET` | S3 bucket; when set, storage is S3 | unset: local directory |
 //! | `AFTERGLOW_PREFIX` | key prefix inside the bucket | empty |
@@ -22,6 +23,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::auth::AccessToken;
+use crate::auth::ingest::{IngestSecret, SecretSource};
 use crate::ingest::IngestLimits;
 use crate::storage::S3Settings;
 
@@ -91,8 +93,8 @@ pub enum StorageConfig {
 pub struct Config {
     /// Where objects are stored.
     pub storage: StorageConfig,
-    /// The ingest secret, if configured.
-    pub ingest_token: Option<AccessToken>,
+    /// Where the ingest secret comes from, if configured.
+    pub ingest_secret: Option<SecretSource>,
     /// The query API's bearer token, if configured.
     pub query_token: Option<AccessToken>,
     /// The Lambda function's memory (MiB), when running in Lambda.
@@ -134,7 +136,7 @@ impl Config {
                 })
                 .transpose()
         };
-        let ingest_token = secret("AFTERGLOW_INGEST_TOKEN")?;
+        let ingest_secret = ingest_secret(&get)?;
         let query_token = secret("AFTERGLOW_QUERY_TOKEN")?;
 
         let endpoint_url = get("AWS_ENDPOINT_URL_S3");
@@ -204,7 +206,7 @@ impl Config {
 
         Ok(Self {
             storage,
-            ingest_token,
+            ingest_secret,
             query_token,
             lambda_memory_mib,
             ingest_limits,
@@ -230,6 +232,41 @@ impl Config {
                 reason: "the Lambda functions store everything in S3",
             }),
         }
+    }
+}
+
+fn ingest_secret(
+    get: &impl Fn(&str) -> Option<String>,
+) -> Result<Option<SecretSource>, ConfigError> {
+    if get("AFTERGLOW_INGEST_TOKEN").is_some() {
+        return Err(ConfigError::Invalid {
+            variable: "AFTERGLOW_INGEST_TOKEN",
+            shown: "<redacted>".to_owned(),
+            reason: "each cluster now has its own token, derived from one secret: set \
+                     AFTERGLOW_INGEST_SECRET (or AFTERGLOW_INGEST_SECRET_ARN) instead, and give \
+                     each cluster the URL `afterglow export-url --cluster NAME` prints"
+                .to_owned(),
+        });
+    }
+    match (
+        get("AFTERGLOW_INGEST_SECRET"),
+        get("AFTERGLOW_INGEST_SECRET_ARN"),
+    ) {
+        (Some(_), Some(_)) => Err(ConfigError::Invalid {
+            variable: "AFTERGLOW_INGEST_SECRET_ARN",
+            shown: "<set>".to_owned(),
+            reason: "set AFTERGLOW_INGEST_SECRET or AFTERGLOW_INGEST_SECRET_ARN, not both"
+                .to_owned(),
+        }),
+        (Some(value), None) => IngestSecret::new(&value)
+            .map(|secret| Some(SecretSource::Value(secret)))
+            .map_err(|err| ConfigError::Invalid {
+                variable: "AFTERGLOW_INGEST_SECRET",
+                shown: "<redacted>".to_owned(),
+                reason: err.to_string(),
+            }),
+        (None, Some(id)) => Ok(Some(SecretSource::SecretsManager(id))),
+        (None, None) => Ok(None),
     }
 }
 
@@ -288,7 +325,7 @@ mod tests {
         assert!(
             matches!(&config.storage, StorageConfig::LocalDir(dir) if dir.ends_with("afterglow-data"))
         );
-        assert!(config.ingest_token.is_none());
+        assert!(config.ingest_secret.is_none());
         assert_eq!(config.lambda, None);
         assert_eq!(config.ingest_limits, IngestLimits::default());
         Ok(())
@@ -312,10 +349,23 @@ mod tests {
 
     #[test]
     fn errors_name_the_variable_and_hide_secrets() {
-        let err = config(&[("AFTERGLOW_INGEST_TOKEN", "tiny")]).err();
+        let err = config(&[("AFTERGLOW_INGEST_SECRET", "tiny")]).err();
         let text = err.map(|err| err.to_string()).unwrap_or_default();
-        assert!(text.contains("AFTERGLOW_INGEST_TOKEN"), "{text}");
+        assert!(text.contains("AFTERGLOW_INGEST_SECRET"), "{text}");
         assert!(!text.contains("tiny"), "{text}");
+
+        // A deployment configured before tokens were per cluster is told what to set instead.
+        let err = config(&[("AFTERGLOW_INGEST_TOKEN", "old-shared-token-0123456789")]).err();
+        let text = err.map(|err| err.to_string()).unwrap_or_default();
+        assert!(text.contains("AFTERGLOW_INGEST_SECRET"), "{text}");
+        assert!(!text.contains("old-shared-token"), "{text}");
+
+        let both = [
+            ("AFTERGLOW_INGEST_SECRET", "a-long-enough-secret-0123"),
+            ("AFTERGLOW_INGEST_SECRET_ARN", "arn:aws:secretsmanager:x"),
+        ];
+        let text = config(&both).err().map(|err| err.to_string());
+        assert!(text.is_some_and(|text| text.contains("not both") && !text.contains("0123")));
 
         let err = config(&[("AFTERGLOW_MAX_BODY_BYTES", "lots")]).err();
         assert!(err.is_some_and(|err| err.to_string().contains("AFTERGLOW_MAX_BODY_BYTES=lots")));

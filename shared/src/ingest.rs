@@ -15,7 +15,7 @@ use flate2::write::GzEncoder;
 use serde_json::value::RawValue;
 use ulid::Ulid;
 
-use crate::auth::AccessToken;
+use crate::auth::ingest::IngestKeys;
 use crate::event::{BatchError, split_batch};
 use crate::layout::{ClusterName, LogFile, raw_object_key};
 use crate::logs::store::{ChunkReceipt, LogError, put_chunk};
@@ -46,8 +46,8 @@ impl Default for IngestLimits {
 /// Who may post events.
 #[derive(Clone, Debug)]
 pub enum IngestAccess {
-    /// Only requests presenting this token.
-    Token(AccessToken),
+    /// Only requests presenting the token of the cluster they write to.
+    Keys(Arc<IngestKeys>),
     /// Anyone who can reach the listener: only for `serve` bound to loopback.
     Open,
 }
@@ -56,10 +56,16 @@ pub enum IngestAccess {
 #[derive(Debug, thiserror::Error)]
 pub enum IngestError {
     /// No `token` query parameter.
-    #[error("missing ingest token: add ?token=<AFTERGLOW_INGEST_TOKEN> to the export URL")]
+    #[error(
+        "missing ingest token: the export URL ends in ?token=<the cluster's token> \
+         (`afterglow export-url --cluster NAME --endpoint URL` prints it)"
+    )]
     MissingToken,
-    /// A token that is not the configured one.
-    #[error("wrong ingest token")]
+    /// A token that is not the cluster's.
+    #[error(
+        "wrong ingest token for this cluster (each cluster has its own: \
+         `afterglow export-url --cluster NAME --endpoint URL` prints its URL)"
+    )]
     WrongToken,
     /// The body is larger than [`IngestLimits::max_body_bytes`].
     #[error(
@@ -131,13 +137,22 @@ impl Ingestor {
         self.limits
     }
 
-    /// Checks the token a request presented.
-    pub fn authorize(&self, presented: Option<&str>) -> Result<(), IngestError> {
+    /// Checks the token a request to write `cluster`'s history presented.
+    pub async fn authorize(
+        &self,
+        cluster: &ClusterName,
+        presented: Option<&str>,
+    ) -> Result<(), IngestError> {
         match (&self.access, presented) {
             (IngestAccess::Open, _) => Ok(()),
-            (IngestAccess::Token(_), None) => Err(IngestError::MissingToken),
-            (IngestAccess::Token(token), Some(presented)) if token.matches(presented) => Ok(()),
-            (IngestAccess::Token(_), Some(_)) => Err(IngestError::WrongToken),
+            (IngestAccess::Keys(_), None) => Err(IngestError::MissingToken),
+            (IngestAccess::Keys(keys), Some(presented)) => {
+                if keys.admits(cluster, presented).await {
+                    Ok(())
+                } else {
+                    Err(IngestError::WrongToken)
+                }
+            }
         }
     }
 

@@ -16,6 +16,8 @@ What each part stands in for:
   `batchItemFailures` (a message that fails `MAX_RECEIVES` times is dead-lettered and makes the
   run fail).
 """
+import hashlib
+import hmac
 import json
 import os
 import shutil
@@ -122,6 +124,54 @@ class SeaweedFS:
         if self.process and self.process.poll() is None:
             self.process.terminate()
             self.process.wait(timeout=30)
+
+
+class SecretsManager:
+    """moto's server on a free port, standing in for AWS Secrets Manager: the ingest function
+    reads its secret from it at run time (AFTERGLOW_INGEST_SECRET_ARN), as deployed."""
+
+    def __init__(self, work, credentials):
+        self.work, self.credentials, self.process, self.endpoint = work, credentials, None, None
+
+    def start(self):
+        moto = shutil.which("moto_server")
+        if moto is None:
+            raise RuntimeError("moto_server not found: pip install 'moto[server]'")
+        port = free_port()
+        self.endpoint = f"http://127.0.0.1:{port}"
+        log_path = os.path.join(self.work, "moto.log")
+        self.process = subprocess.Popen([moto, "-H", "127.0.0.1", "-p", str(port)],
+                                        stdout=open(log_path, "a"), stderr=subprocess.STDOUT)
+        wait_until(self.answers, "moto_server", 60, self.process, log_path)
+
+    def answers(self):
+        try:
+            self.client().list_secrets()
+            return True
+        except (BotoCoreError, ClientError):
+            return False
+
+    def client(self):
+        return boto3.client(
+            "secretsmanager", endpoint_url=self.endpoint,
+            region_name=self.credentials["AWS_REGION"],
+            aws_access_key_id=self.credentials["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=self.credentials["AWS_SECRET_ACCESS_KEY"],
+            config=Config(retries={"max_attempts": 3}))
+
+    def create(self, name, value):
+        return self.client().create_secret(Name=name, SecretString=value)["ARN"]
+
+    def stop(self):
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=30)
+
+
+def cluster_token(secret, cluster):
+    """A cluster's ingest token, computed here rather than by Afterglow."""
+    return hmac.new(secret.encode(), f"afterglow-ingest:{cluster}".encode(),
+                    hashlib.sha256).hexdigest()
 
 
 class LambdaFunction:
@@ -286,27 +336,32 @@ class NotificationRelay(threading.Thread):
 
 class LambdaStack:
     """The three functions, SeaweedFS and the relay. Like run.py's `Afterglow`, it offers
-    `ingest_base` and `query_base` (what the stack's outputs give a customer) and the two
-    tokens."""
+    `ingest_base` and `query_base` (what the stack's outputs give a customer), each cluster's
+    ingest token and the query token."""
 
     def __init__(self, repo, binary, work, cluster, log):
         self.repo, self.binary, self.work, self.cluster, self.log = repo, binary, work, cluster, log
         self.storage = SeaweedFS(work)
         # A prefix of its own, so that a shared bucket (scripts/test's) starts empty for us.
         self.prefix = f"e2e-{uuid.uuid4().hex[:8]}/"
-        self.ingest_token = uuid.uuid4().hex
+        self.secrets = SecretsManager(work, self.storage.credentials)
+        self.ingest_secret = uuid.uuid4().hex
         self.query_token = uuid.uuid4().hex
         self.functions = {}
         self.relay = None
 
     def start(self):
         self.storage.start()
+        self.secrets.start()
+        secret_arn = self.secrets.create(f"afterglow-e2e/{uuid.uuid4().hex[:8]}",
+                                         self.ingest_secret)
         tmp = os.path.join(self.work, "lambda-tmp")
         common = dict(self.storage.credentials, AFTERGLOW_BUCKET=self.storage.bucket,
                       AFTERGLOW_PREFIX=self.prefix, AWS_ENDPOINT_URL_S3=self.storage.endpoint,
                       AFTERGLOW_LOG="info")
         per_function = {
-            "ingest": {"AFTERGLOW_INGEST_TOKEN": self.ingest_token},
+            "ingest": {"AFTERGLOW_INGEST_SECRET_ARN": secret_arn,
+                       "AWS_ENDPOINT_URL_SECRETS_MANAGER": self.secrets.endpoint},
             "compact": {},
             "query": {"AFTERGLOW_QUERY_TOKEN": self.query_token},
         }
@@ -335,7 +390,8 @@ class LambdaStack:
                     headers={"content-type": "application/json"})
             elif handler == "ingest":
                 request = urllib.request.Request(
-                    f"{self.ingest_base}/v1/events/{self.cluster}?token={self.ingest_token}",
+                    f"{self.ingest_base}/v1/events/{self.cluster}"
+                    f"?token={self.ingest_token(self.cluster)}",
                     data=b"[]", method="POST",
                     headers={"content-type": "application/json"})
             else:
@@ -350,6 +406,9 @@ class LambdaStack:
     def ingest_base(self):
         return self.functions["ingest"].url
 
+    def ingest_token(self, cluster):
+        return cluster_token(self.ingest_secret, cluster)
+
     @property
     def query_base(self):
         return self.functions["query"].url
@@ -361,3 +420,4 @@ class LambdaStack:
         for function in self.functions.values():
             function.stop()
         self.storage.stop()
+        self.secrets.stop()

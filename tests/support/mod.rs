@@ -6,6 +6,7 @@
 
 pub mod api;
 pub mod faults;
+pub mod moto;
 pub mod ray;
 pub mod ray_entities;
 
@@ -17,6 +18,24 @@ use afterglow::serve::ServeSettings;
 use anyhow::Context as _;
 use shared::storage::{LocalDirStorage, S3Settings, S3Storage, Storage};
 use tokio::sync::oneshot;
+
+/// The token `cluster`'s export URL carries under `secret`:
+/// `hex(HMAC-SHA256(secret, "afterglow-ingest:" + cluster))`, computed here from the primitives
+/// rather than by the code under test.
+pub fn cluster_token(secret: &str, cluster: &str) -> String {
+    use hmac::{Hmac, Mac};
+    let mut mac = <Hmac<sha2::Sha256> as Mac>::new_from_slice(secret.as_bytes())
+        .unwrap_or_else(|_| unreachable!("HMAC takes keys of any length"));
+    mac.update(b"afterglow-ingest:");
+    mac.update(cluster.as_bytes());
+    hex::encode(mac.finalize().into_bytes())
+}
+
+/// Ingest keys that never change, from `secret`.
+pub fn ingest_keys(secret: &str) -> anyhow::Result<Arc<shared::auth::ingest::IngestKeys>> {
+    let secret = shared::auth::ingest::IngestSecret::new(secret)?;
+    Ok(Arc::new(shared::auth::ingest::IngestKeys::fixed(secret)))
+}
 
 /// Folder of the captured Ray 2.60 runs (copied from the reference fixtures).
 pub fn fixtures_dir() -> PathBuf {
@@ -257,7 +276,7 @@ pub async fn serve_runs_locally(
 pub fn open_settings(storage: Arc<dyn Storage>) -> ServeSettings {
     ServeSettings {
         storage,
-        ingest_token: None,
+        ingest_keys: None,
         ingest_limits: shared::ingest::IngestLimits::default(),
         compaction: None,
         query: None,

@@ -1,11 +1,12 @@
-//! Shared secrets: the ingest token (Ray cannot send headers, so it travels in the export URL's
-//! query string) and the optional query bearer token. Both are compared in constant time and
-//! never appear in `Debug` output or logs.
+//! Secrets: the ingest secret each cluster's export-URL token is derived from ([`ingest`]) and
+//! the optional query bearer token. Both are compared in constant time and never appear in
+//! `Debug` output or logs.
+
+pub mod ingest;
 
 use subtle::ConstantTimeEq;
 
-/// A shared secret: the one that authorizes `POST /v1/events/{cluster}?token=…`, or the bearer
-/// token of the query API.
+/// A shared secret sent as it is: the query API's bearer token.
 #[derive(Clone)]
 pub struct AccessToken(Box<str>);
 
