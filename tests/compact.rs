@@ -133,7 +133,7 @@ async fn orphan_files_are_collected_once_old(storage: Arc<dyn Storage>) -> anyho
         anyhow::bail!("expected one session, found {}", manifests.len());
     };
     let (cluster, session) =
-        shared::compact::manifest::session_of(&manifest.key).context("a manifest key")?;
+        shared::layout::manifest_session(&manifest.key).context("a manifest key")?;
     let strays = [
         format!("tables/task_attempts/cluster=orphaned/session={session}/delta-01STRAY.parquet"),
         format!("tables/jobs/cluster=orphaned/session={session}/jobs-01STRAY.parquet"),
@@ -266,7 +266,7 @@ async fn deltas_fold_into_a_base_without_changing_rows() -> anyhow::Result<()> {
     }
     let manifests = storage.list("tables/manifests/cluster=fold/").await?;
     ensure!(manifests.len() == 1, "one session, one manifest");
-    let manifest = shared::compact::manifest::load(&*storage, &manifests[0].key)
+    let manifest = shared::tables::manifest::load(&*storage, &manifests[0].key)
         .await?
         .manifest;
     ensure!(manifest.task_attempts.base.len() == 1, "{manifest:?}");
@@ -307,12 +307,12 @@ async fn fold_turns_every_delta_into_one_base() -> anyhow::Result<()> {
     }
     let manifests = storage.list("tables/manifests/cluster=quiet/").await?;
     ensure!(manifests.len() == 1, "one session, one manifest");
-    let before = shared::compact::manifest::load(&*storage, &manifests[0].key)
+    let before = shared::tables::manifest::load(&*storage, &manifests[0].key)
         .await?
         .manifest;
     ensure!(before.task_attempts.deltas.len() > 1, "{before:?}");
     ensure!(compactor.fold().await? == 1, "one session folded");
-    let after = shared::compact::manifest::load(&*storage, &manifests[0].key)
+    let after = shared::tables::manifest::load(&*storage, &manifests[0].key)
         .await?
         .manifest;
     ensure!(after.task_attempts.base.len() == 1, "{after:?}");
@@ -537,7 +537,10 @@ async fn raw_objects_left_uncompacted_are_compacted_at_the_next_start() -> anyho
         "nothing compacted yet"
     );
     ensure!(
-        storage.list(backlog::RECORDS_PREFIX).await?.is_empty(),
+        storage
+            .list(shared::layout::COMPACTED_RECORDS_PREFIX)
+            .await?
+            .is_empty(),
         "no compaction recorded yet"
     );
 
@@ -759,7 +762,7 @@ async fn manifest_commits(storage: &dyn Storage, cluster: &str) -> anyhow::Resul
         .list(&format!("tables/manifests/cluster={cluster}/"))
         .await?
     {
-        commits += shared::compact::manifest::load(storage, &meta.key)
+        commits += shared::tables::manifest::load(storage, &meta.key)
             .await?
             .manifest
             .sequence;
@@ -891,7 +894,7 @@ async fn a_batch_past_the_deadline_is_answered_unattempted() -> anyhow::Result<(
 /// left alone, and still agree with Ray.
 #[tokio::test]
 async fn expiry_removes_old_sessions_whole_and_keeps_the_rest() -> anyhow::Result<()> {
-    use shared::compact::catalog;
+    use shared::tables::catalog;
 
     let (_guard, local) = local_storage()?;
     let storage: Arc<dyn Storage> = Arc::new(local);
@@ -908,14 +911,13 @@ async fn expiry_removes_old_sessions_whole_and_keeps_the_rest() -> anyhow::Resul
     let mut old_files = Vec::new();
     let old_manifests = storage.list("tables/manifests/cluster=old/").await?;
     for meta in &old_manifests {
-        let manifest = shared::compact::manifest::load(&*storage, &meta.key)
+        let manifest = shared::tables::manifest::load(&*storage, &meta.key)
             .await?
             .manifest;
         old_files.extend(
             manifest
                 .task_attempts
                 .all()
-                .chain(manifest.task_profile.all())
                 .chain(manifest.entities.values())
                 .map(|file| file.key.clone()),
         );
@@ -932,7 +934,7 @@ async fn expiry_removes_old_sessions_whole_and_keeps_the_rest() -> anyhow::Resul
         old_manifests.len()
     );
     for meta in &old_manifests {
-        let left = shared::compact::manifest::load(&*storage, &meta.key)
+        let left = shared::tables::manifest::load(&*storage, &meta.key)
             .await?
             .manifest;
         ensure!(
@@ -969,7 +971,7 @@ async fn expiry_removes_old_sessions_whole_and_keeps_the_rest() -> anyhow::Resul
 /// Sets the newest event time of every session of `cluster` to `last_ms`, in its manifest and
 /// in the catalog, as if its events had been that old.
 async fn age_sessions(storage: &dyn Storage, cluster: &str, last_ms: i64) -> anyhow::Result<()> {
-    use shared::compact::{catalog, manifest};
+    use shared::tables::{catalog, manifest};
     let cluster_name = shared::layout::ClusterName::new(cluster)?;
     for meta in storage
         .list(&format!("tables/manifests/cluster={cluster}/"))
@@ -979,7 +981,7 @@ async fn age_sessions(storage: &dyn Storage, cluster: &str, last_ms: i64) -> any
         let mut aged = read.manifest;
         aged.stats.last_ms = Some(last_ms);
         manifest::store(storage, &meta.key, &aged, read.etag.as_ref()).await?;
-        let (_, session) = manifest::session_of(&meta.key).context("a manifest key")?;
+        let (_, session) = shared::layout::manifest_session(&meta.key).context("a manifest key")?;
         catalog::record(storage, &cluster_name, &session, &aged.stats, None).await?;
     }
     Ok(())
@@ -1019,7 +1021,7 @@ async fn a_session_written_while_it_expires_is_kept() -> anyhow::Result<()> {
         &stored_task_rows(&*storage, "racing").await?,
         "a session written while it expired",
     )?;
-    let (catalog, _) = shared::compact::catalog::load(&*storage).await?;
+    let (catalog, _) = shared::tables::catalog::load(&*storage).await?;
     ensure!(
         catalog.clusters.contains_key("racing"),
         "the catalog lost the session"

@@ -5,8 +5,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use afterglow::http::{AppState, router};
+use afterglow::http::router;
 use afterglow::serve::ServeSettings;
+use afterglow::state::AppState;
 use afterglow_tests::{
     FixtureRun, TestServer, cluster_token, ingest_keys, local_storage, open_settings, raw_events,
     stored_raw_lines,

@@ -7,8 +7,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use afterglow::http::{AppState, router};
+use afterglow::http::router;
 use afterglow::serve::ServeSettings;
+use afterglow::state::AppState;
 use afterglow_tests::api::{Api, our_rows, ray_counts_by_name};
 use afterglow_tests::ray::{LOSSY_RUN, check, ray_millis};
 use afterglow_tests::{
@@ -223,6 +224,48 @@ async fn every_run_agrees_with_ray_through_the_lambda_function_on_s3() -> anyhow
     for run in &runs {
         check_run(&api, run).await?;
     }
+    Ok(())
+}
+
+/// A query cache far smaller than one session (1 byte: every file is evicted as soon as no
+/// request reads it) still answers every run as Ray does, and deleted what it no longer held.
+#[tokio::test]
+async fn a_cache_smaller_than_a_session_still_answers_every_run() -> anyhow::Result<()> {
+    let Some(storage) = s3_storage("bounded cache").await else {
+        return Ok(());
+    };
+    let storage: Arc<dyn Storage> = Arc::new(storage);
+    let runs = FixtureRun::all()?;
+    let served = serve_runs(Arc::clone(&storage), &runs, Ok).await?;
+    served.server.stop().await?;
+
+    let dir = tempfile::tempdir()?;
+    let settings = shared::query::QuerySettings {
+        cache_bytes: Some(1),
+        ..shared::query::QuerySettings::under(dir.path())
+    };
+    let state = Arc::new(AppState {
+        query: Some(afterglow::state::QueryService {
+            engine: shared::query::QueryEngine::open(Arc::clone(&storage), settings)?,
+            token: None,
+        }),
+        ..AppState::default()
+    });
+    let api = Api::Lambda(router(state));
+    for run in &runs {
+        check_run(&api, run).await?;
+    }
+    let stored = storage
+        .list("tables/")
+        .await?
+        .iter()
+        .filter(|meta| meta.key.as_str().ends_with(".parquet"))
+        .count();
+    let cached = std::fs::read_dir(dir.path().join("cache"))?.count();
+    ensure!(
+        cached < stored,
+        "the cache holds {cached} files, as many as the {stored} stored: nothing was evicted"
+    );
     Ok(())
 }
 
@@ -727,7 +770,7 @@ async fn a_missing_table_file_costs_its_rows_not_the_session() -> anyhow::Result
         .list(&format!("tables/manifests/cluster={cluster}/"))
         .await?;
     let first = manifests.first().context("no manifest")?;
-    let manifest = shared::compact::manifest::load(&*storage, &first.key)
+    let manifest = shared::tables::manifest::load(&*storage, &first.key)
         .await?
         .manifest;
     let oldest = manifest

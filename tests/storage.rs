@@ -287,3 +287,59 @@ async fn a_stalled_s3_endpoint_fails_calls_instead_of_hanging() -> anyhow::Resul
         }
     }
 }
+
+/// The bounded file cache on SeaweedFS (a backend without local paths, so copies are made):
+/// the least recently used copy goes first, a copy asked for again counts as new, and copies a
+/// caller still holds are never deleted under it, even over the limit.
+#[tokio::test]
+async fn the_file_cache_evicts_the_least_recently_used_unpinned_copies() -> anyhow::Result<()> {
+    use shared::storage::FileCache;
+
+    let Some(storage) = afterglow_tests::s3_storage("file cache").await else {
+        return Ok(());
+    };
+    let storage: Arc<dyn Storage> = Arc::new(storage);
+    let keys: Vec<ObjectKey> = ["a", "b", "c", "d"]
+        .iter()
+        .map(|name| key(&format!("tables/t/{name}.parquet")))
+        .collect::<Result<_, _>>()?;
+    for key in &keys {
+        storage
+            .put(key, Bytes::from(vec![7_u8; 100]), PutMode::Overwrite)
+            .await?;
+    }
+    let dir = tempfile::tempdir()?;
+    let cache = FileCache::bounded(Arc::clone(&storage), dir.path().to_path_buf(), 2, Some(250));
+    let [a, b, c, d] = keys.as_slice() else {
+        anyhow::bail!("four keys");
+    };
+    let copy = |key: &ObjectKey| dir.path().join(key.as_str().replace('/', "~"));
+    for key in [a, b, c] {
+        drop(cache.files(std::slice::from_ref(key)).await?);
+    }
+    ensure!(!copy(a).exists(), "the oldest copy was kept over the limit");
+    ensure!(copy(b).exists() && copy(c).exists());
+    ensure!(cache.held_bytes() == 200, "held {}", cache.held_bytes());
+
+    // Asked for again, b is newer than c: c goes when d comes.
+    drop(cache.files(std::slice::from_ref(b)).await?);
+    drop(cache.files(std::slice::from_ref(d)).await?);
+    ensure!(!copy(c).exists() && copy(b).exists() && copy(d).exists());
+
+    // Held by a caller, b and d survive fetches that push the cache over its limit.
+    let held = cache.files(&[b.clone(), d.clone()]).await?;
+    let more = cache.files(&[a.clone(), c.clone()]).await?;
+    for path in held.files().iter().chain(more.files()) {
+        ensure!(path.exists(), "{} was deleted while held", path.display());
+    }
+    ensure!(cache.held_bytes() == 400, "held {}", cache.held_bytes());
+    drop((held, more));
+    drop(cache.files(std::slice::from_ref(a)).await?);
+    ensure!(
+        cache.held_bytes() <= 250,
+        "held {} once released",
+        cache.held_bytes()
+    );
+    ensure!(copy(a).exists(), "the copy just asked for was evicted");
+    Ok(())
+}

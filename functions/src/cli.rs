@@ -309,6 +309,6 @@ pub async fn run(cli: Cli, config: Config) -> anyhow::Result<()> {
         Command::Bench(args) => crate::bench::run(args).await,
         Command::Proxy(args) => crate::proxy::run_cli(args, config).await,
         Command::ShipLogs(args) => crate::ship_logs::run_cli(args).await,
-        Command::ExportUrl(args) => crate::serve::print_export_url(args, config).await,
+        Command::ExportUrl(args) => crate::export_url::run(args, config).await,
     }
 }

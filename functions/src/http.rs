@@ -7,25 +7,11 @@ use axum::Router;
 use axum::extract::Request;
 use axum::http::StatusCode;
 use axum::middleware::{self, Next};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::routing::post;
-use shared::compact::queue::CompactionQueue;
-use shared::ingest::Ingestor;
 use tracing::Instrument as _;
 
-use crate::query::QueryService;
-
-/// What the handlers share: built once per process, borrowed by every request. A Lambda function
-/// carries only its own service; `serve` carries all of them.
-#[derive(Debug, Default)]
-pub struct AppState {
-    /// The ingest service.
-    pub ingestor: Option<Ingestor>,
-    /// In `serve`, where stored raw objects are queued for compaction (on AWS, S3 notifies).
-    pub compaction: Option<CompactionQueue>,
-    /// The dashboard API.
-    pub query: Option<QueryService>,
-}
+use crate::state::{AppState, error_response};
 
 /// Every route of the services `state` carries.
 pub fn router(state: Arc<AppState>) -> Router {
@@ -76,12 +62,6 @@ fn is_loopback_host(host: &str) -> bool {
         || name
             .parse::<std::net::IpAddr>()
             .is_ok_and(|address| address.is_loopback())
-}
-
-/// A JSON error body: `{"error": "…"}`.
-pub fn error_response(status: StatusCode, message: impl Into<String>) -> Response {
-    let body = serde_json::json!({ "error": message.into() });
-    (status, axum::Json(body)).into_response()
 }
 
 async fn not_found() -> Response {

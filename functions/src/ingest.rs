@@ -14,7 +14,7 @@ use shared::ingest::{IngestError, IngestReceipt, Ingestor};
 use shared::layout::{ClusterName, LogFile, LogFileName, NodeId, SessionName};
 use shared::logs::store::{LogError, MAX_CHUNK_BYTES};
 
-use crate::http::{AppState, error_response};
+use crate::state::{AppState, error_response};
 
 /// The query string Ray sends back verbatim from the export URL.
 #[derive(Debug, Deserialize)]

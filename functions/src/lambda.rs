@@ -13,8 +13,8 @@ use shared::ingest::{IngestAccess, Ingestor};
 use shared::query::{QueryEngine, QuerySettings};
 use shared::storage::S3Storage;
 
-use crate::http::{AppState, router};
-use crate::query::QueryService;
+use crate::http::router;
+use crate::state::{AppState, QueryService};
 
 /// S3 must answer well inside Ray's 3 s publisher timeout, cold start included.
 const INGEST_S3_TIMEOUT: Duration = Duration::from_millis(2500);
@@ -68,6 +68,7 @@ pub async fn run(function: LambdaFunction, config: Config) -> anyhow::Result<()>
             let settings = CompactSettings {
                 memory_limit_mib: config.lambda_memory_mib.map(|memory| memory * 6 / 10),
                 retention: config.tables_retention,
+                cache_bytes: config.cache_bytes,
                 ..CompactSettings::default()
             };
             let compactor = Compactor::new(storage, settings, scratch);
@@ -92,9 +93,12 @@ pub async fn run(function: LambdaFunction, config: Config) -> anyhow::Result<()>
 /// between invocations of a warm sandbox), DuckDB sized from the function's memory.
 pub fn query_service(storage: Arc<S3Storage>, config: &Config) -> anyhow::Result<QueryService> {
     let dir = std::env::temp_dir().join("afterglow-query");
-    let settings = match config.lambda_memory_mib {
-        Some(memory) => QuerySettings::for_lambda(&dir, memory),
-        None => QuerySettings::under(&dir),
+    let settings = QuerySettings {
+        cache_bytes: config.cache_bytes,
+        ..match config.lambda_memory_mib {
+            Some(memory) => QuerySettings::for_lambda(&dir, memory),
+            None => QuerySettings::under(&dir),
+        }
     };
     Ok(QueryService {
         engine: QueryEngine::open(storage, settings).context("cannot start the query engine")?,

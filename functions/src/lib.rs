@@ -4,11 +4,14 @@
 //! - [`cli`]: the command line (`serve`, …).
 //! - [`lambda`]: the Lambda entry point, chosen by `_HANDLER`.
 //! - [`compact`]: S3/SQS notifications onto `shared::compact`.
-//! - [`http`]: the one axum router that `serve` and API Gateway both drive.
+//! - [`http`]: the one axum router that `serve` and API Gateway both drive; [`state`]: what
+//!   its handlers share.
 //! - [`ingest`]: `POST /v1/events/{cluster}` and `/v1/logs/{cluster}` onto `shared::ingest`.
 //! - [`page`]: the dashboard page at `/`.
 //! - [`query`]: `GET /api/...` onto `shared::query`.
 //! - [`serve`]: the embedded default: every function on a local directory.
+//! - [`setup`]: configuration into parts (the store, a compactor, the ingest secrets).
+//! - [`export_url`]: `afterglow export-url`, a cluster's export URL with its token.
 //! - [`proxy`]: `afterglow proxy`, a loopback front that signs requests to a deployed query API.
 //! - [`ship_logs`]: `afterglow ship-logs`, the per-node log shipper.
 //! - [`maintenance`]: `compact` and `rebuild` from the command line.
@@ -19,6 +22,7 @@
 pub mod bench;
 pub mod cli;
 pub mod compact;
+pub mod export_url;
 pub mod generate;
 pub mod http;
 pub mod ingest;
@@ -28,5 +32,7 @@ pub mod page;
 pub mod proxy;
 pub mod query;
 pub mod serve;
+pub mod setup;
 pub mod ship_logs;
+pub mod state;
 pub mod telemetry;

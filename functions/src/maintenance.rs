@@ -6,7 +6,7 @@ use shared::config::Config;
 use shared::storage::ObjectKey;
 
 use crate::cli::{CompactArgs, RebuildArgs, StoreArgs};
-use crate::serve::{compactor_with_scratch, open_storage};
+use crate::setup::{compactor_with_scratch, open_storage};
 
 async fn compactor(
     store: &StoreArgs,

@@ -9,7 +9,7 @@ use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
-use crate::http::AppState;
+use crate::state::AppState;
 
 const INDEX: &str = include_str!("page/index.html");
 const APP: &str = include_str!("page/app.js");

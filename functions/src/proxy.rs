@@ -23,7 +23,7 @@ use shared::config::Config;
 use tokio::net::TcpListener;
 
 use crate::cli::{ProxyArgs, ProxyAuth};
-use crate::http::error_response;
+use crate::state::error_response;
 
 /// Largest request body forwarded (Ray's dashboard sends small JSON at most).
 const MAX_BODY: usize = 1024 * 1024;

@@ -10,21 +10,12 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
-use shared::auth::AccessToken;
+use shared::auth::{BearerRefusal, check_bearer};
 use shared::query::ray::{RayPathError, RayRequest};
-use shared::query::{ApiRoute, QueryEngine, QueryError};
+use shared::query::{ApiRoute, QueryError};
 use shared::tables::entities::EntityKind;
 
-use crate::http::{AppState, error_response};
-
-/// The query engine and who may use it.
-#[derive(Debug)]
-pub struct QueryService {
-    /// Answers requests.
-    pub engine: QueryEngine,
-    /// When set, every request must carry `Authorization: Bearer <token>`.
-    pub token: Option<AccessToken>,
-}
+use crate::state::{AppState, QueryService, error_response};
 
 type Pairs = Result<Query<Vec<(String, String)>>, QueryRejection>;
 
@@ -219,29 +210,23 @@ fn authorized<'a>(
             "this function does not serve queries",
         )));
     };
-    if let Some(token) = &service.token {
-        let presented = headers
-            .get(header::AUTHORIZATION)
-            .and_then(|value| value.to_str().ok())
-            .and_then(|value| value.strip_prefix("Bearer "));
-        match presented {
-            None => {
-                let mut response = error_response(
-                    StatusCode::UNAUTHORIZED,
-                    "this API requires `Authorization: Bearer <AFTERGLOW_QUERY_TOKEN>`",
-                );
-                response
-                    .headers_mut()
-                    .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-                return Err(Box::new(response));
-            }
-            Some(presented) if !token.matches(presented) => {
-                return Err(Box::new(error_response(
-                    StatusCode::FORBIDDEN,
-                    "wrong bearer token",
-                )));
-            }
-            Some(_) => {}
+    let presented = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok());
+    match check_bearer(service.token.as_ref(), presented) {
+        Ok(()) => {}
+        Err(refusal @ BearerRefusal::Missing) => {
+            let mut response = error_response(StatusCode::UNAUTHORIZED, refusal.to_string());
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            return Err(Box::new(response));
+        }
+        Err(refusal @ BearerRefusal::Wrong) => {
+            return Err(Box::new(error_response(
+                StatusCode::FORBIDDEN,
+                refusal.to_string(),
+            )));
         }
     }
     Ok(service)

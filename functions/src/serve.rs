@@ -8,19 +8,18 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use shared::auth::AccessToken;
-use shared::auth::ingest::{IngestKeys, RefreshPolicy};
+use shared::auth::ingest::IngestKeys;
 use shared::compact::queue::CompactionQueue;
-use shared::compact::{CompactSettings, Compactor};
-use shared::config::{Config, StorageConfig};
+use shared::config::Config;
 use shared::ingest::{IngestAccess, IngestLimits, Ingestor};
-use shared::layout::ClusterName;
 use shared::query::{QueryEngine, QuerySettings};
-use shared::storage::{LocalDirStorage, S3Storage, Storage};
+use shared::storage::Storage;
 use tokio::net::TcpListener;
 
-use crate::cli::{ExportUrlArgs, ServeArgs};
-use crate::http::{AppState, router};
-use crate::query::QueryService;
+use crate::cli::ServeArgs;
+use crate::http::router;
+use crate::setup::{compactor_with_scratch, ingest_keys, open_storage};
+use crate::state::{AppState, QueryService};
 
 /// What a running server needs, resolved from configuration and flags.
 #[derive(Debug)]
@@ -37,42 +36,6 @@ pub struct ServeSettings {
     pub query: Option<QuerySettings>,
     /// The query API's bearer token; `None` leaves it open, which only loopback listeners allow.
     pub query_token: Option<AccessToken>,
-}
-
-/// Opens the storage `config` names, with `data_dir` taking precedence.
-pub async fn open_storage(
-    config: &Config,
-    data_dir: Option<std::path::PathBuf>,
-) -> anyhow::Result<Arc<dyn Storage>> {
-    let local_dir = match (data_dir, &config.storage) {
-        (Some(dir), _) => dir,
-        (None, StorageConfig::LocalDir(dir)) => dir.clone(),
-        (None, StorageConfig::S3(settings)) => {
-            return Ok(Arc::new(S3Storage::connect(settings.clone()).await));
-        }
-    };
-    let storage = LocalDirStorage::open(&local_dir)
-        .with_context(|| format!("cannot use data directory {}", local_dir.display()))?;
-    let storage: Arc<dyn Storage> = Arc::new(storage);
-    Ok(storage)
-}
-
-/// A compactor over `storage` with a private scratch directory, removed when the returned guard
-/// drops; retention from `config`.
-pub fn compactor_with_scratch(
-    storage: Arc<dyn Storage>,
-    config: &Config,
-) -> anyhow::Result<(Compactor, tempfile::TempDir)> {
-    let scratch = tempfile::Builder::new()
-        .prefix("afterglow-")
-        .tempdir()
-        .context("cannot create a scratch directory")?;
-    let settings = CompactSettings {
-        retention: config.tables_retention,
-        ..CompactSettings::default()
-    };
-    let compactor = Compactor::new(storage, settings, scratch.path().to_path_buf());
-    Ok((compactor, scratch))
 }
 
 /// Serves every route on `listener` until `shutdown` resolves.
@@ -179,38 +142,6 @@ pub async fn run_cli(args: ServeArgs, config: Config) -> anyhow::Result<()> {
     tracing::info!("stopping: compacting what is still queued");
     queue.idle().await;
     drop(scratch);
-    Ok(())
-}
-
-/// The ingest secrets `config` names, read now (from Secrets Manager, when it names a secret).
-pub async fn ingest_keys(config: &Config) -> anyhow::Result<Option<Arc<IngestKeys>>> {
-    let Some(source) = config.ingest_secret.clone() else {
-        return Ok(None);
-    };
-    let keys = IngestKeys::load(source, RefreshPolicy::default())
-        .await
-        .context("cannot read the ingest secret")?;
-    Ok(Some(Arc::new(keys)))
-}
-
-/// `afterglow export-url`: the URL a cluster exports to, with its own token.
-pub async fn print_export_url(args: ExportUrlArgs, config: Config) -> anyhow::Result<()> {
-    let cluster = ClusterName::new(&args.cluster).context("--cluster")?;
-    let base = args.endpoint.trim_end_matches('/');
-    let url = match ingest_keys(&config).await? {
-        Some(keys) => format!(
-            "{base}/v1/events/{cluster}?token={}",
-            keys.token_for(&cluster).await
-        ),
-        None => {
-            tracing::warn!(
-                "no AFTERGLOW_INGEST_SECRET or AFTERGLOW_INGEST_SECRET_ARN: printing the URL of \
-                 an open (loopback-only) ingest"
-            );
-            format!("{base}/v1/events/{cluster}")
-        }
-    };
-    println!("{url}");
     Ok(())
 }
 

@@ -12,6 +12,7 @@
 //! | `AFTERGLOW_DATA_DIR` | local data directory when no bucket is set | `./afterglow-data` |
 //! | `AFTERGLOW_MAX_BODY_BYTES` | largest ingest body | 5 MiB |
 //! | `AFTERGLOW_MAX_EVENTS_PER_REQUEST` | most events in one ingest body | 10000 |
+//! | `AFTERGLOW_CACHE_MIB` | most MiB of table files the query and compact functions keep in their local cache (least recently used go first) | no limit |
 //! | `AFTERGLOW_TABLES_RETENTION_DAYS` | compaction removes sessions whose newest event is older (whole: manifest, files, catalog entry) | `0`: keep forever |
 //! | `AFTERGLOW_LOG` | log filter (`info`, `afterglow=debug`, …) | `info` (`warn` for `generate` and `bench`) |
 //! | `AWS_LAMBDA_RUNTIME_API`, `_HANDLER` | set by Lambda: run as the function named by `_HANDLER` | unset: CLI |
@@ -103,6 +104,8 @@ pub struct Config {
     pub ingest_limits: IngestLimits,
     /// How long compaction keeps a session after its newest event; `None`: forever.
     pub tables_retention: Option<Duration>,
+    /// Most bytes of table files kept in a local cache; `None`: no limit.
+    pub cache_bytes: Option<u64>,
     /// Log filter directive (`AFTERGLOW_LOG`), when set.
     pub log_filter: Option<String>,
     /// `Some` when running inside AWS Lambda.
@@ -204,8 +207,16 @@ impl Config {
             },
         };
 
+        let cache_bytes = get("AFTERGLOW_CACHE_MIB")
+            .map(|text| {
+                parse_count("AFTERGLOW_CACHE_MIB", Some(text), 0)
+                    .map(|mib| (mib as u64).saturating_mul(1024 * 1024))
+            })
+            .transpose()?;
+
         Ok(Self {
             storage,
+            cache_bytes,
             ingest_secret,
             query_token,
             lambda_memory_mib,

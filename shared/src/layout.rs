@@ -1,13 +1,18 @@
 //! Where things live in storage: the key layout of DESIGN §2–3 and §4c, in one place.
 //!
 //! `raw/{cluster}/{yyyy}/{mm}/{dd}/{hh}/{ulid}.ndjson.gz` holds each accepted ingest request;
+//! `tables/{table}/cluster={cluster}/session={session}/{delta|base|table}-{ulid}.parquet` the
+//! tables' files, `tables/manifests/cluster={cluster}/session={session}.json` which of them are
+//! live, `tables/catalog.json` every cluster's sessions;
 //! `logs/{cluster}/{session}/{node_id}/{file}/{offset:020}.gz` each shipped piece of a node's log
-//! file, named by the byte offset where it starts in that file.
+//! file, named by the byte offset where it starts in that file; `quarantine/{ulid}.ndjson` lines
+//! compaction could not use; `state/serve/compacted/{ulid}.txt` what `serve` has compacted.
 
 use chrono::{DateTime, Datelike, Timelike, Utc};
 use ulid::Ulid;
 
 use crate::storage::{InvalidKey, ObjectKey};
+use crate::tables::entities::EntityKind;
 
 /// Top-level prefix of raw ingest objects.
 pub const RAW_PREFIX: &str = "raw/";
@@ -56,16 +61,126 @@ impl std::fmt::Display for ClusterName {
     }
 }
 
-/// The tables a session's files belong to (the key segment after `tables/`).
-pub fn session_tables() -> impl Iterator<Item = &'static str> {
-    ["task_attempts", "task_profile"]
-        .into_iter()
-        .chain(crate::tables::entities::EntityKind::ALL.map(|kind| kind.table()))
+/// Top-level prefix of the tables, their manifests and the catalog.
+pub const TABLES_PREFIX: &str = "tables/";
+
+/// Where the manifests live: one per session.
+pub const MANIFESTS_PREFIX: &str = "tables/manifests/";
+
+/// Every cluster's sessions and their statistics.
+pub const CATALOG_KEY: &str = "tables/catalog.json";
+
+/// Lines compaction could not use, kept for a look.
+pub const QUARANTINE_PREFIX: &str = "quarantine/";
+
+/// `serve`'s records of the raw objects it has compacted (its crash recovery).
+pub const COMPACTED_RECORDS_PREFIX: &str = "state/serve/compacted/";
+
+/// A table with files per session.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Table {
+    /// One merged row per task attempt.
+    TaskAttempts,
+    /// Profile spans, written by earlier versions (the spans are on each attempt now): listed
+    /// so that their files are still collected.
+    TaskProfile,
+    /// Jobs, actors, nodes, workers or placement groups: one whole file per session.
+    Entity(EntityKind),
+}
+
+impl Table {
+    /// Every table, in a fixed order.
+    pub fn all() -> impl Iterator<Item = Self> {
+        [Self::TaskAttempts, Self::TaskProfile]
+            .into_iter()
+            .chain(EntityKind::ALL.map(Self::Entity))
+    }
+
+    /// The table's name: its key segment.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::TaskAttempts => "task_attempts",
+            Self::TaskProfile => "task_profile",
+            Self::Entity(kind) => kind.table(),
+        }
+    }
+}
+
+/// Which file of a table: the task tables have one base and deltas over it, an entity table is
+/// rewritten whole.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TableFile {
+    /// A base: every row of the session when it was written.
+    Base,
+    /// A delta: full merged rows of the attempts one run touched.
+    Delta,
+    /// An entity table's one file.
+    Whole,
 }
 
 /// Where one table's files of one session live: `tables/{table}/cluster={c}/session={s}/`.
-pub fn session_table_prefix(table: &str, cluster: &ClusterName, session: &str) -> String {
-    format!("tables/{table}/cluster={cluster}/session={session}/")
+pub fn table_prefix(table: Table, cluster: &ClusterName, session: &SessionName) -> String {
+    format!(
+        "{TABLES_PREFIX}{}/cluster={cluster}/session={session}/",
+        table.name()
+    )
+}
+
+/// The key of a new file of `table`, named by `id`.
+pub fn table_file_key(
+    table: Table,
+    cluster: &ClusterName,
+    session: &SessionName,
+    file: TableFile,
+    id: Ulid,
+) -> Result<ObjectKey, InvalidKey> {
+    let kind = match file {
+        TableFile::Base => "base",
+        TableFile::Delta => "delta",
+        TableFile::Whole => table.name(),
+    };
+    ObjectKey::new(format!(
+        "{}{kind}-{id}.parquet",
+        table_prefix(table, cluster, session)
+    ))
+}
+
+/// The key of a session's manifest.
+pub fn manifest_key(cluster: &ClusterName, session: &SessionName) -> Result<ObjectKey, InvalidKey> {
+    ObjectKey::new(format!(
+        "{MANIFESTS_PREFIX}cluster={cluster}/session={session}.json"
+    ))
+}
+
+/// The prefix of every manifest of one cluster.
+pub fn cluster_manifests_prefix(cluster: &ClusterName) -> String {
+    format!("{MANIFESTS_PREFIX}cluster={cluster}/")
+}
+
+/// The session a manifest key names; `None` for any other key.
+pub fn manifest_session(key: &ObjectKey) -> Option<(ClusterName, SessionName)> {
+    let rest = key.as_str().strip_prefix(MANIFESTS_PREFIX)?;
+    let (cluster, rest) = rest.strip_prefix("cluster=")?.split_once("/session=")?;
+    let session = rest.strip_suffix(".json")?;
+    Some((
+        ClusterName::new(cluster).ok()?,
+        SessionName::new(session).ok()?,
+    ))
+}
+
+/// The catalog's key.
+pub fn catalog_key() -> Result<ObjectKey, InvalidKey> {
+    ObjectKey::new(CATALOG_KEY)
+}
+
+/// The key of a new quarantine object, named by `id`.
+pub fn quarantine_key(id: Ulid) -> Result<ObjectKey, InvalidKey> {
+    ObjectKey::new(format!("{QUARANTINE_PREFIX}{id}.ndjson"))
+}
+
+/// The key of a new record of `serve`'s compacted raw objects, named by `id`.
+pub fn compacted_record_key(id: Ulid) -> Result<ObjectKey, InvalidKey> {
+    ObjectKey::new(format!("{COMPACTED_RECORDS_PREFIX}{id}.txt"))
 }
 
 /// Top-level prefix of shipped log chunks.
@@ -112,17 +227,19 @@ macro_rules! segment_name {
 }
 
 segment_name!(
-    /// A Ray session's name, such as `session_2026-11-22_06-14-46_050039_15318`.
+    /// A Ray session's name, such as `session_2026-11-22_06-14-46_050039_15318` (Ray's form; the
+    /// rule is looser, as it always was for the tables, so that every stored session parses).
     SessionName,
     InvalidSessionName,
     "session name",
-    "`session_` and then 1-64 of A-Z a-z 0-9 - _",
-    |name| name.strip_prefix("session_").is_some_and(|rest| {
-        (1..=64).contains(&rest.len())
-            && rest
+    "1-128 of A-Z a-z 0-9 - _ ., not starting with '.'",
+    |name| {
+        (1..=128).contains(&name.len())
+            && !name.starts_with('.')
+            && name
                 .bytes()
-                .all(|byte| byte.is_ascii_alphanumeric() || b"-_".contains(&byte))
-    })
+                .all(|byte| byte.is_ascii_alphanumeric() || b"-_.".contains(&byte))
+    }
 );
 
 segment_name!(
@@ -208,6 +325,22 @@ pub fn raw_object_key(cluster: &ClusterName, id: Ulid) -> Result<ObjectKey, Inva
     ObjectKey::new(key)
 }
 
+/// The prefix of every raw object of `cluster`.
+pub fn raw_cluster_prefix(cluster: &ClusterName) -> String {
+    format!("{RAW_PREFIX}{cluster}/")
+}
+
+/// True for a raw object's key (what the S3 notification filter lets through).
+pub fn is_raw_object_key(key: &str) -> bool {
+    key.starts_with(RAW_PREFIX) && key.ends_with(RAW_SUFFIX)
+}
+
+/// The cluster a raw object's key names; `None` for keys that are not raw objects.
+pub fn raw_object_cluster(key: &ObjectKey) -> Option<ClusterName> {
+    let (cluster, _) = key.as_str().strip_prefix(RAW_PREFIX)?.split_once('/')?;
+    ClusterName::new(cluster).ok()
+}
+
 /// The ULID time (ms since the epoch) in a raw object's name: when ingest accepted it.
 /// `None` for keys that are not raw objects.
 pub fn raw_object_time_ms(key: &ObjectKey) -> Option<u64> {
@@ -275,11 +408,13 @@ mod tests {
     #[test]
     fn log_names_are_single_safe_segments() {
         for bad in [
-            "session_",
+            "",
+            ".",
+            "..",
+            ".hidden",
             "session_a/b",
-            "sess",
-            "session_..",
-            "session_a.b",
+            "sp ace",
+            &"s".repeat(129),
         ] {
             assert!(SessionName::new(bad).is_err(), "{bad:?}");
         }
@@ -290,6 +425,46 @@ mod tests {
             assert!(LogFileName::new(bad).is_err(), "{bad:?}");
         }
         assert!(LogFileName::new("raylet.out").is_ok());
+    }
+
+    #[test]
+    fn table_keys_name_their_session_and_parse_back() -> Result<(), Box<dyn std::error::Error>> {
+        let cluster = ClusterName::new("prod-1")?;
+        let session = SessionName::new("session_2026-11-22_06-11-29_227665_10899")?;
+        let id = Ulid::from_parts(1_795_328_094_627, 1);
+        let manifest = manifest_key(&cluster, &session)?;
+        assert_eq!(
+            manifest.as_str(),
+            "tables/manifests/cluster=prod-1/session=session_2026-11-22_06-11-29_227665_10899.json"
+        );
+        assert_eq!(
+            manifest_session(&manifest),
+            Some((cluster.clone(), session.clone()))
+        );
+        assert!(manifest_session(&catalog_key()?).is_none());
+        let jobs = Table::Entity(EntityKind::Jobs);
+        assert_eq!(
+            table_file_key(jobs, &cluster, &session, TableFile::Whole, id)?.as_str(),
+            format!("tables/jobs/cluster=prod-1/session={session}/jobs-{id}.parquet")
+        );
+        let delta = table_file_key(
+            Table::TaskAttempts,
+            &cluster,
+            &session,
+            TableFile::Delta,
+            id,
+        )?;
+        assert!(
+            delta
+                .as_str()
+                .starts_with(&table_prefix(Table::TaskAttempts, &cluster, &session))
+        );
+        assert!(delta.as_str().ends_with(&format!("/delta-{id}.parquet")));
+        let raw = raw_object_key(&cluster, id)?;
+        assert!(is_raw_object_key(raw.as_str()));
+        assert_eq!(raw_object_cluster(&raw), Some(cluster));
+        assert!(!is_raw_object_key(delta.as_str()));
+        Ok(())
     }
 
     #[test]

@@ -31,6 +31,13 @@ pub fn cluster_token(secret: &str, cluster: &str) -> String {
     hex::encode(mac.finalize().into_bytes())
 }
 
+/// The prefix of every manifest of `cluster`.
+pub fn manifests_of(cluster: &str) -> anyhow::Result<String> {
+    Ok(shared::layout::cluster_manifests_prefix(
+        &shared::layout::ClusterName::new(cluster)?,
+    ))
+}
+
 /// Ingest keys that never change, from `secret`.
 pub fn ingest_keys(secret: &str) -> anyhow::Result<Arc<shared::auth::ingest::IngestKeys>> {
     let secret = shared::auth::ingest::IngestSecret::new(secret)?;
@@ -381,15 +388,12 @@ pub fn serving_settings(
 async fn fetch_live_files(
     storage: &dyn Storage,
     cluster: &str,
-    table: fn(&shared::compact::manifest::Manifest) -> &shared::compact::manifest::TableFiles,
+    table: fn(&shared::tables::manifest::Manifest) -> &shared::tables::manifest::TableFiles,
 ) -> anyhow::Result<(tempfile::TempDir, Vec<PathBuf>)> {
     let scratch = tempfile::tempdir()?;
     let mut files: Vec<PathBuf> = Vec::new();
-    for meta in storage
-        .list(&format!("tables/manifests/cluster={cluster}/"))
-        .await?
-    {
-        let loaded = shared::compact::manifest::load(storage, &meta.key).await?;
+    for meta in storage.list(&manifests_of(cluster)?).await? {
+        let loaded = shared::tables::manifest::load(storage, &meta.key).await?;
         for file in table(&loaded.manifest).all() {
             let key = shared::storage::ObjectKey::new(file.key.clone())?;
             let path = scratch.path().join(format!("{:06}.parquet", files.len()));
@@ -451,51 +455,52 @@ pub async fn stored_task_rows(
     Ok(rows)
 }
 
-/// The `task_profile` spans a reader sees for `cluster` (per attempt, the spans of the newest
-/// file that has the attempt), in microseconds.
+/// The profile spans a reader sees for `cluster`: per attempt, the `profile_events` of the
+/// newest `task_attempts` file that has the attempt, in microseconds.
 pub async fn stored_spans(
     storage: &dyn Storage,
     cluster: &str,
 ) -> anyhow::Result<std::collections::BTreeMap<(String, i64), Vec<ray::Span>>> {
     let (_scratch, files) =
-        fetch_live_files(storage, cluster, |manifest| &manifest.task_profile).await?;
-    let mut spans: std::collections::BTreeMap<(String, i64), (String, Vec<ray::Span>)> =
-        std::collections::BTreeMap::new();
-    if !files.is_empty() {
-        let connection = duckdb::Connection::open_in_memory()?;
-        let list: Vec<String> = files
-            .iter()
-            .map(|path| format!("'{}'", path.display()))
-            .collect();
-        let sql = format!(
-            "SELECT task_id, attempt_number, event_name, start_ns, end_ns, filename \
-             FROM read_parquet([{}], filename = true) ORDER BY filename",
-            list.join(", ")
-        );
-        let mut statement = connection.prepare(&sql)?;
-        let mut rows = statement.query([])?;
-        while let Some(row) = rows.next()? {
-            let key: (String, i64) = (row.get(0)?, row.get(1)?);
-            let file: String = row.get(5)?;
-            let span: ray::Span = (
-                row.get(2)?,
-                row.get::<_, i64>(3)?.div_euclid(1000),
-                row.get::<_, i64>(4)?.div_euclid(1000),
-            );
-            let entry = spans
-                .entry(key)
-                .or_insert_with(|| (file.clone(), Vec::new()));
-            // A newer file replaces the attempt's spans.
-            if entry.0 != file {
-                *entry = (file, Vec::new());
-            }
-            entry.1.push(span);
-        }
+        fetch_live_files(storage, cluster, |manifest| &manifest.task_attempts).await?;
+    let mut spans = std::collections::BTreeMap::new();
+    if files.is_empty() {
+        return Ok(spans);
     }
-    Ok(spans
-        .into_iter()
-        .map(|(key, (_, list))| (key, list))
-        .collect())
+    let connection = duckdb::Connection::open_in_memory()?;
+    let list: Vec<String> = files
+        .iter()
+        .map(|path| format!("'{}'", path.display()))
+        .collect();
+    let sql = format!(
+        "SELECT task_id, attempt_number, profile_events FROM read_parquet([{}], filename = true) \
+         ORDER BY filename",
+        list.join(", ")
+    );
+    let mut statement = connection.prepare(&sql)?;
+    let mut rows = statement.query([])?;
+    // Files are named in manifest order: a newer file's row replaces the attempt's spans.
+    while let Some(row) = rows.next()? {
+        let key: (String, i64) = (row.get(0)?, row.get(1)?);
+        let text: Option<String> = row.get(2)?;
+        let events: Vec<serde_json::Value> = match text {
+            Some(text) => serde_json::from_str(&text)?,
+            None => Vec::new(),
+        };
+        let mut list = Vec::new();
+        for event in events {
+            let time = |field: &str| {
+                event[field]
+                    .as_i64()
+                    .map(|ns| ns.div_euclid(1000))
+                    .with_context(|| format!("{field} of {event}"))
+            };
+            let name = event["event_name"].as_str().context("event_name")?;
+            list.push((name.to_owned(), time("start_ns")?, time("end_ns")?));
+        }
+        spans.insert(key, list);
+    }
+    Ok(spans)
 }
 
 /// The entity records (jobs, actors, nodes, workers) stored for `cluster`, all sessions merged.
@@ -507,11 +512,8 @@ pub async fn stored_entities(
     let scratch = tempfile::tempdir()?;
     let connection = duckdb::Connection::open_in_memory()?;
     let mut entities = shared::merge::entities::SessionEntities::default();
-    for meta in storage
-        .list(&format!("tables/manifests/cluster={cluster}/"))
-        .await?
-    {
-        let loaded = shared::compact::manifest::load(storage, &meta.key).await?;
+    for meta in storage.list(&manifests_of(cluster)?).await? {
+        let loaded = shared::tables::manifest::load(storage, &meta.key).await?;
         for kind in EntityKind::ALL {
             if let Some(file) = loaded.manifest.entities.get(kind.table()) {
                 let key = shared::storage::ObjectKey::new(file.key.clone())?;

@@ -13,12 +13,13 @@ use std::time::Instant;
 use anyhow::Context as _;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Value, json};
-use shared::compact::{CompactSettings, Compactor, manifest};
+use shared::compact::{CompactSettings, Compactor};
 use shared::ingest::{IngestAccess, IngestLimits, Ingestor};
-use shared::layout::ClusterName;
+use shared::layout::{self, ClusterName, SessionName};
 use shared::query::{ApiRoute, QueryEngine, QuerySettings};
 use shared::storage::{LocalDirStorage, ObjectKey, Storage};
 use shared::synth::{Generator, SynthSettings};
+use shared::tables::manifest;
 
 use crate::cli::BenchArgs;
 
@@ -130,13 +131,13 @@ async fn query_only(args: &BenchArgs) -> anyhow::Result<()> {
 
 /// The single session of the benchmark's cluster.
 async fn only_session(storage: &Arc<dyn Storage>) -> anyhow::Result<String> {
-    let prefix = format!("tables/manifests/cluster={CLUSTER}/");
+    let prefix = layout::cluster_manifests_prefix(&ClusterName::new(CLUSTER)?);
     let manifests = storage.list(&prefix).await?;
     let first = manifests
         .first()
         .context("no compacted session in the store; run the full benchmark first")?;
-    manifest::session_of(&first.key)
-        .map(|(_, session)| session)
+    layout::manifest_session(&first.key)
+        .map(|(_, session)| session.to_string())
         .context("unexpected manifest key")
 }
 
@@ -314,7 +315,7 @@ async fn storage_phase(
     attempts: u64,
 ) -> anyhow::Result<Value> {
     let cluster = ClusterName::new(CLUSTER)?;
-    let key = manifest::manifest_key(&cluster, session)?;
+    let key = layout::manifest_key(&cluster, &SessionName::new(session)?)?;
     let current = manifest::load(&**storage as &dyn Storage, &key).await?;
     let live = &current.manifest;
     let files: Vec<PathBuf> = live
@@ -325,7 +326,7 @@ async fn storage_phase(
     let attempt_bytes: u64 = live.task_attempts.all().map(|file| file.bytes).sum();
     let entity_bytes: u64 = live.entities.values().map(|file| file.bytes).sum();
     let columns = tokio::task::spawn_blocking(move || -> anyhow::Result<Vec<(String, u64)>> {
-        let connection = shared::tables::task_attempts::open_duckdb()?;
+        let connection = shared::tables::open_duckdb()?;
         Ok(shared::tables::task_attempts::column_bytes(
             &connection,
             &files,

@@ -59,6 +59,33 @@ impl AccessToken {
     }
 }
 
+/// Why the query API's bearer check refused a request.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BearerRefusal {
+    /// No `Authorization: Bearer …` header.
+    #[error("this API requires `Authorization: Bearer <AFTERGLOW_QUERY_TOKEN>`")]
+    Missing,
+    /// A bearer token that is not the configured one.
+    #[error("wrong bearer token")]
+    Wrong,
+}
+
+/// Checks a request's `Authorization` header against the query token; with no token
+/// configured (loopback `serve`, or IAM in front on AWS) every request passes.
+pub fn check_bearer(
+    token: Option<&AccessToken>,
+    authorization: Option<&str>,
+) -> Result<(), BearerRefusal> {
+    let Some(token) = token else {
+        return Ok(());
+    };
+    match authorization.and_then(|value| value.strip_prefix("Bearer ")) {
+        None => Err(BearerRefusal::Missing),
+        Some(presented) if token.matches(presented) => Ok(()),
+        Some(_) => Err(BearerRefusal::Wrong),
+    }
+}
+
 impl std::fmt::Debug for AccessToken {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("AccessToken(<redacted>)")
@@ -94,6 +121,29 @@ mod tests {
             AccessToken::new("ampersand&is&bad&here"),
             Err(InvalidToken::BadCharacter)
         ));
+    }
+
+    #[test]
+    fn a_bearer_header_must_carry_the_token() -> Result<(), InvalidToken> {
+        let token = AccessToken::new("query-token-0123456789")?;
+        assert_eq!(check_bearer(None, None), Ok(()));
+        assert_eq!(
+            check_bearer(Some(&token), None),
+            Err(BearerRefusal::Missing)
+        );
+        assert_eq!(
+            check_bearer(Some(&token), Some("Basic query-token-0123456789")),
+            Err(BearerRefusal::Missing)
+        );
+        assert_eq!(
+            check_bearer(Some(&token), Some("Bearer query-token-012345678")),
+            Err(BearerRefusal::Wrong)
+        );
+        assert_eq!(
+            check_bearer(Some(&token), Some("Bearer query-token-0123456789")),
+            Ok(())
+        );
+        Ok(())
     }
 
     #[test]

@@ -4,8 +4,8 @@
 //! it). `serve` queues in memory, so a crash, a kill or three failed runs would leave raw
 //! objects that are safe in storage (Ray got its 200) but missing from every table. The queue
 //! therefore records, after each successful run, exactly which raw objects it compacted (a
-//! small object under [`RECORDS_PREFIX`]), and `serve` compacts at start every raw object that
-//! no record names.
+//! small object under [`COMPACTED_RECORDS_PREFIX`]), and `serve` compacts at start every raw
+//! object that no record names.
 //!
 //! The rule compares names, never times: a raw object whose ULID came from a clock that was
 //! stepped back, or whose write stalled while newer ones landed, is found all the same. (An
@@ -16,15 +16,15 @@ use std::collections::HashSet;
 use bytes::Bytes;
 use ulid::Ulid;
 
-use crate::layout::{RAW_PREFIX, raw_object_time_ms};
+use crate::layout::{
+    COMPACTED_RECORDS_PREFIX, RAW_PREFIX, compacted_record_key, raw_object_time_ms,
+};
 use crate::storage::{ObjectKey, PutMode, Storage, StorageError};
 
-/// Where the records of compacted raw objects are kept, beside the data they describe.
-pub const RECORDS_PREFIX: &str = "state/serve/compacted/";
-
+/// A new record's key.
 fn record_key() -> Result<ObjectKey, StorageError> {
-    let key = format!("{RECORDS_PREFIX}{}.txt", Ulid::new());
-    ObjectKey::new(key.clone()).map_err(|err| StorageError::backend(key, err))
+    compacted_record_key(Ulid::new())
+        .map_err(|err| StorageError::backend(COMPACTED_RECORDS_PREFIX, err))
 }
 
 /// Records that `keys` are compacted: one new object naming them, a key per line.
@@ -49,7 +49,7 @@ async fn recorded(
 ) -> Result<(HashSet<String>, Vec<ObjectKey>), StorageError> {
     let mut done = HashSet::new();
     let mut records = Vec::new();
-    for meta in storage.list(RECORDS_PREFIX).await? {
+    for meta in storage.list(COMPACTED_RECORDS_PREFIX).await? {
         let object = match storage.get(&meta.key).await {
             Ok(object) => object,
             // Consolidated away by a concurrent start: its keys are in the new record.
@@ -160,11 +160,11 @@ mod tests {
 
         // Consolidated into one record: the same answer.
         consolidate(&storage).await?;
-        assert_eq!(storage.list(RECORDS_PREFIX).await?.len(), 1);
+        assert_eq!(storage.list(COMPACTED_RECORDS_PREFIX).await?.len(), 1);
         assert_eq!(uncompacted(&storage).await?, left);
 
         // An unreadable record means "compact again", never "skip".
-        for meta in storage.list(RECORDS_PREFIX).await? {
+        for meta in storage.list(COMPACTED_RECORDS_PREFIX).await? {
             storage
                 .put(
                     &meta.key,

@@ -14,10 +14,11 @@
 
 use std::time::Duration;
 
-use super::{CompactError, Compactor, catalog, manifest};
-use crate::compact::manifest::{Commit, Document as _, Manifest};
-use crate::layout::ClusterName;
+use super::{CompactError, Compactor};
+use crate::layout::{self, ClusterName, SessionName};
 use crate::storage::ObjectKey;
+use crate::tables::manifest::{Commit, Document as _, Manifest};
+use crate::tables::{catalog, manifest};
 
 impl Compactor {
     /// Removes every session whose newest event is older than `retention` before `now_ms`;
@@ -37,11 +38,13 @@ impl Compactor {
                 if stats.last_ms.is_none_or(|last| last >= cutoff) {
                     continue;
                 }
-                let Ok(cluster) = ClusterName::new(cluster) else {
-                    tracing::warn!(%cluster, "catalog names an invalid cluster; left alone");
+                let (Ok(cluster), Ok(session)) =
+                    (ClusterName::new(cluster), SessionName::new(session))
+                else {
+                    tracing::warn!(%cluster, session, "catalog names an invalid session; left alone");
                     continue;
                 };
-                if self.expire_session(&cluster, session, cutoff).await? {
+                if self.expire_session(&cluster, &session, cutoff).await? {
                     expired += 1;
                 }
             }
@@ -56,15 +59,15 @@ impl Compactor {
     async fn expire_session(
         &self,
         cluster: &ClusterName,
-        session: &str,
+        session: &SessionName,
         cutoff: i64,
     ) -> Result<bool, CompactError> {
         let storage = &**self.storage();
-        let key = manifest::manifest_key(cluster, session)?;
+        let key = layout::manifest_key(cluster, session)?;
         let read = manifest::load(storage, &key).await?;
         let current = read.manifest;
         if current.stats.last_ms.is_some_and(|last| last >= cutoff) {
-            tracing::info!(%cluster, session, "events arrived since the catalog was read; kept");
+            tracing::info!(%cluster, %session, "events arrived since the catalog was read; kept");
             return Ok(false);
         }
         if read.etag.is_some() {
@@ -75,7 +78,7 @@ impl Compactor {
             if manifest::commit(storage, &key, &emptied, read.etag.as_ref(), &[]).await?
                 == Commit::Lost
             {
-                tracing::info!(%cluster, session, "written while expiring; kept");
+                tracing::info!(%cluster, %session, "written while expiring; kept");
                 return Ok(false);
             }
         }
@@ -90,7 +93,7 @@ impl Compactor {
             storage.delete(&ObjectKey::new(file.to_owned())?).await?;
         }
         catalog::forget(storage, cluster, session, cutoff).await?;
-        tracing::info!(%cluster, session, "session expired");
+        tracing::info!(%cluster, %session, "session expired");
         Ok(true)
     }
 }

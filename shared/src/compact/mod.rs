@@ -12,9 +12,7 @@
 
 pub mod backlog;
 pub mod batch;
-pub mod catalog;
 pub mod expiry;
-pub mod manifest;
 pub mod notification;
 pub mod orphans;
 pub mod queue;
@@ -28,21 +26,25 @@ use std::time::Duration;
 use bytes::Bytes;
 use ulid::Ulid;
 
-use self::manifest::{
-    Commit, DataFile, Document as _, Manifest, ManifestError, RetiredFile, SessionStats,
-    VersionedManifest,
-};
 use self::raw::{QuarantinedLine, RawError, RawObject, read_raw};
 use crate::event::RayEvent;
 use crate::event::encoding::Id;
-use crate::layout::ClusterName;
+use crate::layout::{
+    self, ClusterName, MANIFESTS_PREFIX, SessionName, Table, TableFile, table_file_key,
+};
 use crate::merge::entities::SessionEntities;
 use crate::merge::{SessionTasks, TaskAttempt, merge_all};
-use crate::storage::{FileCache, InvalidKey, ObjectKey, PutMode, Storage, StorageError};
+use crate::storage::{
+    CachedFiles, FileCache, InvalidKey, ObjectKey, PutMode, Storage, StorageError,
+};
 use crate::tables::entities::{self, EntityKind};
+use crate::tables::manifest::{
+    Commit, DataFile, Document as _, Manifest, ManifestError, RetiredFile, SessionStats,
+    VersionedManifest,
+};
 use crate::tables::newest::LocalFiles;
 use crate::tables::task_attempts::{self, RowFilter, TableError};
-use crate::tables::task_profile;
+use crate::tables::{catalog, manifest};
 
 /// Raw objects fetched and parsed at once.
 const READ_PARALLELISM: usize = 8;
@@ -67,6 +69,9 @@ pub struct CompactSettings {
     /// Far longer than any run, so files a running compaction has written but not yet
     /// committed are never taken.
     pub orphan_age: Duration,
+    /// Most bytes of fetched table files kept in the scratch directory between runs (the
+    /// least recently used go first); `None`: no limit.
+    pub cache_bytes: Option<u64>,
 }
 
 impl Default for CompactSettings {
@@ -78,6 +83,7 @@ impl Default for CompactSettings {
             memory_limit_mib: None,
             retention: None,
             orphan_age: Duration::from_secs(86_400),
+            cache_bytes: None,
         }
     }
 }
@@ -165,18 +171,15 @@ pub struct Compactor {
     cache: FileCache,
 }
 
-/// A session's valid name: it becomes a key segment.
-fn valid_session(name: &str) -> bool {
-    (1..=128).contains(&name.len())
-        && name
-            .bytes()
-            .all(|byte| byte.is_ascii_alphanumeric() || b"-_.".contains(&byte))
-}
-
 impl Compactor {
     /// A compactor writing through `storage`, with local scratch files under `scratch`.
     pub fn new(storage: Arc<dyn Storage>, settings: CompactSettings, scratch: PathBuf) -> Self {
-        let cache = FileCache::new(Arc::clone(&storage), scratch.join("cache"), 8);
+        let cache = FileCache::bounded(
+            Arc::clone(&storage),
+            scratch.join("cache"),
+            8,
+            settings.cache_bytes,
+        );
         Self {
             storage,
             settings,
@@ -207,7 +210,7 @@ impl Compactor {
         raw_keys: &[ObjectKey],
     ) -> Result<(CompactReport, Vec<(ObjectKey, RawError)>), CompactError> {
         let mut report = CompactReport::default();
-        let mut sessions: BTreeMap<(ClusterName, String), Vec<RayEvent>> = BTreeMap::new();
+        let mut sessions: BTreeMap<(ClusterName, SessionName), Vec<RayEvent>> = BTreeMap::new();
         let mut seen = HashSet::new();
         let mut quarantined: Vec<QuarantinedLine> = Vec::new();
         let mut unreadable = Vec::new();
@@ -236,7 +239,8 @@ impl Compactor {
                     continue;
                 }
                 report.events += 1;
-                if !valid_session(&event.session_name) {
+                // The session becomes a key segment.
+                let Ok(session) = SessionName::new(&event.session_name) else {
                     quarantined.push(QuarantinedLine {
                         source: key.to_string(),
                         line: 0,
@@ -244,9 +248,9 @@ impl Compactor {
                         text: String::new(),
                     });
                     continue;
-                }
+                };
                 sessions
-                    .entry((object.cluster.clone(), event.session_name.clone()))
+                    .entry((object.cluster.clone(), session))
                     .or_default()
                     .push(event);
             }
@@ -279,7 +283,7 @@ impl Compactor {
             report.retries += retries;
             // Costs a few listings of this session's folders; the next run tries again.
             if let Err(err) = self.collect_orphans(&cluster, &session).await {
-                tracing::warn!(%cluster, session, error = %err, "could not collect orphan files");
+                tracing::warn!(%cluster, %session, error = %err, "could not collect orphan files");
             }
         }
         tracing::info!(
@@ -302,34 +306,20 @@ impl Compactor {
     #[tracing::instrument(name = "fold", skip(self))]
     pub async fn fold(&self) -> Result<usize, CompactError> {
         let mut folded = 0;
-        for meta in self.storage.list("tables/manifests/").await? {
+        for meta in self.storage.list(MANIFESTS_PREFIX).await? {
             let current = manifest::load(&*self.storage, &meta.key).await?;
             if current.manifest.task_attempts.deltas.is_empty() {
                 continue;
             }
-            let Some((cluster, session)) = manifest::session_of(&meta.key) else {
+            let Some((cluster, session)) = layout::manifest_session(&meta.key) else {
                 continue;
             };
-            let (base, profile, _) = self
+            let base = self
                 .merge_base(&cluster, &session, &current.manifest)
                 .await?;
             let mut next = current.manifest.clone();
             next.sequence += 1;
-            let now = now_ms();
-            for old in next.task_attempts.all().chain(next.task_profile.all()) {
-                next.retired.push(RetiredFile {
-                    key: old.key.clone(),
-                    retired_at_ms: now,
-                });
-            }
-            let written: Vec<ObjectKey> = std::iter::once(&base)
-                .chain(profile.as_ref())
-                .map(|file| ObjectKey::new(file.key.clone()))
-                .collect::<Result<_, _>>()?;
-            next.task_attempts.base = vec![base];
-            next.task_attempts.deltas.clear();
-            next.task_profile.deltas.clear();
-            next.task_profile.base = profile.into_iter().collect();
+            let written = vec![next.install_base(base, now_ms())?];
             let commit = manifest::commit(
                 &*self.storage,
                 &meta.key,
@@ -379,10 +369,10 @@ impl Compactor {
     pub async fn ensure_rebuildable(&self) -> Result<(), CompactError> {
         let (catalog, _) = catalog::load(&*self.storage).await?;
         let mut stored: BTreeMap<String, u64> = BTreeMap::new();
-        for meta in self.storage.list(crate::layout::RAW_PREFIX).await? {
+        for meta in self.storage.list(layout::RAW_PREFIX).await? {
             if let (Some(cluster), Some(at)) = (
-                raw::cluster_of(&meta.key),
-                crate::layout::raw_object_time_ms(&meta.key),
+                layout::raw_object_cluster(&meta.key),
+                layout::raw_object_time_ms(&meta.key),
             ) {
                 let oldest = stored.entry(cluster.to_string()).or_insert(at);
                 *oldest = (*oldest).min(at);
@@ -416,11 +406,11 @@ impl Compactor {
     /// Deletes every table file and manifest (raw objects stay), for `rebuild`. Returns how
     /// many objects were deleted.
     pub async fn drop_tables(&self) -> Result<usize, CompactError> {
-        let objects = self.storage.list("tables/").await?;
+        let objects = self.storage.list(layout::TABLES_PREFIX).await?;
         // Manifests first, so no reader is ever pointed at a deleted file.
         let (manifests, data): (Vec<_>, Vec<_>) = objects
             .into_iter()
-            .partition(|meta| meta.key.as_str().starts_with("tables/manifests/"));
+            .partition(|meta| meta.key.as_str().starts_with(MANIFESTS_PREFIX));
         let count = manifests.len() + data.len();
         for meta in manifests.into_iter().chain(data) {
             self.storage.delete(&meta.key).await?;
@@ -435,7 +425,7 @@ impl Compactor {
                 .map_err(|err| CompactError::Scratch(std::io::Error::other(err)))?;
             body.push(b'\n');
         }
-        let key = ObjectKey::new(format!("quarantine/{}.ndjson", Ulid::new()))?;
+        let key = layout::quarantine_key(Ulid::new())?;
         tracing::warn!(lines = lines.len(), key = %key, "quarantined unreadable events");
         self.storage
             .put(&key, Bytes::from(body), PutMode::Create)
@@ -448,10 +438,10 @@ impl Compactor {
     async fn compact_session(
         &self,
         cluster: &ClusterName,
-        session: &str,
+        session: &SessionName,
         batch: &SessionBatch<'_>,
     ) -> Result<(u64, usize), CompactError> {
-        let manifest_key = manifest::manifest_key(cluster, session)?;
+        let manifest_key = layout::manifest_key(cluster, session)?;
         for attempt in 0..self.settings.max_manifest_retries {
             let current = manifest::load(&*self.storage, &manifest_key).await?;
             let (mut next, mut written, mut rows) = self
@@ -491,7 +481,7 @@ impl Compactor {
         }
         Err(CompactError::Contended {
             cluster: cluster.to_string(),
-            session: session.to_owned(),
+            session: session.to_string(),
             attempts: self.settings.max_manifest_retries,
         })
     }
@@ -500,7 +490,7 @@ impl Compactor {
     async fn next_manifest(
         &self,
         cluster: &ClusterName,
-        session: &str,
+        session: &SessionName,
         fold: &SessionTasks,
         current: &VersionedManifest,
     ) -> Result<(Manifest, Vec<ObjectKey>, u64), CompactError> {
@@ -530,45 +520,47 @@ impl Compactor {
         };
 
         let files = self.fetch(current.manifest.task_attempts.all()).await?;
-        let delta_name = Ulid::new().to_string();
-        let delta_key = ObjectKey::new(format!(
-            "tables/task_attempts/cluster={cluster}/session={session}/delta-{delta_name}.parquet"
-        ))?;
+        let delta_id = Ulid::new();
+        let delta_name = delta_id.to_string();
+        let delta_key = table_file_key(
+            Table::TaskAttempts,
+            cluster,
+            session,
+            TableFile::Delta,
+            delta_id,
+        )?;
         let delta_path = self.scratch.join(format!("delta-{delta_name}.parquet"));
         let cluster_name = cluster.to_string();
-        let session_name = session.to_owned();
+        let session_name = session.to_string();
         let new_attempts: Vec<TaskAttempt> = fold.attempts.values().cloned().collect();
         let write_failures = failures.clone();
         let path = delta_path.clone();
-        let profile_path = self.scratch.join(format!("profile-{delta_name}.parquet"));
-        let write_profile_path = profile_path.clone();
-        let (rows, spans, added) =
-            run_blocking(move || -> Result<(u64, u64, u64), CompactError> {
-                let connection = task_attempts::open_duckdb()?;
-                let stored = task_attempts::read_attempts(&connection, &files, &filter)?;
-                let stored_keys: HashSet<(Option<Id>, i32)> = stored
-                    .iter()
-                    .map(|attempt| (attempt.task_id.clone(), attempt.attempt_number))
-                    .collect();
-                let added = new_attempts
-                    .iter()
-                    .filter(|attempt| {
-                        attempt.task_id.is_some()
-                            && !stored_keys
-                                .contains(&(attempt.task_id.clone(), attempt.attempt_number))
-                    })
-                    .count() as u64;
-                let attempts = merge_all(stored.into_iter().chain(new_attempts));
-                let target = AttemptFiles {
-                    cluster: &cluster_name,
-                    session: &session_name,
-                    attempts: &path,
-                    profile: &write_profile_path,
-                };
-                let (rows, spans) = target.write(&connection, &attempts, &write_failures)?;
-                Ok((rows, spans, added))
-            })
-            .await?;
+        let (rows, added) = run_blocking(move || -> Result<(u64, u64), CompactError> {
+            let connection = crate::tables::open_duckdb()?;
+            let stored = task_attempts::read_attempts(&connection, files.files(), &filter)?;
+            let stored_keys: HashSet<(Option<Id>, i32)> = stored
+                .iter()
+                .map(|attempt| (attempt.task_id.clone(), attempt.attempt_number))
+                .collect();
+            let added = new_attempts
+                .iter()
+                .filter(|attempt| {
+                    attempt.task_id.is_some()
+                        && !stored_keys.contains(&(attempt.task_id.clone(), attempt.attempt_number))
+                })
+                .count() as u64;
+            let attempts = merge_all(stored.into_iter().chain(new_attempts));
+            let rows = task_attempts::write_parquet(
+                &connection,
+                &cluster_name,
+                &session_name,
+                &attempts,
+                &write_failures,
+                &path,
+            )?;
+            Ok((rows, added))
+        })
+        .await?;
 
         let mut written = Vec::new();
         let mut next = current.manifest.clone();
@@ -586,41 +578,12 @@ impl Compactor {
             });
         }
         let _ = tokio::fs::remove_file(&delta_path).await;
-        if spans > 0 {
-            let key = ObjectKey::new(format!(
-                "tables/task_profile/cluster={cluster}/session={session}/delta-{delta_name}.parquet"
-            ))?;
-            let bytes = self.upload(&profile_path, &key).await?;
-            written.push(key.clone());
-            next.task_profile.deltas.push(DataFile {
-                key: key.to_string(),
-                rows: spans,
-                bytes,
-            });
-            let _ = tokio::fs::remove_file(&profile_path).await;
-        }
 
-        let mut rows_written = rows + spans;
+        let mut rows_written = rows;
         if next.task_attempts.deltas.len() > self.settings.max_deltas {
-            let (base, profile, base_rows) = self.merge_base(cluster, session, &next).await?;
-            written.push(ObjectKey::new(base.key.clone())?);
-            let now = now_ms();
-            for old in next.task_attempts.all().chain(next.task_profile.all()) {
-                next.retired.push(RetiredFile {
-                    key: old.key.clone(),
-                    retired_at_ms: now,
-                });
-            }
-            next.task_attempts.base = vec![base];
-            next.task_attempts.deltas.clear();
-            next.task_profile.deltas.clear();
-            next.task_profile.base = Vec::new();
-            if let Some(profile) = profile {
-                written.push(ObjectKey::new(profile.key.clone())?);
-                rows_written += profile.rows;
-                next.task_profile.base.push(profile);
-            }
-            rows_written += base_rows;
+            let base = self.merge_base(cluster, session, &next).await?;
+            rows_written += base.rows;
+            written.push(next.install_base(base, now_ms())?);
         }
         let grace = i64::try_from(self.settings.retire_grace.as_millis()).unwrap_or(i64::MAX);
         let cutoff = now_ms().saturating_sub(grace);
@@ -633,7 +596,7 @@ impl Compactor {
     async fn next_entities(
         &self,
         cluster: &ClusterName,
-        session: &str,
+        session: &SessionName,
         new: &SessionEntities,
         next: &mut Manifest,
         written: &mut Vec<ObjectKey>,
@@ -656,14 +619,14 @@ impl Compactor {
         let scratch = self.scratch.clone();
         let new = new.clone();
         let cluster_name = cluster.to_string();
-        let session_name = session.to_owned();
+        let session_name = session.to_string();
         let kinds = changed_kinds.clone();
         let outputs = run_blocking(
             move || -> Result<Vec<(EntityKind, PathBuf, u64)>, CompactError> {
-                let connection = task_attempts::open_duckdb()?;
+                let connection = crate::tables::open_duckdb()?;
                 let mut stored = SessionEntities::default();
                 for (kind, paths) in &stored_files {
-                    for path in paths {
+                    for path in paths.files() {
                         entities::read_entities(&connection, *kind, path, &mut stored)?;
                     }
                 }
@@ -697,12 +660,13 @@ impl Compactor {
         let mut rows_written = 0;
         let now = now_ms();
         for (kind, path, rows) in outputs {
-            let key = ObjectKey::new(format!(
-                "tables/{}/cluster={cluster}/session={session}/{}-{name}.parquet",
-                kind.table(),
-                kind.table(),
-                name = Ulid::new()
-            ))?;
+            let key = table_file_key(
+                Table::Entity(kind),
+                cluster,
+                session,
+                TableFile::Whole,
+                Ulid::new(),
+            )?;
             let bytes = self.upload(&path, &key).await?;
             let _ = tokio::fs::remove_file(&path).await;
             written.push(key.clone());
@@ -731,31 +695,24 @@ impl Compactor {
     async fn merge_base(
         &self,
         cluster: &ClusterName,
-        session: &str,
+        session: &SessionName,
         manifest: &Manifest,
-    ) -> Result<(DataFile, Option<DataFile>, u64), CompactError> {
+    ) -> Result<DataFile, CompactError> {
+        let base = self.fetch(manifest.task_attempts.base.iter()).await?;
+        let deltas = self.fetch(manifest.task_attempts.deltas.iter()).await?;
         let attempts = LocalFiles {
-            base: self.fetch(manifest.task_attempts.base.iter()).await?,
-            deltas: self.fetch(manifest.task_attempts.deltas.iter()).await?,
+            base: base.files().clone(),
+            deltas: deltas.files().clone(),
             one_session: true,
         };
-        let profile = LocalFiles {
-            base: self.fetch(manifest.task_profile.base.iter()).await?,
-            deltas: self.fetch(manifest.task_profile.deltas.iter()).await?,
-            one_session: true,
-        };
-        let name = Ulid::new().to_string();
-        let key = ObjectKey::new(format!(
-            "tables/task_attempts/cluster={cluster}/session={session}/base-{name}.parquet"
-        ))?;
-        let path = self.scratch.join(format!("base-{name}.parquet"));
-        let profile_path = self.scratch.join(format!("profile-base-{name}.parquet"));
+        let id = Ulid::new();
+        let key = table_file_key(Table::TaskAttempts, cluster, session, TableFile::Base, id)?;
+        let path = self.scratch.join(format!("base-{id}.parquet"));
         let write_path = path.clone();
-        let write_profile_path = profile_path.clone();
         let spill = self.scratch.join("duckdb-spill");
         let memory_limit = self.settings.memory_limit_mib;
-        let (rows, spans) = run_blocking(move || -> Result<(u64, u64), CompactError> {
-            let connection = task_attempts::open_duckdb()?;
+        let rows = run_blocking(move || -> Result<u64, CompactError> {
+            let connection = crate::tables::open_duckdb()?;
             let mut setup = format!(
                 "SET temp_directory = {};",
                 crate::tables::newest::path_literal(&spill)
@@ -764,44 +721,28 @@ impl Compactor {
                 setup.push_str(&format!(" SET memory_limit = '{memory}MiB';"));
             }
             connection.execute_batch(&setup).map_err(TableError::from)?;
-            let rows = task_attempts::write_newest(&connection, &attempts.files(), &write_path)?;
-            let spans =
-                task_profile::write_newest(&connection, &profile.files(), &write_profile_path)?;
-            Ok((rows, spans))
+            Ok(task_attempts::write_newest(
+                &connection,
+                &attempts.files(),
+                &write_path,
+            )?)
         })
         .await?;
         let bytes = self.upload(&path, &key).await?;
         let _ = tokio::fs::remove_file(&path).await;
-        let profile = if spans > 0 {
-            let profile_key = ObjectKey::new(format!(
-                "tables/task_profile/cluster={cluster}/session={session}/base-{name}.parquet"
-            ))?;
-            let bytes = self.upload(&profile_path, &profile_key).await?;
-            let _ = tokio::fs::remove_file(&profile_path).await;
-            Some(DataFile {
-                key: profile_key.to_string(),
-                rows: spans,
-                bytes,
-            })
-        } else {
-            None
-        };
-        Ok((
-            DataFile {
-                key: key.to_string(),
-                rows,
-                bytes,
-            },
-            profile,
+        Ok(DataFile {
+            key: key.to_string(),
             rows,
-        ))
+            bytes,
+        })
     }
 
-    /// Local copies of live data files (they are immutable, so a cached copy is current).
+    /// Local copies of live data files (they are immutable, so a cached copy is current),
+    /// kept in the cache while the answer lives.
     async fn fetch<'a>(
         &self,
         files: impl Iterator<Item = &'a DataFile>,
-    ) -> Result<Vec<PathBuf>, CompactError> {
+    ) -> Result<CachedFiles<Vec<PathBuf>>, CompactError> {
         let keys = files
             .map(|file| ObjectKey::new(file.key.clone()))
             .collect::<Result<Vec<_>, _>>()?;
@@ -834,9 +775,11 @@ impl Compactor {
             .iter()
             .filter(|file| !still.contains(file.key.as_str()))
         {
-            if let Ok(key) = ObjectKey::new(expired.key.clone())
-                && let Err(err) = self.storage.delete(&key).await
-            {
+            let Ok(key) = ObjectKey::new(expired.key.clone()) else {
+                continue;
+            };
+            self.cache.forget(&key).await;
+            if let Err(err) = self.storage.delete(&key).await {
                 tracing::warn!(error = %err, "could not delete a retired file; it stays harmless");
             }
         }
@@ -851,41 +794,6 @@ struct SessionBatch<'a> {
     span: &'a SessionStats,
     /// ULID time of the oldest raw object of the session's cluster in this run.
     oldest_raw_ms: Option<u64>,
-}
-
-/// Where one write of merged attempts goes: a `task_attempts` file and its `task_profile` twin.
-struct AttemptFiles<'a> {
-    cluster: &'a str,
-    session: &'a str,
-    attempts: &'a Path,
-    profile: &'a Path,
-}
-
-impl AttemptFiles<'_> {
-    /// Writes both files; returns (attempt rows, spans). No profile file when there are no spans.
-    fn write(
-        &self,
-        connection: &duckdb::Connection,
-        attempts: &[TaskAttempt],
-        failures: &crate::merge::FailureContext,
-    ) -> Result<(u64, u64), CompactError> {
-        let rows = task_attempts::write_parquet(
-            connection,
-            self.cluster,
-            self.session,
-            attempts,
-            failures,
-            self.attempts,
-        )?;
-        let spans = task_profile::write_profile(
-            connection,
-            self.cluster,
-            self.session,
-            attempts,
-            self.profile,
-        )?;
-        Ok((rows, spans))
-    }
 }
 
 /// True when `kind`'s records are the same in both.

@@ -5,28 +5,26 @@
 
 use std::time::SystemTime;
 
-use super::{CompactError, Compactor, manifest};
-use crate::layout::{ClusterName, session_table_prefix, session_tables};
+use super::{CompactError, Compactor};
+use crate::layout::{self, ClusterName, SessionName, Table, table_prefix};
+use crate::tables::manifest;
 
 impl Compactor {
     /// Deletes the files in `session`'s table folders that its manifest does not name and that
     /// are older than [`super::CompactSettings::orphan_age`]; returns how many.
-    #[tracing::instrument(name = "orphans", skip(self), fields(cluster = %cluster))]
+    #[tracing::instrument(name = "orphans", skip(self), fields(cluster = %cluster, session = %session))]
     pub async fn collect_orphans(
         &self,
         cluster: &ClusterName,
-        session: &str,
+        session: &SessionName,
     ) -> Result<usize, CompactError> {
         let storage = &**self.storage();
-        let key = manifest::manifest_key(cluster, session)?;
+        let key = layout::manifest_key(cluster, session)?;
         let current = manifest::load(storage, &key).await?.manifest;
         let now = SystemTime::now();
         let mut collected = 0;
-        for table in session_tables() {
-            for meta in storage
-                .list(&session_table_prefix(table, cluster, session))
-                .await?
-            {
+        for table in Table::all() {
+            for meta in storage.list(&table_prefix(table, cluster, session)).await? {
                 // A file the store dates in the future (clock trouble) is left alone.
                 let old = now
                     .duration_since(meta.modified)
@@ -38,7 +36,7 @@ impl Compactor {
             }
         }
         if collected > 0 {
-            tracing::info!(collected, session, "orphan table files deleted");
+            tracing::info!(collected, %session, "orphan table files deleted");
         }
         Ok(collected)
     }

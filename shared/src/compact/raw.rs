@@ -6,7 +6,7 @@ use std::io::Read as _;
 use flate2::read::GzDecoder;
 
 use crate::event::RayEvent;
-use crate::layout::{ClusterName, RAW_PREFIX};
+use crate::layout::{ClusterName, raw_object_cluster};
 use crate::storage::{ObjectKey, Storage, StorageError};
 
 /// One raw object, read.
@@ -57,17 +57,10 @@ pub enum RawError {
 
 const MAX_QUARANTINED_TEXT: usize = 64 * 1024;
 
-/// The cluster a raw key belongs to (`raw/{cluster}/…`).
-pub fn cluster_of(key: &ObjectKey) -> Option<ClusterName> {
-    let rest = key.as_str().strip_prefix(RAW_PREFIX)?;
-    let (cluster, _) = rest.split_once('/')?;
-    ClusterName::new(cluster).ok()
-}
-
 /// Reads and parses one raw object (the parse runs on a blocking thread: it is CPU work).
 #[tracing::instrument(name = "read_raw", skip(storage), fields(key = %key))]
 pub async fn read_raw(storage: &dyn Storage, key: &ObjectKey) -> Result<RawObject, RawError> {
-    let cluster = cluster_of(key).ok_or_else(|| RawError::NotRaw(key.clone()))?;
+    let cluster = raw_object_cluster(key).ok_or_else(|| RawError::NotRaw(key.clone()))?;
     let stored = storage.get(key).await?;
     let key = key.clone();
     let parse_key = key.clone();

@@ -12,7 +12,7 @@
 
 use serde_json::{Map, Value as Json, json};
 
-use super::json::query_rows;
+use super::json::query_as;
 use super::params::{Cursor, Params, TaskFilter};
 use super::sql::{Sql, task_conditions};
 use super::tasks::{attempts_relation, page_cursor};
@@ -52,25 +52,43 @@ struct Group {
     max: Option<i64>,
 }
 
+/// One row of the grouped scan: a group's attempts of one state and rounded duration.
+#[derive(Debug, serde::Deserialize)]
+struct GroupRow {
+    group_key: String,
+    state: Option<String>,
+    rounded: Option<i64>,
+    n: i64,
+    #[serde(rename = "type")]
+    task_type: Option<String>,
+    min: Option<i64>,
+    max: Option<i64>,
+}
+
 impl Group {
-    fn add(&mut self, row: &Map<String, Json>) {
-        let count = row["n"].as_i64().unwrap_or(0);
+    fn add(&mut self, row: &GroupRow) {
+        let count = row.n;
         self.total += count;
-        if self.task_type.is_null() {
-            self.task_type = row["type"].clone();
+        if self.task_type.is_null()
+            && let Some(task_type) = &row.task_type
+        {
+            self.task_type = Json::String(task_type.clone());
         }
-        if let Some(state) = row["state"].as_str() {
-            let before = self.by_state.get(state).and_then(Json::as_i64).unwrap_or(0);
-            self.by_state
-                .insert(state.to_owned(), (before + count).into());
+        if let Some(state) = &row.state {
+            let before = self
+                .by_state
+                .get(state.as_str())
+                .and_then(Json::as_i64)
+                .unwrap_or(0);
+            self.by_state.insert(state.clone(), (before + count).into());
         }
-        if let Some(rounded) = row["rounded"].as_i64() {
+        if let Some(rounded) = row.rounded {
             self.durations.push((rounded, count));
         }
-        if let Some(min) = row["min"].as_i64() {
+        if let Some(min) = row.min {
             self.min = Some(self.min.map_or(min, |old| old.min(min)));
         }
-        if let Some(max) = row["max"].as_i64() {
+        if let Some(max) = row.max {
             self.max = Some(self.max.map_or(max, |old| old.max(max)));
         }
     }
@@ -148,18 +166,17 @@ pub(super) async fn aggregates(
         .push(ROUNDED_DURATION)
         .push(" AS rounded, count(*) AS n, any_value(type) AS type, ")
         .push("min(duration_ms) AS min, max(duration_ms) AS max FROM ")
-        .push(&relation)
+        .relation(&relation)
         .push(" WHERE ")
         .append(conditions)
         .push(" GROUP BY ALL");
-    let rows = engine
-        .run(move |connection| query_rows(connection, &sql.text, &sql.params))
+    let rows: Vec<GroupRow> = engine
+        .run(move |connection| query_as(connection, &sql.text, &sql.params))
         .await?;
 
     let mut by_key: std::collections::BTreeMap<String, Group> = Default::default();
     for row in &rows {
-        let key = row["group_key"].as_str().unwrap_or_default().to_owned();
-        by_key.entry(key).or_default().add(row);
+        by_key.entry(row.group_key.clone()).or_default().add(row);
     }
     // Largest groups first, then by key: the order the cursor continues.
     let mut ordered: Vec<(String, Group)> = by_key
@@ -231,7 +248,7 @@ mod tests {
     #[test]
     fn rounding_up_never_moves_a_duration_across_a_bucket_bound()
     -> Result<(), Box<dyn std::error::Error>> {
-        let connection = crate::tables::task_attempts::open_duckdb()?;
+        let connection = crate::tables::open_duckdb()?;
         let mut durations: Vec<i64> = vec![-5, 0, 99, 100, 101, 12_345, 987_654_321];
         for bound in BUCKET_BOUNDS_MS {
             durations.extend([bound - 1, bound, bound + 1, bound * 3 + 7]);

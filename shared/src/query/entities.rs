@@ -7,7 +7,7 @@ use serde_json::{Value as Json, json};
 use super::json::query_rows;
 use super::params::{Cursor, Params, Scope};
 use super::snapshot::Needs;
-use super::sql::{Sql, keyset_after, read_parquet};
+use super::sql::{Relation, Sql, keyset_after, read_parquet};
 use super::tasks::page_cursor;
 use super::{QueryEngine, QueryError};
 use crate::tables::entities::EntityKind;
@@ -82,7 +82,8 @@ pub(super) async fn entities(
         return Ok(json!({ kind.table(): [], "next": null }));
     }
     let paths: Vec<&std::path::Path> = files.iter().map(std::path::PathBuf::as_path).collect();
-    sql.push(&read_parquet(&paths, "")).push(" WHERE TRUE");
+    let relation = Relation::over_files(read_parquet(&paths, ""), snapshot.pins.clone());
+    sql.relation(&relation).push(" WHERE TRUE");
     for (column, value) in [
         ("cluster", scope.cluster.as_ref().map(ToString::to_string)),
         ("session_name", scope.session.clone()),
@@ -119,10 +120,10 @@ pub(super) async fn entities(
             (id, text(last_id)?, false),
         ]));
     }
-    sql.push(&format!(
-        " ORDER BY cluster, session_name, {id} LIMIT {}",
-        limit + 1
-    ));
+    sql.push(" ORDER BY cluster, session_name, ")
+        .push(id)
+        .push(" LIMIT ")
+        .number(limit + 1);
     let mut rows = engine
         .run(move |connection| query_rows(connection, &sql.text, &sql.params))
         .await?;

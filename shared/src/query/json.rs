@@ -1,4 +1,5 @@
-//! DuckDB result rows as JSON objects, by column name.
+//! DuckDB result rows as JSON objects by column name, or as typed structs ([`query_as`]) for
+//! code that reads the values itself.
 
 use duckdb::types::{Value, ValueRef};
 use serde_json::{Map, Value as Json};
@@ -29,6 +30,22 @@ pub fn query_rows(
         out.push(object);
     }
     Ok(out)
+}
+
+/// Runs `sql` with bound `params` and reads every row as a `T`, its fields named by the
+/// columns: a missing or mistyped column is an error, not a silent default.
+pub fn query_as<T: serde::de::DeserializeOwned>(
+    connection: &duckdb::Connection,
+    sql: &str,
+    params: &[Value],
+) -> Result<Vec<T>, QueryError> {
+    query_rows(connection, sql, params)?
+        .into_iter()
+        .map(|row| {
+            serde_json::from_value(Json::Object(row))
+                .map_err(|err| QueryError::Internal(format!("unexpected result row: {err}")))
+        })
+        .collect()
 }
 
 /// A DuckDB value as JSON. Integers stay integers; 128-bit ones (sums) become `i64` when they

@@ -6,7 +6,7 @@ use serde_json::Value as Json;
 
 use super::json::{JsonRow, query_rows};
 use super::params::{Params, Scope, parse_hex};
-use super::sql::Sql;
+use super::sql::{Relation, Sql};
 use super::tasks::attempts_relation;
 use super::{QueryEngine, QueryError};
 use crate::layout::{ClusterName, LogFile, LogFileName, NodeId, SessionName};
@@ -70,11 +70,13 @@ impl QueryEngine {
         sql.push(
             "SELECT cluster, session_name, attempt_number, node_id, worker_id, creation_time_ms, ",
         )
-        .push(&format!(
-            "{file_column} AS file, {start_column} AS start, {end_column} AS end"
-        ))
-        .push(" FROM ")
-        .push(&relation)
+        .push(file_column)
+        .push(" AS file, ")
+        .push(start_column)
+        .push(" AS start, ")
+        .push(end_column)
+        .push(" AS end FROM ")
+        .relation(&relation)
         .push(" WHERE task_id = ")
         .bind(task_id.clone());
         if let Some(attempt) = attempt {
@@ -158,7 +160,7 @@ impl QueryEngine {
     /// previous attempt ended to where its next began. `None` without a worker or its file.
     async fn inferred_place(
         &self,
-        relation: &str,
+        relation: &Relation,
         row: &JsonRow,
         stream: Stream,
     ) -> Result<Option<(String, u64, Option<u64>)>, QueryError> {
@@ -201,13 +203,16 @@ impl QueryEngine {
         let mut sql = Sql::default();
         sql.push("SELECT max(CASE WHEN creation_time_ms < ")
             .bind(created)
-            .push(&format!(
-                " THEN coalesce({end_column}, {start_column}) END) AS after, \
-                 min(CASE WHEN creation_time_ms > "
-            ))
+            .push(" THEN coalesce(")
+            .push(end_column)
+            .push(", ")
+            .push(start_column)
+            .push(") END) AS after, min(CASE WHEN creation_time_ms > ")
             .bind(created)
-            .push(&format!(" THEN {start_column} END) AS before FROM "))
-            .push(relation)
+            .push(" THEN ")
+            .push(start_column)
+            .push(" END) AS before FROM ")
+            .relation(relation)
             .push(" WHERE cluster = ")
             .bind(cluster)
             .push(" AND session_name = ")

@@ -36,9 +36,9 @@ use std::time::Duration;
 
 use serde_json::Value as Json;
 
-use crate::compact::manifest::ManifestError;
 use crate::storage::{FileCache, Storage, StorageError};
 use crate::tables::entities::EntityKind;
+use crate::tables::manifest::ManifestError;
 
 /// Why a request got no answer.
 #[derive(Debug, thiserror::Error)]
@@ -84,6 +84,9 @@ pub struct QuerySettings {
     /// Most bytes of rows in one answer of Ray's routes, which have no pages: Lambda refuses a
     /// response over 6 MB (carried as an escaped JSON string), a local server has no such limit.
     pub response_bytes: usize,
+    /// Most bytes of fetched table files kept in `cache_dir` (the least recently used go
+    /// first); `None`: no limit.
+    pub cache_bytes: Option<u64>,
 }
 
 impl QuerySettings {
@@ -98,6 +101,7 @@ impl QuerySettings {
             timeout: Duration::from_secs(25),
             fetch_parallelism: 16,
             response_bytes: 512 * 1024 * 1024,
+            cache_bytes: None,
         }
     }
 
@@ -157,8 +161,8 @@ impl QueryEngine {
                 QueryError::Internal(format!("cannot create {}: {err}", dir.display()))
             })?;
         }
-        let connection = crate::tables::task_attempts::open_duckdb()
-            .map_err(|err| QueryError::Internal(err.to_string()))?;
+        let connection =
+            crate::tables::open_duckdb().map_err(|err| QueryError::Internal(err.to_string()))?;
         let mut setup = vec![
             "SET autoinstall_known_extensions = false".to_owned(),
             "SET enable_object_cache = true".to_owned(),
@@ -180,10 +184,11 @@ impl QueryEngine {
         for statement in setup {
             connection.execute_batch(&statement)?;
         }
-        let cache = FileCache::new(
+        let cache = FileCache::bounded(
             Arc::clone(&storage),
             settings.cache_dir.clone(),
             settings.fetch_parallelism,
+            settings.cache_bytes,
         );
         Ok(Self {
             storage,

@@ -10,11 +10,11 @@ use tokio::task::JoinSet;
 
 use super::QueryError;
 use super::params::Scope;
-use crate::compact::catalog::{self, Catalog};
-use crate::compact::manifest::{self, Manifest, SessionStats};
-use crate::layout::ClusterName;
-use crate::storage::{FileCache, ObjectKey, Storage};
+use crate::layout::{self, ClusterName, SessionName};
+use crate::storage::{CachedFiles, FileCache, ObjectKey, Storage};
+use crate::tables::catalog::{self, Catalog};
 use crate::tables::entities::EntityKind;
+use crate::tables::manifest::{self, Manifest, SessionStats};
 use crate::tables::newest::LocalFiles;
 
 /// One session's manifest.
@@ -35,7 +35,12 @@ pub struct Snapshot {
     pub task_attempts: LocalFiles,
     /// Entity tables: one file per session each.
     pub entities: BTreeMap<EntityKind, Vec<PathBuf>>,
+    /// Keeps the files in the cache while a query may read them.
+    pub pins: Option<Pins>,
 }
+
+/// Cached files held for a query (see [`CachedFiles`]).
+pub type Pins = Arc<CachedFiles<Vec<Option<PathBuf>>>>;
 
 /// Reads the catalog: cluster → session → statistics.
 pub async fn catalog(storage: &dyn Storage) -> Result<Catalog, QueryError> {
@@ -61,7 +66,9 @@ pub async fn manifests(
             loads.spawn(async move {
                 let name = ClusterName::new(&cluster)
                     .map_err(|err| QueryError::Internal(format!("catalog: {err}")))?;
-                let key = manifest::manifest_key(&name, &session)
+                let session_name = SessionName::new(&session)
+                    .map_err(|err| QueryError::Internal(format!("catalog: {err}")))?;
+                let key = layout::manifest_key(&name, &session_name)
                     .map_err(|err| QueryError::Internal(format!("catalog: {err}")))?;
                 let loaded = manifest::load(&*storage, &key).await?;
                 Ok::<_, QueryError>(SessionManifest {
@@ -126,7 +133,8 @@ pub async fn snapshot(
     }
     // A file that is gone (deleted by hand, expired by a lifecycle rule) costs its rows, not
     // the session: the rest is still answered.
-    let paths = cache.files_if_present(&keys).await?;
+    let fetched = cache.files_if_present(&keys).await?;
+    let paths = fetched.files();
     let mut snapshot = Snapshot::default();
     snapshot.task_attempts.one_session = sessions.len() <= 1;
     for (slot, index) in plan {
@@ -139,6 +147,7 @@ pub async fn snapshot(
             Slot::Entity(kind) => snapshot.entities.entry(kind).or_default().push(path),
         }
     }
+    snapshot.pins = Some(Arc::new(fetched));
     Ok(snapshot)
 }
 

@@ -1,11 +1,13 @@
 //! SQL text from fixed pieces, with every client value bound as a parameter.
 //!
-//! Only three things are ever spliced into SQL text: identifiers from this module's allow-lists,
-//! numbers this process computed, and paths of files this process chose (quoted as literals).
+//! Only three things are ever spliced into SQL text, each by its own method, so that client text
+//! cannot reach it by type: `&'static str` pieces (keywords and identifiers written in this
+//! program), numbers, and [`Relation`]s over files this process chose.
 
 use duckdb::types::Value;
 
 use super::params::TaskFilter;
+use super::snapshot::Pins;
 
 /// A SQL fragment and the values its `?` placeholders bind, in order.
 #[derive(Clone, Debug, Default)]
@@ -16,10 +18,50 @@ pub struct Sql {
     pub params: Vec<Value>,
 }
 
+/// A table expression over local files this process chose (`read_parquet([...])`, the
+/// newest-rows view of a table): the only text not written in this program a query splices.
+/// It holds its files in the cache ([`Pins`]) as long as it lives.
+#[derive(Clone, Debug)]
+pub struct Relation {
+    text: String,
+    _pins: Option<Pins>,
+}
+
+impl Relation {
+    /// Wraps text built by [`read_parquet`] or [`newest_rows`] from paths this process chose,
+    /// keeping `pins` (the cached files it names) until it is dropped.
+    pub fn over_files(text: String, pins: Option<Pins>) -> Self {
+        Self { text, _pins: pins }
+    }
+}
+
 impl Sql {
-    /// Appends text.
-    pub fn push(&mut self, text: &str) -> &mut Self {
+    /// Appends text written in this program: keywords, identifiers, operators.
+    pub fn push(&mut self, text: &'static str) -> &mut Self {
         self.text.push_str(text);
+        self
+    }
+
+    /// Appends identifiers written in this program, separated by `, `.
+    pub fn columns(&mut self, columns: &[&'static str]) -> &mut Self {
+        for (index, column) in columns.iter().enumerate() {
+            if index > 0 {
+                self.text.push_str(", ");
+            }
+            self.text.push_str(column);
+        }
+        self
+    }
+
+    /// Appends a number this process computed (a `LIMIT`).
+    pub fn number(&mut self, number: impl itoa::Integer) -> &mut Self {
+        self.text.push_str(itoa::Buffer::new().format(number));
+        self
+    }
+
+    /// Appends a relation over files this process chose.
+    pub fn relation(&mut self, relation: &Relation) -> &mut Self {
+        self.text.push_str(&relation.text);
         self
     }
 
@@ -129,7 +171,7 @@ pub fn task_conditions(filter: &TaskFilter) -> Sql {
 
 /// Strict lexicographic comparison with a keyset position: the rows after it in an order
 /// given as `(column, value at the position, descending)`.
-pub fn keyset_after(position: &[(&str, Value, bool)]) -> Sql {
+pub fn keyset_after(position: &[(&'static str, Value, bool)]) -> Sql {
     let mut sql = Sql::default();
     sql.push("(FALSE");
     for (index, (column, value, descending)) in position.iter().enumerate() {

@@ -3,10 +3,10 @@
 use duckdb::types::Value;
 use serde_json::{Map, Value as Json, json};
 
-use super::json::{JsonRow, query_rows};
+use super::json::{JsonRow, query_as, query_rows};
 use super::params::{Cursor, Params, Scope, TaskFilter, parse_hex};
 use super::snapshot::{Needs, session_stats};
-use super::sql::{Sql, keyset_after, newest_rows, task_conditions};
+use super::sql::{Relation, Sql, keyset_after, newest_rows, task_conditions};
 use super::{QueryEngine, QueryError};
 use crate::tables::task_attempts::status_columns;
 
@@ -40,7 +40,7 @@ pub(super) const ROW_COLUMNS: &[&str] = &[
 pub(super) async fn attempts_relation(
     engine: &QueryEngine,
     scope: &Scope,
-) -> Result<Option<String>, QueryError> {
+) -> Result<Option<Relation>, QueryError> {
     let snapshot = engine
         .snapshot(
             scope,
@@ -50,7 +50,8 @@ pub(super) async fn attempts_relation(
             },
         )
         .await?;
-    Ok(newest_rows(&snapshot.task_attempts.files()))
+    Ok(newest_rows(&snapshot.task_attempts.files())
+        .map(|text| Relation::over_files(text, snapshot.pins.clone())))
 }
 
 /// `GET /api/clusters`: every cluster and its sessions, from the catalog alone.
@@ -97,26 +98,33 @@ pub(super) async fn summary(
         // The maximum of each column, not of a per-row `greatest`: the same value, one pass
         // over three columns instead of an expression per row.
         .push("greatest(max(creation_time_ms), max(start_time_ms), max(end_time_ms)) AS last_ms FROM ")
-        .push(&relation)
+        .relation(&relation)
         .push(" WHERE ")
         .append(task_conditions(&filter))
         .push(" GROUP BY state ORDER BY state");
-    let rows = engine
-        .run(move |connection| query_rows(connection, &sql.text, &sql.params))
+    /// One state's attempts.
+    #[derive(serde::Deserialize)]
+    struct StateCount {
+        state: Option<String>,
+        n: i64,
+        first_ms: Option<i64>,
+        last_ms: Option<i64>,
+    }
+    let rows: Vec<StateCount> = engine
+        .run(move |connection| query_as(connection, &sql.text, &sql.params))
         .await?;
     let mut by_state = Map::new();
     let mut total = 0_i64;
     let (mut first, mut last): (Option<i64>, Option<i64>) = (None, None);
     for row in rows {
-        let count = row["n"].as_i64().unwrap_or(0);
-        total += count;
-        if let Some(state) = row["state"].as_str() {
-            by_state.insert(state.to_owned(), count.into());
+        total += row.n;
+        if let Some(state) = row.state {
+            by_state.insert(state, row.n.into());
         }
-        if let Some(ms) = row["first_ms"].as_i64() {
+        if let Some(ms) = row.first_ms {
             first = Some(first.map_or(ms, |first| first.min(ms)));
         }
-        if let Some(ms) = row["last_ms"].as_i64() {
+        if let Some(ms) = row.last_ms {
             last = Some(last.map_or(ms, |last| last.max(ms)));
         }
     }
@@ -190,11 +198,11 @@ pub(super) async fn tasks(
     }
     let mut sql = Sql::default();
     sql.push("SELECT ")
-        .push(&columns.join(", "))
+        .columns(&columns)
         .push(", sort_key FROM (SELECT *, ")
         .push(sort.expression())
         .push(" AS sort_key FROM ")
-        .push(&relation)
+        .relation(&relation)
         .push(" WHERE ")
         .append(task_conditions(&filter))
         .push(")");
@@ -212,16 +220,14 @@ pub(super) async fn tasks(
     } else {
         " NULLS FIRST"
     };
-    let order: Vec<String> = std::iter::once(format!("{}{direction}{nulls}", sort.column()))
-        .chain(
-            TIE_BREAK
-                .iter()
-                .map(|column| format!("{column}{direction}")),
-        )
-        .collect();
     sql.push(" ORDER BY ")
-        .push(&order.join(", "))
-        .push(&format!(" LIMIT {}", limit + 1));
+        .push(sort.column())
+        .push(direction)
+        .push(nulls);
+    for column in TIE_BREAK {
+        sql.push(", ").push(column).push(direction);
+    }
+    sql.push(" LIMIT ").number(limit + 1);
     let mut rows = engine
         .run(move |connection| query_rows(connection, &sql.text, &sql.params))
         .await?;
@@ -317,7 +323,7 @@ pub(super) async fn task(
     };
     let mut sql = Sql::default();
     sql.push("SELECT * FROM ")
-        .push(&relation)
+        .relation(&relation)
         .push(" WHERE ")
         .append(task_conditions(&filter))
         .push(" AND task_id = ")

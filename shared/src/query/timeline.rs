@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value as Json, json};
 
-use super::json::query_rows;
+use super::json::query_as;
 use super::params::{Cursor, Params, TaskFilter};
 use super::sql::{Sql, keyset_after, task_conditions};
 use super::tasks::{PAGE_BYTES, attempts_relation, task_position};
@@ -23,6 +23,29 @@ const MAX_ATTEMPTS: i64 = 100_000;
 /// nodes and workers come on top): like a page of rows, within Lambda's 6 MB response.
 const TRACE_BYTES: usize = PAGE_BYTES;
 const CURSOR_KIND: &str = "timeline";
+
+/// One attempt of the trace, as selected.
+#[derive(Debug, serde::Deserialize)]
+struct TraceRow {
+    cluster: String,
+    session_name: String,
+    task_id: String,
+    attempt_number: i64,
+    name: Option<String>,
+    state: Option<String>,
+    job_id: Option<String>,
+    error_type: Option<String>,
+    node_id: Option<String>,
+    worker_id: Option<String>,
+    worker_pid: Option<i64>,
+    start_time_ms: Option<i64>,
+    end_time_ms: Option<i64>,
+    ts_running: Option<i64>,
+    ts_finished: Option<i64>,
+    ts_failed: Option<i64>,
+    profile_events: Option<String>,
+    sort_key: i64,
+}
 
 /// `GET /api/timeline`.
 pub(super) async fn timeline(
@@ -52,7 +75,7 @@ pub(super) async fn timeline(
          job_id, error_type, node_id, worker_id, worker_pid, start_time_ms, end_time_ms, \
          ts_running, ts_finished, ts_failed, profile_events, start_time_ms AS sort_key FROM ",
     )
-    .push(&relation)
+    .relation(&relation)
     .push(" WHERE ")
     .append(task_conditions(&filter))
     .push(" AND start_time_ms IS NOT NULL AND end_time_ms IS NOT NULL)");
@@ -64,27 +87,22 @@ pub(super) async fn timeline(
                 .collect::<Vec<_>>(),
         ));
     }
-    sql.push(&format!(
-        " ORDER BY sort_key, cluster, session_name, task_id, attempt_number LIMIT {}",
-        limit + 1
-    ));
-    let rows = engine
-        .run(move |connection| query_rows(connection, &sql.text, &sql.params))
+    sql.push(" ORDER BY sort_key, cluster, session_name, task_id, attempt_number LIMIT ")
+        .number(limit + 1);
+    let rows: Vec<TraceRow> = engine
+        .run(move |connection| query_as(connection, &sql.text, &sql.params))
         .await?;
     let limit = usize::try_from(limit).unwrap_or(usize::MAX);
     // The position of the last attempt drawn, for the cursor when the trace is cut short.
-    let position = |row: &super::json::JsonRow| Cursor {
+    let position = |row: &TraceRow| Cursor {
         kind: CURSOR_KIND.to_owned(),
-        after: [
-            "sort_key",
-            "cluster",
-            "session_name",
-            "task_id",
-            "attempt_number",
-        ]
-        .iter()
-        .map(|column| row.get(*column).cloned().unwrap_or(Json::Null))
-        .collect(),
+        after: vec![
+            json!(row.sort_key),
+            json!(row.cluster),
+            json!(row.session_name),
+            json!(row.task_id),
+            json!(row.attempt_number),
+        ],
     };
     let mut next = None;
     let mut bytes = 0;
@@ -103,30 +121,30 @@ pub(super) async fn timeline(
             break;
         }
         let drawn = events.len();
-        let node = row["node_id"].as_str().unwrap_or("unknown").to_owned();
+        let node = row.node_id.as_deref().unwrap_or("unknown").to_owned();
         let next_pid = processes.len() + 1;
         let pid = *processes.entry(node).or_insert(next_pid);
-        let worker = row["worker_id"].as_str().unwrap_or("unknown").to_owned();
+        let worker = row.worker_id.as_deref().unwrap_or("unknown").to_owned();
         let next_tid = threads.len() + 1;
         let tid = threads
             .entry((pid, worker))
-            .or_insert((next_tid, row["worker_pid"].clone()))
+            .or_insert((next_tid, json!(row.worker_pid)))
             .0;
         // Nanosecond stamps where kept, for µs precision; the ms columns otherwise.
-        let start_us = row["ts_running"]
-            .as_i64()
+        let start_us = row
+            .ts_running
             .map(|ns| ns as f64 / 1000.0)
-            .or_else(|| row["start_time_ms"].as_i64().map(|ms| ms as f64 * 1000.0));
-        let end_us = row["ts_finished"]
-            .as_i64()
-            .or_else(|| row["ts_failed"].as_i64())
+            .or_else(|| row.start_time_ms.map(|ms| ms as f64 * 1000.0));
+        let end_us = row
+            .ts_finished
+            .or(row.ts_failed)
             .map(|ns| ns as f64 / 1000.0)
-            .or_else(|| row["end_time_ms"].as_i64().map(|ms| ms as f64 * 1000.0));
+            .or_else(|| row.end_time_ms.map(|ms| ms as f64 * 1000.0));
         let (Some(start_us), Some(end_us)) = (start_us, end_us) else {
             continue;
         };
         events.push(json!({
-            "name": row["name"],
+            "name": row.name,
             "cat": "task",
             "ph": "X",
             "ts": start_us,
@@ -134,14 +152,14 @@ pub(super) async fn timeline(
             "pid": pid,
             "tid": tid,
             "args": {
-                "task_id": row["task_id"],
-                "attempt_number": row["attempt_number"],
-                "state": row["state"],
-                "job_id": row["job_id"],
-                "error_type": row["error_type"],
+                "task_id": row.task_id,
+                "attempt_number": row.attempt_number,
+                "state": row.state,
+                "job_id": row.job_id,
+                "error_type": row.error_type,
             },
         }));
-        if let Some(text) = row["profile_events"].as_str() {
+        if let Some(text) = &row.profile_events {
             let spans: Vec<ProfileSpan> = serde_json::from_str(text)
                 .map_err(|err| QueryError::Internal(format!("corrupt profile_events: {err}")))?;
             for span in spans {

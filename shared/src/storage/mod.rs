@@ -16,7 +16,7 @@ use std::fmt;
 use async_trait::async_trait;
 use bytes::Bytes;
 
-pub use self::cache::FileCache;
+pub use self::cache::{CachedFiles, FileCache};
 pub use self::key::{InvalidKey, ObjectKey};
 pub use self::local::LocalDirStorage;
 pub use self::s3::{S3Settings, S3Storage};

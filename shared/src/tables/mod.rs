@@ -1,8 +1,17 @@
 //! The Parquet tables compaction writes and queries read, via embedded DuckDB. Each table
 //! module owns its schema and the mapping between rows and the merge model; [`newest`] is the
-//! log-structured read over a table's base and delta files.
+//! log-structured read over a table's base and delta files; [`manifest`] and [`catalog`] are the
+//! commit protocol both sides share (compaction replaces them conditionally, queries read them).
 
+pub mod catalog;
 pub mod entities;
+pub mod manifest;
 pub mod newest;
 pub mod task_attempts;
-pub mod task_profile;
+
+/// An in-memory DuckDB with nothing downloaded or auto-loaded: the one way compaction and
+/// queries open it.
+pub fn open_duckdb() -> Result<duckdb::Connection, task_attempts::TableError> {
+    let config = duckdb::Config::default().enable_autoload_extension(false)?;
+    Ok(duckdb::Connection::open_in_memory_with_flags(config)?)
+}

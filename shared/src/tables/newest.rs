@@ -2,8 +2,7 @@
 //! files and deltas. Queries read through it, and compaction folds deltas into a new base with
 //! it, so both apply one rule.
 //!
-//! Compaction writes full merged rows (or, for `task_profile`, every span of an attempt) into
-//! each delta, so the newest file holding a key holds that key's merge of everything before: a
+//! Compaction writes full merged rows into each delta, so the newest file holding a key holds that key's merge of everything before: a
 //! read never merges fragments, it only picks. The pick touches narrow columns only (the key
 //! and the file's index), so it costs a hash table of the delta keys, never a sort of wide rows.
 

@@ -151,12 +151,6 @@ fn at<T>(reported: Option<&Reported<T>>) -> Option<i64> {
     reported.map(|reported| reported.at)
 }
 
-/// An in-memory DuckDB with nothing downloaded or auto-loaded.
-pub fn open_duckdb() -> Result<Connection, TableError> {
-    let config = duckdb::Config::default().enable_autoload_extension(false)?;
-    Ok(Connection::open_in_memory_with_flags(config)?)
-}
-
 /// Writes rows for `attempts` (viewed through `failures`) as one ZSTD Parquet file at `path`,
 /// sorted by job and creation time so row-group statistics prune. Returns the row count.
 pub fn write_parquet(

@@ -34,8 +34,10 @@ async fn records(
         )
         .await?;
     let files = snapshot.entities.get(&kind).cloned().unwrap_or_default();
+    let pins = snapshot.pins.clone();
     engine
         .run(move |connection| {
+            let _pins = pins;
             let mut entities = SessionEntities::default();
             for file in &files {
                 read_entities(connection, kind, file, &mut entities)

@@ -108,7 +108,7 @@ pub(super) async fn list(
         .push("SELECT count(*) AS total, count(*) FILTER (WHERE TRUE")
         .append(query.conditions())
         .push(") AS filtered FROM ")
-        .push(&relation)
+        .relation(&relation)
         .push(" WHERE ")
         .push(source_conditions(query.exclude_driver));
     let mut columns: Vec<&str> = BRIEF.to_vec();
@@ -119,17 +119,15 @@ pub(super) async fn list(
     }
     let mut rows = Sql::default();
     rows.push("SELECT ")
-        .push(&columns.join(", "))
+        .columns(&columns)
         .push(" FROM ")
-        .push(&relation)
+        .relation(&relation)
         .push(" WHERE ")
         .push(source_conditions(query.exclude_driver))
         .append(query.conditions())
         // Ray sorts by task id; its source yields a task's newest attempt first.
-        .push(&format!(
-            " ORDER BY task_id, attempt_number DESC LIMIT {}",
-            query.limit
-        ));
+        .push(" ORDER BY task_id, attempt_number DESC LIMIT ")
+        .number(query.limit);
     let (counted, found) = engine
         .run(move |connection| {
             let counted = query_rows(connection, &counts.text, &counts.params)?;
@@ -365,13 +363,13 @@ pub(super) async fn summarize(
         "SELECT task_id, name, func_or_class_name, type, state, actor_id, parent_task_id, \
          creation_time_ms, count(*) OVER () AS filtered FROM ",
     )
-    .push(&relation)
+    .relation(&relation)
     .push(" WHERE ")
     .push(source_conditions(true))
     .append(query.conditions())
     .push(" ORDER BY task_id, attempt_number DESC");
     if lineage {
-        sql.push(&format!(" LIMIT {LINEAGE_ATTEMPTS}"));
+        sql.push(" LIMIT ").number(LINEAGE_ATTEMPTS);
     }
     let rows = engine
         .run(move |connection| query_rows(connection, &sql.text, &sql.params))
@@ -455,7 +453,7 @@ pub(super) async fn timeline(
         "SELECT task_id, job_id, attempt_number, func_or_class_name, actor_id, profile_events \
          FROM ",
     )
-    .push(&relation)
+    .relation(&relation)
     .push(" WHERE ")
     .push(source_conditions(true))
     .push(" AND profile_events IS NOT NULL AND profile_events <> '[]'");

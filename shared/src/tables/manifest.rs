@@ -8,7 +8,6 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use crate::event::encoding::Id;
-use crate::layout::ClusterName;
 use crate::merge::{FailureContext, WorkerDeath};
 use crate::storage::{ETag, InvalidKey, ObjectKey, PutMode, Storage, StorageError};
 
@@ -94,7 +93,9 @@ pub struct Manifest {
     pub sequence: u64,
     /// The `task_attempts` table.
     pub task_attempts: TableFiles,
-    /// The `task_profile` table: spans of the attempts in the matching `task_attempts` files.
+    /// `task_profile` files written by earlier versions (a profile span table nothing read: the
+    /// spans are on each attempt, `profile_events`). No longer written; the next base retires
+    /// them.
     #[serde(default)]
     pub task_profile: TableFiles,
     /// The entity tables (`jobs`, `actors`, `nodes`, `workers`): one whole file each.
@@ -112,6 +113,28 @@ pub struct Manifest {
 }
 
 impl Manifest {
+    /// Makes `base` the session's only `task_attempts` file, retiring every file it replaces
+    /// at `now_ms`; returns its key.
+    pub fn install_base(&mut self, base: DataFile, now_ms: i64) -> Result<ObjectKey, InvalidKey> {
+        let installed = ObjectKey::new(base.key.clone())?;
+        let replaced: Vec<RetiredFile> = self
+            .task_attempts
+            .all()
+            .chain(self.task_profile.all())
+            .map(|old| RetiredFile {
+                key: old.key.clone(),
+                retired_at_ms: now_ms,
+            })
+            .collect();
+        self.retired.extend(replaced);
+        self.task_attempts = TableFiles {
+            base: vec![base],
+            deltas: Vec::new(),
+        };
+        self.task_profile = TableFiles::default();
+        Ok(installed)
+    }
+
     /// True when `key` is one of this manifest's files, live or retired.
     pub fn names(&self, key: &ObjectKey) -> bool {
         let key = key.as_str();
@@ -189,21 +212,6 @@ pub enum ManifestError {
     Key(#[from] InvalidKey),
 }
 
-/// Where the manifest of `(cluster, session)` lives.
-pub fn manifest_key(cluster: &ClusterName, session: &str) -> Result<ObjectKey, InvalidKey> {
-    ObjectKey::new(format!(
-        "tables/manifests/cluster={cluster}/session={session}.json"
-    ))
-}
-
-/// The `(cluster, session)` a manifest key names; `None` for any other key.
-pub fn session_of(key: &ObjectKey) -> Option<(ClusterName, String)> {
-    let rest = key.as_str().strip_prefix("tables/manifests/cluster=")?;
-    let (cluster, rest) = rest.split_once("/session=")?;
-    let session = rest.strip_suffix(".json")?;
-    Some((ClusterName::new(cluster).ok()?, session.to_owned()))
-}
-
 /// A manifest as read, with the version a conditional update must name.
 #[derive(Clone, Debug)]
 pub struct VersionedManifest {
@@ -222,6 +230,27 @@ pub(crate) trait Document: Serialize + serde::de::DeserializeOwned {
     /// The document before anything was written.
     fn empty() -> Self;
 }
+
+/// Implements [`Document`] for a `Default` struct with a `format: u32` field, at `FORMAT`.
+macro_rules! document {
+    ($type:ty, $format:literal) => {
+        impl $crate::tables::manifest::Document for $type {
+            const FORMAT: u32 = $format;
+
+            fn format(&self) -> u32 {
+                self.format
+            }
+
+            fn empty() -> Self {
+                Self {
+                    format: $format,
+                    ..Self::default()
+                }
+            }
+        }
+    };
+}
+pub(crate) use document;
 
 /// Reads the document at `key` and its version, or the empty document when there is none.
 pub(crate) async fn load_document<T: Document>(
@@ -252,20 +281,7 @@ pub(crate) async fn load_document<T: Document>(
     }
 }
 
-impl Document for Manifest {
-    const FORMAT: u32 = 1;
-
-    fn format(&self) -> u32 {
-        self.format
-    }
-
-    fn empty() -> Self {
-        Self {
-            format: Self::FORMAT,
-            ..Self::default()
-        }
-    }
-}
+document!(Manifest, 1);
 
 /// Reads the manifest at `key`, or an empty one.
 pub async fn load(
@@ -341,21 +357,5 @@ pub async fn commit(
             }
         }
         Err(err) => Err(err),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_manifest_key_names_its_session() -> Result<(), Box<dyn std::error::Error>> {
-        let cluster = ClusterName::new("prod-1")?;
-        let key = manifest_key(&cluster, "session_2026-11-22_06-11-29_227665_10899")?;
-        let (named_cluster, session) = session_of(&key).ok_or("not a manifest key")?;
-        assert_eq!(named_cluster.to_string(), "prod-1");
-        assert_eq!(session, "session_2026-11-22_06-11-29_227665_10899");
-        assert!(session_of(&ObjectKey::new("tables/catalog.json")?).is_none());
-        Ok(())
     }
 }

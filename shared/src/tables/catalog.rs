@@ -10,12 +10,9 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
-use super::manifest::{Document, ManifestError, SessionStats, load_document};
-use crate::layout::ClusterName;
+use super::manifest::{ManifestError, SessionStats, document, load_document};
+use crate::layout::{ClusterName, SessionName};
 use crate::storage::{ETag, ObjectKey, PutMode, Storage, StorageError};
-
-/// Where the catalog lives.
-pub const CATALOG_KEY: &str = "tables/catalog.json";
 
 /// Most lost races [`record`] redoes before giving up (each redo is one GET and one PUT).
 const MAX_RACES: usize = 50;
@@ -33,23 +30,10 @@ pub struct Catalog {
     pub raw_from: BTreeMap<String, u64>,
 }
 
-impl Document for Catalog {
-    const FORMAT: u32 = 1;
-
-    fn format(&self) -> u32 {
-        self.format
-    }
-
-    fn empty() -> Self {
-        Self {
-            format: Self::FORMAT,
-            ..Self::default()
-        }
-    }
-}
+document!(Catalog, 1);
 
 fn catalog_key() -> Result<ObjectKey, ManifestError> {
-    Ok(ObjectKey::new(CATALOG_KEY)?)
+    Ok(crate::layout::catalog_key()?)
 }
 
 /// Reads the catalog (empty when nothing was compacted yet) and its version.
@@ -64,15 +48,15 @@ pub async fn load(storage: &dyn Storage) -> Result<(Catalog, Option<ETag>), Mani
 pub async fn record(
     storage: &dyn Storage,
     cluster: &ClusterName,
-    session: &str,
+    session: &SessionName,
     stats: &SessionStats,
     oldest_raw_ms: Option<u64>,
 ) -> Result<(), ManifestError> {
     update(storage, |catalog| {
         let mut changed = false;
         let sessions = catalog.clusters.entry(cluster.to_string()).or_default();
-        if sessions.get(session) != Some(stats) {
-            sessions.insert(session.to_owned(), stats.clone());
+        if sessions.get(session.as_str()) != Some(stats) {
+            sessions.insert(session.to_string(), stats.clone());
             changed = true;
         }
         if let Some(oldest) = oldest_raw_ms {
@@ -97,7 +81,7 @@ pub async fn record(
 pub async fn forget(
     storage: &dyn Storage,
     cluster: &ClusterName,
-    session: &str,
+    session: &SessionName,
     before_ms: i64,
 ) -> Result<(), ManifestError> {
     let cluster = cluster.to_string();
@@ -106,12 +90,12 @@ pub async fn forget(
             return false;
         };
         if sessions
-            .get(session)
+            .get(session.as_str())
             .is_none_or(|stats| stats.last_ms.is_some_and(|last| last >= before_ms))
         {
             return false;
         }
-        sessions.remove(session);
+        sessions.remove(session.as_str());
         if sessions.is_empty() {
             catalog.clusters.remove(&cluster);
             catalog.raw_from.remove(&cluster);
