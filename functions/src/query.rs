@@ -35,6 +35,7 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/api/aggregates", fixed(ApiRoute::Aggregates))
         .route("/api/tasks", fixed(ApiRoute::Tasks))
         .route("/api/timeline", fixed(ApiRoute::Timeline))
+        .route("/api/insights", fixed(ApiRoute::Insights))
         .route("/api/tasks/{task_id}/logs", get(task_log))
         .route("/api/logs", fixed(ApiRoute::LogFiles))
         .route("/api/logs/file", get(log_file))

@@ -18,6 +18,7 @@
 
 mod aggregates;
 mod entities;
+mod insights;
 pub mod json;
 mod logs;
 pub mod params;
@@ -138,6 +139,8 @@ pub enum ApiRoute {
     Entities(EntityKind),
     /// `GET /api/timeline`.
     Timeline,
+    /// `GET /api/insights`.
+    Insights,
     /// `GET /api/logs`: the log files a node shipped.
     LogFiles,
 }
@@ -213,6 +216,7 @@ impl QueryEngine {
             ApiRoute::Task(task_id) => tasks::task(self, task_id, params).await,
             ApiRoute::Entities(kind) => entities::entities(self, *kind, params).await,
             ApiRoute::Timeline => timeline::timeline(self, params).await,
+            ApiRoute::Insights => insights::insights(self, params).await,
             ApiRoute::LogFiles => self.answer_log_files(params).await,
         }
     }

@@ -223,6 +223,15 @@ pub struct TaskFilter {
     pub until_ms: Option<i64>,
     /// Case-insensitive text searched in ids, names and error messages with stack traces.
     pub search: Option<String>,
+    /// `error_fingerprint`: the error's message with numbers, ids and addresses masked, hashed
+    /// ([`super::sql::ERROR_FINGERPRINT`]): one failure cluster of `/api/insights`.
+    pub error_fingerprint: Option<String>,
+    /// `min_attempt`: attempt numbers from this one (1: retries only).
+    pub min_attempt: Option<i64>,
+    /// `min_duration_ms`: attempts that ran at least this long.
+    pub min_duration_ms: Option<i64>,
+    /// `min_wait_ms`: attempts that waited at least this long from submission to running.
+    pub min_wait_ms: Option<i64>,
     /// Also driver tasks, which Ray's own lists hide by default.
     pub include_drivers: bool,
     /// Also attempts whose definition event was never exported (an actor's restarted creation
@@ -232,7 +241,7 @@ pub struct TaskFilter {
 
 impl TaskFilter {
     /// The parameters [`TaskFilter::from_params`] reads.
-    pub const PARAMS: [&'static str; 17] = [
+    pub const PARAMS: [&'static str; 21] = [
         "cluster",
         "session",
         "job_id",
@@ -250,6 +259,10 @@ impl TaskFilter {
         "q",
         "include_drivers",
         "include_incomplete",
+        "error_fingerprint",
+        "min_attempt",
+        "min_duration_ms",
+        "min_wait_ms",
     ];
 
     /// Reads the filter parameters.
@@ -304,6 +317,10 @@ impl TaskFilter {
             search: params.text("q")?,
             include_drivers: params.flag("include_drivers")?,
             include_incomplete: params.flag("include_incomplete")?,
+            error_fingerprint: params.hex("error_fingerprint")?,
+            min_attempt: params.integer("min_attempt")?,
+            min_duration_ms: params.integer("min_duration_ms")?,
+            min_wait_ms: params.integer("min_wait_ms")?,
         })
     }
 }

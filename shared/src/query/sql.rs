@@ -97,6 +97,16 @@ const SEARCHED_IDS: [&str; 6] = [
 /// most of these are dictionary-encoded or null (the error text exists only on failed rows).
 const SEARCHED_TEXT: [&str; 4] = ["name", "func_or_class_name", "error_type", "error_message"];
 
+/// An attempt's error, fingerprinted: the message (stack trace included) lower-cased, with
+/// hex addresses, long hex ids and every number masked, hashed to 16 hex digits. Attempts that
+/// failed the same way on other inputs, workers or retries share it.
+pub const ERROR_FINGERPRINT: &str = "substr(md5(regexp_replace(regexp_replace(\
+     lower(coalesce(error_message, '')), '0x[0-9a-f]+|[0-9a-f]{8,}', '#', 'g'), \
+     '[0-9]+', '#', 'g')), 1, 16)";
+
+/// Milliseconds an attempt waited from submission to running.
+pub const WAIT_MS: &str = "(start_time_ms - creation_time_ms)";
+
 /// `WHERE` conditions (joined by `AND`, starting with `TRUE`) for `filter` over `task_attempts`.
 pub fn task_conditions(filter: &TaskFilter) -> Sql {
     let mut sql = Sql::default();
@@ -140,6 +150,21 @@ pub fn task_conditions(filter: &TaskFilter) -> Sql {
     }
     if let Some(until) = filter.until_ms {
         sql.push(" AND creation_time_ms < ").bind(until);
+    }
+    if let Some(fingerprint) = &filter.error_fingerprint {
+        sql.push(" AND state = 'FAILED' AND ")
+            .push(ERROR_FINGERPRINT)
+            .push(" = ")
+            .bind(fingerprint.clone());
+    }
+    if let Some(attempt) = filter.min_attempt {
+        sql.push(" AND attempt_number >= ").bind(attempt);
+    }
+    if let Some(duration) = filter.min_duration_ms {
+        sql.push(" AND duration_ms >= ").bind(duration);
+    }
+    if let Some(wait) = filter.min_wait_ms {
+        sql.push(" AND ").push(WAIT_MS).push(" >= ").bind(wait);
     }
     if !filter.include_drivers {
         sql.push(" AND type IS DISTINCT FROM 'DRIVER_TASK'");
