@@ -76,7 +76,29 @@ try {
     .some((pre) => pre.textContent.includes("ship-logs")), null, { timeout: 10_000 });
   check(true, "the detail panel shows the attempt's output section (no logs shipped: says how)");
   await page.screenshot({ path: `${shots}/3-task-detail.png`, fullPage: true });
-  await page.click("#close");
+  await page.keyboard.press("Escape");
+  await page.waitForSelector("#detail", { state: "hidden" });
+  check(true, "Escape closes the detail panel");
+
+  // A finding (the largest failure cluster) filters the table to exactly its attempts.
+  while ((await page.locator(".chip").count()) > 0) {
+    await page.locator(".chip").first().click();
+  }
+  const finding = page.locator("#findings li[data-kind='failure_cluster']").first();
+  const expected = Number(await finding.getAttribute("data-count"));
+  check(expected > 1, `the first finding is a failure cluster of ${expected} attempts`);
+  await finding.focus();
+  await page.keyboard.press("Enter");
+  await page.waitForFunction((rows) => document.querySelectorAll("#rows tr").length === rows &&
+    [...document.querySelectorAll("#rows tr td:first-child")].every((td) => td.textContent === "FAILED") &&
+    document.querySelector("#filters").textContent.includes("error_fingerprint="),
+  Math.min(expected, 50), { timeout: 10_000 });
+  // Answers to the filters cleared just before must not overwrite it once they arrive.
+  await page.waitForLoadState("networkidle");
+  check((await page.locator("#rows tr").count()) === Math.min(expected, 50) &&
+    (await page.locator("#rows tr td:first-child").allTextContents()).every((text) => text === "FAILED"),
+  `Enter on the failure cluster shows its ${expected} failed attempts only, after every answer arrived`);
+  await page.screenshot({ path: `${shots}/4-insight.png`, fullPage: true });
 
   // Search by a word of a stack trace, and the Perfetto link.
   while ((await page.locator(".chip").count()) > 0) {
@@ -92,7 +114,7 @@ try {
   check(href.startsWith("api/timeline?"), `timeline link ${href}`);
   const trace_json = await (await page.request.get(`${base}/${href}`)).json();
   check(Array.isArray(trace_json.traceEvents), "the timeline link answers Chrome trace JSON");
-  await page.screenshot({ path: `${shots}/4-search.png`, fullPage: true });
+  await page.screenshot({ path: `${shots}/5-search.png`, fullPage: true });
 } finally {
   await browser.close();
 }

@@ -8,7 +8,11 @@ const LIVE_WINDOW_MS = 120_000;
 const REFRESH_MS = 5_000;
 
 const $ = (id) => document.getElementById(id);
-const filters = { state: "", name: "", error_type: "", job_id: "", q: "" };
+// The table's filters: what the panels, cards and findings set (job_id also from the picker).
+const filters = {
+  state: "", name: "", func_or_class_name: "", error_type: "", job_id: "", node_id: "",
+  worker_id: "", q: "", error_fingerprint: "", min_attempt: "", min_duration_ms: "", min_wait_ms: "",
+};
 let sort = "creation";
 let cursors = [null];
 let clusters = [];
@@ -47,8 +51,8 @@ function scopeParams() {
 
 function filterParams(extra = {}) {
   const params = scopeParams();
-  for (const name of ["state", "name", "error_type", "q"]) {
-    if (filters[name]) params.set(name, filters[name]);
+  for (const [name, value] of Object.entries(filters)) {
+    if (value && name !== "job_id") params.set(name, value);
   }
   for (const [name, value] of Object.entries(extra)) params.set(name, value);
   return params;
@@ -57,9 +61,20 @@ function filterParams(extra = {}) {
 async function api(path, params = new URLSearchParams()) {
   const query = params.toString();
   const response = await fetch(`api/${path}${query ? "?" + query : ""}`);
-  const body = await response.json();
-  if (!response.ok) throw new Error(body.error || `${path}: ${response.status}`);
+  const text = await response.text();
+  let body = null;
+  try { body = JSON.parse(text); } catch { /* a proxy's or gateway's error page */ }
+  if (!response.ok) throw new Error(body?.error || `${path}: ${response.status} ${text.slice(0, 200)}`);
+  if (body === null) throw new Error(`${path}: the answer is not JSON`);
   return body;
+}
+
+// Each panel draws only the answer to its newest request: a slow answer to an older filter
+// must not overwrite the newer one.
+const latest = {};
+function ticket(name) {
+  const mine = (latest[name] = (latest[name] ?? 0) + 1);
+  return () => latest[name] === mine;
 }
 
 function showError(err) {
@@ -121,7 +136,9 @@ function clusterIsLive() {
 async function loadSummary() {
   const params = filterParams();
   params.delete("state");
+  const current = ticket("summary");
   const summary = await api("summary", params);
+  if (!current()) return;
   const cards = [["TOTAL", summary.total, ""]].concat(
     Object.entries(summary.by_state).sort((a, b) => b[1] - a[1]).map(([state, n]) => [state, n, state]));
   $("cards").replaceChildren(...cards.map(([label, n, state]) =>
@@ -156,7 +173,9 @@ async function loadPanel(panel) {
   const params = filterParams({ by, limit: "12" });
   params.delete("state");
   params.delete(by);
+  const current = ticket(`panel-${by}`);
   const answer = await api("aggregates", params);
+  if (!current()) return;
   const rows = answer.groups.map((group) => el("div", { class: "group" },
     el("span", { class: "key", title: group.key ?? "(none)", onclick: () => setFilter({ [by]: group.key ?? "" }) },
       group.key ?? "(none)"),
@@ -170,10 +189,30 @@ async function loadPanel(panel) {
   panel.querySelector(".rows").replaceChildren(...(rows.length ? rows : [el("p", { class: "span" }, "nothing here")]));
 }
 
+// --- insights ------------------------------------------------------------------------------
+
+// A click (or Enter) on a finding shows exactly its attempts: its filter replaces the table's.
+async function loadInsights() {
+  const current = ticket("insights");
+  const answer = await api("insights", scopeParams());
+  if (!current()) return;
+  const items = answer.findings.map((finding) => {
+    const show = () => setFilter(Object.fromEntries(Object.keys(filters).map((name) =>
+      [name, finding.filter[name] ?? ""])));
+    return el("li", {
+      class: `finding severity-${finding.severity}`, tabindex: "0", role: "button",
+      "data-kind": finding.kind, "data-count": String(finding.count), title: finding.title,
+      onclick: show,
+      onkeydown: (event) => { if (event.key === "Enter" || event.key === " ") { event.preventDefault(); show(); } },
+    }, el("span", { class: "kind" }, finding.kind.replace(/_/g, " ")), finding.title);
+  });
+  $("findings").replaceChildren(...(items.length ? items : [el("li", { class: "span" }, "nothing stands out")]));
+}
+
 // --- task table ----------------------------------------------------------------------------
 
 function renderFilters() {
-  const chips = ["state", "name", "error_type", "job_id", "q"].filter((name) => filters[name])
+  const chips = Object.keys(filters).filter((name) => filters[name])
     .map((name) => el("span", { class: "chip", onclick: () => {
       if (name === "q") $("search").value = "";
       setFilter({ [name]: "" });
@@ -186,9 +225,11 @@ async function loadTasks() {
   const params = filterParams({ sort, limit: "50", include_error_message: "true" });
   const cursor = cursors[cursors.length - 1];
   if (cursor) params.set("cursor", cursor);
+  const current = ticket("tasks");
   const page = await api("tasks", params);
+  if (!current()) return;
   $("rows").replaceChildren(...page.tasks.map((task) => el("tr", {
-    "data-task": task.task_id, onclick: () => openTask(task),
+    "data-task": task.task_id, onclick: () => openTask(task).catch(showError),
   },
   el("td", { class: `state-${task.state}` }, task.state),
   el("td", {}, task.name ?? ""),
@@ -287,7 +328,8 @@ async function openTask(task) {
 
 async function refresh() {
   renderFilters();
-  const work = [loadSummary(), ...[...document.querySelectorAll(".panel")].map(loadPanel), loadTasks()];
+  const work = [loadSummary(), loadInsights(), ...[...document.querySelectorAll(".panel")].map(loadPanel),
+    loadTasks()];
   const results = await Promise.allSettled(work);
   const failed = results.find((result) => result.status === "rejected");
   if (failed) showError(failed.reason);
@@ -307,6 +349,9 @@ function init() {
   });
   $("first").addEventListener("click", () => { cursors = [null]; loadTasks().catch(showError); });
   $("close").addEventListener("click", () => { $("detail").hidden = true; });
+  document.addEventListener("keydown", (event) => {
+    if (event.key === "Escape") $("detail").hidden = true;
+  });
   loadScope().then(refresh).catch(showError);
   setInterval(async () => {
     if (!$("live").checked || document.hidden) return;
