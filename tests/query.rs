@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use afterglow::http::router;
 use afterglow::serve::ServeSettings;
 use afterglow::state::AppState;
-use afterglow_tests::api::{Api, our_rows, ray_counts_by_name};
+use afterglow_tests::api::{Api, our_rows, percent_encoded, ray_counts_by_name};
 use afterglow_tests::ray::{LOSSY_RUN, check, ray_millis};
 use afterglow_tests::{
     FixtureRun, Served, TestServer, bodies, local_storage, post_all, s3_storage, serve_runs,
@@ -269,20 +269,6 @@ async fn a_cache_smaller_than_a_session_still_answers_every_run() -> anyhow::Res
     Ok(())
 }
 
-/// A query-string value, percent-encoded.
-fn encoded(value: &str) -> String {
-    value
-        .bytes()
-        .map(|byte| {
-            if byte.is_ascii_alphanumeric() || b"-_.~".contains(&byte) {
-                (byte as char).to_string()
-            } else {
-                format!("%{byte:02X}")
-            }
-        })
-        .collect()
-}
-
 /// Failed attempts in Ray's list whose error message contains `text`.
 fn ray_failed_with(truth: &Json, text: &str) -> u64 {
     truth
@@ -320,7 +306,9 @@ async fn every_insight_lists_exactly_its_attempts() -> anyhow::Result<()> {
                 .as_object()
                 .context("filter")?
                 .iter()
-                .map(|(name, value)| format!("{name}={}", encoded(value.as_str().unwrap_or(""))))
+                .map(|(name, value)| {
+                    format!("{name}={}", percent_encoded(value.as_str().unwrap_or("")))
+                })
                 .collect();
             let listed = api
                 .all_pages("/api/tasks", &query.join("&"), "tasks")

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use afterglow::proxy::{Proxy, Upstream, region_of};
+use afterglow_tests::api::percent_encoded;
 use anyhow::{Context as _, ensure};
 use aws_credential_types::Credentials;
 use aws_credential_types::provider::SharedCredentialsProvider;
@@ -93,19 +94,6 @@ fn hex_sha256(data: &[u8]) -> String {
     hex::encode(Sha256::digest(data))
 }
 
-/// RFC 3986 encoding as SigV4 wants it: everything but unreserved characters.
-fn encode(text: &str) -> String {
-    text.bytes()
-        .map(|byte| {
-            if byte.is_ascii_alphanumeric() || b"-_.~".contains(&byte) {
-                (byte as char).to_string()
-            } else {
-                format!("%{byte:02X}")
-            }
-        })
-        .collect()
-}
-
 fn decode(text: &str) -> String {
     url::form_urlencoded::parse(format!("x={text}").as_bytes())
         .next()
@@ -134,7 +122,10 @@ fn expected_signature(seen: &Seen, secret: &str) -> anyhow::Result<(String, Stri
         .filter(|pair| !pair.is_empty())
         .map(|pair| {
             let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-            (encode(&decode(key)), encode(&decode(value)))
+            (
+                percent_encoded(&decode(key)),
+                percent_encoded(&decode(value)),
+            )
         })
         .collect();
     pairs.sort();

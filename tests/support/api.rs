@@ -179,6 +179,20 @@ fn template_of<'a>(document: &'a Json, path: &str) -> Option<&'a str> {
     })
 }
 
+/// RFC 3986 percent-encoding of a query-string value (and of what SigV4 signs): everything
+/// but unreserved characters.
+pub fn percent_encoded(text: &str) -> String {
+    text.bytes()
+        .map(|byte| {
+            if byte.is_ascii_alphanumeric() || b"-_.~".contains(&byte) {
+                (byte as char).to_string()
+            } else {
+                format!("%{byte:02X}")
+            }
+        })
+        .collect()
+}
+
 /// Checks `body` against the schema `openapi.yaml` gives for this route and status.
 pub fn validate(path_and_query: &str, status: u16, body: &Json) -> anyhow::Result<()> {
     let document = openapi()?;
