@@ -10,23 +10,17 @@ use std::time::{Duration, Instant};
 use afterglow::http::router;
 use afterglow::serve::ServeSettings;
 use afterglow::state::AppState;
-use afterglow_tests::api::{Api, our_rows, percent_encoded, ray_counts_by_name};
+use afterglow_tests::api::{Api, our_rows, ray_counts_by_name, serve_locally};
 use afterglow_tests::ray::{LOSSY_RUN, check, ray_millis};
 use afterglow_tests::{
-    FixtureRun, Served, TestServer, bodies, local_storage, post_all, s3_storage, serve_runs,
-    serve_runs_locally, serving_settings,
+    FixtureRun, TestServer, bodies, local_storage, post_all, s3_storage, serve_runs,
+    serving_settings,
 };
 use anyhow::{Context as _, ensure};
 use serde_json::Value as Json;
 use shared::auth::AccessToken;
 use shared::config::Config;
 use shared::storage::Storage;
-
-async fn serve_locally(runs: &[FixtureRun]) -> anyhow::Result<(Served, Api)> {
-    let served = serve_runs_locally(runs, Ok).await?;
-    let api = Api::Http(served.server.url.clone());
-    Ok((served, api))
-}
 
 /// Counts by state of Ray's own task list.
 fn ray_counts_by_state(truth: &Json) -> anyhow::Result<BTreeMap<String, i64>> {
@@ -248,6 +242,7 @@ async fn a_cache_smaller_than_a_session_still_answers_every_run() -> anyhow::Res
         query: Some(afterglow::state::QueryService {
             engine: shared::query::QueryEngine::open(Arc::clone(&storage), settings)?,
             token: None,
+            grafana_url: None,
         }),
         ..AppState::default()
     });
@@ -267,103 +262,6 @@ async fn a_cache_smaller_than_a_session_still_answers_every_run() -> anyhow::Res
         "the cache holds {cached} files, as many as the {stored} stored: nothing was evicted"
     );
     Ok(())
-}
-
-/// Failed attempts in Ray's list whose error message contains `text`.
-fn ray_failed_with(truth: &Json, text: &str) -> u64 {
-    truth
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|task| {
-            task["state"] == "FAILED"
-                && task["error_message"]
-                    .as_str()
-                    .is_some_and(|message| message.contains(text))
-        })
-        .count() as u64
-}
-
-/// `/api/insights` on every captured run: each finding's `filter`, sent to `/api/tasks`, lists
-/// exactly its `count` attempts, and the failure clusters add up to the failed attempts in
-/// Ray's own list (each failed attempt in one cluster).
-#[tokio::test]
-async fn every_insight_lists_exactly_its_attempts() -> anyhow::Result<()> {
-    let runs = FixtureRun::all()?;
-    let (served, api) = serve_locally(&runs).await?;
-    let mut checked = 0;
-    for run in &runs {
-        let answer = api
-            .ok(&format!("/api/insights?cluster={}", run.name))
-            .await?;
-        let findings = answer["findings"].as_array().context("findings")?;
-        for finding in findings {
-            eprintln!(
-                "DEBUG {} {} {}",
-                run.name, finding["kind"], finding["title"]
-            );
-            let query: Vec<String> = finding["filter"]
-                .as_object()
-                .context("filter")?
-                .iter()
-                .map(|(name, value)| {
-                    format!("{name}={}", percent_encoded(value.as_str().unwrap_or("")))
-                })
-                .collect();
-            let listed = api
-                .all_pages("/api/tasks", &query.join("&"), "tasks")
-                .await?;
-            let count = finding["count"].as_u64().context("count")?;
-            ensure!(
-                listed.len() as u64 == count,
-                "{}: {} lists {} attempts, its count is {count}",
-                run.name,
-                finding["title"],
-                listed.len()
-            );
-            checked += 1;
-        }
-        let clustered: u64 = findings
-            .iter()
-            .filter(|finding| finding["kind"] == "failure_cluster")
-            .filter_map(|finding| finding["count"].as_u64())
-            .sum();
-        let truth = run.ground_truth("tasks.json")?;
-        let failed = truth
-            .as_array()
-            .context("tasks.json")?
-            .iter()
-            .filter(|task| task["state"] == "FAILED" && !task["error_type"].is_null())
-            .count() as u64;
-        let clusters = findings
-            .iter()
-            .filter(|finding| finding["kind"] == "failure_cluster")
-            .count();
-        if run.name == "basic-workload" {
-            // Ten ValueErrors whose messages differ only in a number are one cluster.
-            let numbered = ray_failed_with(&truth, "intentional failure number");
-            ensure!(
-                findings
-                    .iter()
-                    .any(|finding| finding["kind"] == "failure_cluster"
-                        && finding["count"].as_u64() == Some(numbered)
-                        && finding["example"]
-                            .as_str()
-                            .is_some_and(|text| text.contains("intentional failure number"))),
-                "no one cluster holds the {numbered} numbered ValueErrors: {findings:?}"
-            );
-            ensure!(numbered >= 2, "the run has {numbered} numbered failures");
-        }
-        if run.name != LOSSY_RUN && clusters < 10 {
-            ensure!(
-                clustered == failed,
-                "{}: failure clusters hold {clustered} attempts, Ray lists {failed} failed",
-                run.name
-            );
-        }
-    }
-    ensure!(checked > 0, "no run had a finding to check");
-    served.server.stop().await
 }
 
 #[tokio::test]

@@ -103,5 +103,6 @@ pub fn query_service(storage: Arc<S3Storage>, config: &Config) -> anyhow::Result
     Ok(QueryService {
         engine: QueryEngine::open(storage, settings).context("cannot start the query engine")?,
         token: config.query_token.clone(),
+        grafana_url: config.grafana_url.clone(),
     })
 }

@@ -5,9 +5,11 @@
 use std::sync::Arc;
 
 use axum::Router;
+use axum::extract::State;
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use shared::config::GrafanaUrl;
 
 use crate::state::AppState;
 
@@ -20,7 +22,13 @@ pub fn routes() -> Router<Arc<AppState>> {
     Router::new()
         .route(
             "/",
-            get(|| async { asset("text/html; charset=utf-8", INDEX) }),
+            get(|State(state): State<Arc<AppState>>| async move {
+                let grafana = state
+                    .query
+                    .as_ref()
+                    .and_then(|query| query.grafana_url.as_ref());
+                asset("text/html; charset=utf-8", index(grafana))
+            }),
         )
         .route(
             "/assets/app.js",
@@ -32,8 +40,18 @@ pub fn routes() -> Router<Arc<AppState>> {
         )
 }
 
-fn asset(content_type: &'static str, body: &'static str) -> Response {
-    let mut response = body.into_response();
+/// The page, telling its script where to link node and worker ids (a `<meta>` the script reads,
+/// since the content security policy admits no inline script).
+fn index(grafana: Option<&GrafanaUrl>) -> String {
+    let url = grafana.map_or(String::new(), |url| url.as_str().replace('&', "&amp;"));
+    INDEX.replace(
+        r#"<meta name="afterglow-grafana-url" content="">"#,
+        &format!(r#"<meta name="afterglow-grafana-url" content="{url}">"#),
+    )
+}
+
+fn asset(content_type: &'static str, body: impl Into<String>) -> Response {
+    let mut response = body.into().into_response();
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     // The page changes only with the binary; a short cache keeps deploys visible.
@@ -48,4 +66,20 @@ fn asset(content_type: &'static str, body: &'static str) -> Response {
         ),
     );
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_page_carries_the_grafana_url_escaped() -> Result<(), &'static str> {
+        let url = GrafanaUrl::new("https://grafana.example.com/d/ray?orgId=1&refresh=5s")?;
+        let page = index(Some(&url));
+        assert!(page.contains(
+            r#"<meta name="afterglow-grafana-url" content="https://grafana.example.com/d/ray?orgId=1&amp;refresh=5s">"#
+        ));
+        assert!(index(None).contains(r#"<meta name="afterglow-grafana-url" content="">"#));
+        Ok(())
+    }
 }

@@ -10,7 +10,7 @@ use anyhow::Context as _;
 use shared::auth::AccessToken;
 use shared::auth::ingest::IngestKeys;
 use shared::compact::queue::CompactionQueue;
-use shared::config::Config;
+use shared::config::{Config, GrafanaUrl};
 use shared::ingest::{IngestAccess, IngestLimits, Ingestor};
 use shared::query::{QueryEngine, QuerySettings};
 use shared::storage::Storage;
@@ -36,6 +36,8 @@ pub struct ServeSettings {
     pub query: Option<QuerySettings>,
     /// The query API's bearer token; `None` leaves it open, which only loopback listeners allow.
     pub query_token: Option<AccessToken>,
+    /// The Grafana dashboard the page links node and worker ids to.
+    pub grafana_url: Option<GrafanaUrl>,
 }
 
 /// Serves every route on `listener` until `shutdown` resolves.
@@ -63,6 +65,7 @@ pub async fn run(
             engine: QueryEngine::open(Arc::clone(&settings.storage), query_settings)
                 .context("cannot start the query engine")?,
             token: settings.query_token,
+            grafana_url: settings.grafana_url,
         }),
     };
     let state = Arc::new(AppState {
@@ -133,6 +136,7 @@ pub async fn run_cli(args: ServeArgs, config: Config) -> anyhow::Result<()> {
         compaction: Some(queue.clone()),
         query: Some(QuerySettings::under(&scratch.path().join("query"))),
         query_token: config.query_token,
+        grafana_url: config.grafana_url,
     };
     run(settings, listener, async {
         let _ = tokio::signal::ctrl_c().await;

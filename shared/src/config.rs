@@ -14,6 +14,7 @@
 //! | `AFTERGLOW_MAX_EVENTS_PER_REQUEST` | most events in one ingest body | 10000 |
 //! | `AFTERGLOW_CACHE_MIB` | most MiB of table files the query and compact functions keep in their local cache (least recently used go first) | no limit |
 //! | `AFTERGLOW_TABLES_RETENTION_DAYS` | compaction removes sessions whose newest event is older (whole: manifest, files, catalog entry) | `0`: keep forever |
+//! | `AFTERGLOW_GRAFANA_URL` | a Grafana dashboard (e.g. `https://grafana.example.com/d/rayDefaultDashboard`, Ray's default): the page links node and worker ids to it, with `var-SessionName`, `var-NodeId` or `var-WorkerId` and the attempt's time range | unset: no links |
 //! | `AFTERGLOW_LOG` | log filter (`info`, `afterglow=debug`, …) | `info` (`warn` for `generate` and `bench`) |
 //! | `AWS_LAMBDA_RUNTIME_API`, `_HANDLER` | set by Lambda: run as the function named by `_HANDLER` | unset: CLI |
 //! | `AWS_LAMBDA_FUNCTION_MEMORY_SIZE` | set by Lambda: sizes DuckDB's memory limit and threads | unset |
@@ -106,6 +107,8 @@ pub struct Config {
     pub tables_retention: Option<Duration>,
     /// Most bytes of table files kept in a local cache; `None`: no limit.
     pub cache_bytes: Option<u64>,
+    /// The Grafana dashboard the page links node and worker ids to, if configured.
+    pub grafana_url: Option<GrafanaUrl>,
     /// Log filter directive (`AFTERGLOW_LOG`), when set.
     pub log_filter: Option<String>,
     /// `Some` when running inside AWS Lambda.
@@ -214,9 +217,20 @@ impl Config {
             })
             .transpose()?;
 
+        let grafana_url = get("AFTERGLOW_GRAFANA_URL")
+            .map(|text| {
+                GrafanaUrl::new(&text).map_err(|reason| ConfigError::Invalid {
+                    variable: "AFTERGLOW_GRAFANA_URL",
+                    shown: text,
+                    reason: reason.to_owned(),
+                })
+            })
+            .transpose()?;
+
         Ok(Self {
             storage,
             cache_bytes,
+            grafana_url,
             ingest_secret,
             query_token,
             lambda_memory_mib,
@@ -243,6 +257,36 @@ impl Config {
                 reason: "the Lambda functions store everything in S3",
             }),
         }
+    }
+}
+
+/// An `http(s)://` URL the page may put in a link: no whitespace, quotes or angle brackets,
+/// so it can be written into the page's HTML as it is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GrafanaUrl(String);
+
+impl GrafanaUrl {
+    /// Checks `text`; the reason it is refused otherwise.
+    pub fn new(text: &str) -> Result<Self, &'static str> {
+        let text = text.trim();
+        let rest = text
+            .strip_prefix("https://")
+            .or_else(|| text.strip_prefix("http://"))
+            .ok_or("expected an http:// or https:// URL")?;
+        if rest.is_empty() || rest.starts_with('/') {
+            return Err("the URL names no host");
+        }
+        if text.chars().any(|c| {
+            c.is_whitespace() || c.is_control() || matches!(c, '"' | '\'' | '<' | '>' | '`')
+        }) {
+            return Err("the URL holds whitespace, a quote or an angle bracket");
+        }
+        Ok(Self(text.to_owned()))
+    }
+
+    /// The URL.
+    pub fn as_str(&self) -> &str {
+        &self.0
     }
 }
 
@@ -339,6 +383,29 @@ mod tests {
         assert!(config.ingest_secret.is_none());
         assert_eq!(config.lambda, None);
         assert_eq!(config.ingest_limits, IngestLimits::default());
+        Ok(())
+    }
+
+    #[test]
+    fn a_grafana_url_must_be_a_plain_http_url() -> Result<(), ConfigError> {
+        let url = "https://grafana.example.com/d/rayDefaultDashboard?orgId=1";
+        let read = config(&[("AFTERGLOW_GRAFANA_URL", url)])?;
+        assert_eq!(read.grafana_url.as_ref().map(GrafanaUrl::as_str), Some(url));
+        for bad in [
+            "grafana.example.com",
+            "javascript:alert(1)",
+            "https://",
+            "https://a/\"x",
+        ] {
+            let err = config(&[("AFTERGLOW_GRAFANA_URL", bad)])
+                .err()
+                .map(|err| err.to_string());
+            assert!(
+                err.as_deref()
+                    .is_some_and(|err| err.contains("AFTERGLOW_GRAFANA_URL")),
+                "{bad}: {err:?}"
+            );
+        }
         Ok(())
     }
 

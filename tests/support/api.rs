@@ -273,3 +273,10 @@ pub fn ray_counts_by_name(truth: &Json) -> anyhow::Result<BTreeMap<String, BTree
     }
     Ok(counts)
 }
+
+/// `runs` served over a local folder, and a client for it.
+pub async fn serve_locally(runs: &[crate::FixtureRun]) -> anyhow::Result<(crate::Served, Api)> {
+    let served = crate::serve_runs_locally(runs, Ok).await?;
+    let api = Api::Http(served.server.url.clone());
+    Ok((served, api))
+}

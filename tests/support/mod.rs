@@ -288,6 +288,7 @@ pub fn open_settings(storage: Arc<dyn Storage>) -> ServeSettings {
         compaction: None,
         query: None,
         query_token: None,
+        grafana_url: None,
     }
 }
 

@@ -413,6 +413,7 @@ async fn query_phase(
             ApiRoute::Aggregates,
             &with_scope(&[("by", "error_type")]),
         ),
+        probe("insights", ApiRoute::Insights, &with_scope(&[])),
         probe(
             "table_page",
             ApiRoute::Tasks,
@@ -535,6 +536,11 @@ fn print_table(report: &Value) {
         (
             "aggregates by name warm p50 (ms)",
             number("/query/routes/aggregates_by_name/warm/p50_ms"),
+            "<= 300",
+        ),
+        (
+            "insights warm p50 (ms)",
+            number("/query/routes/insights/warm/p50_ms"),
             "<= 300",
         ),
         (

@@ -6,12 +6,19 @@ const BOUNDS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1e3, 2e3, 5e3, 1e4, 2e4, 5e4
   5e5, 1e6, 2e6, 5e6, 1e7, 2e7, 5e7];
 const LIVE_WINDOW_MS = 120_000;
 const REFRESH_MS = 5_000;
+// With every session in scope finished, the cluster list is asked this seldom, only to notice
+// a new session; a picked session that finished is never asked again (a session never restarts).
+const DISCOVER_MS = 60_000;
+// Where node and worker ids link (AFTERGLOW_GRAFANA_URL, written into the page by the server).
+const GRAFANA = document.querySelector('meta[name="afterglow-grafana-url"]')?.content ?? "";
+const ZONE = Intl.DateTimeFormat().resolvedOptions().timeZone;
 
 const $ = (id) => document.getElementById(id);
 // The table's filters: what the panels, cards and findings set (job_id also from the picker).
 const filters = {
   state: "", name: "", func_or_class_name: "", error_type: "", job_id: "", node_id: "",
   worker_id: "", q: "", error_fingerprint: "", min_attempt: "", min_duration_ms: "", min_wait_ms: "",
+  latest_attempt: "",
 };
 let sort = "creation";
 let cursors = [null];
@@ -30,6 +37,18 @@ function el(tag, attrs = {}, ...children) {
   return node;
 }
 
+// Clickable by mouse and keyboard alike: focusable, announced as a button (unless `attrs`
+// says otherwise), Enter or Space acts.
+function action(run, attrs = {}) {
+  return {
+    tabindex: "0", role: "button", ...attrs, onclick: run,
+    onkeydown: (event) => {
+      if (event.target !== event.currentTarget) return;
+      if (event.key === "Enter" || event.key === " ") { event.preventDefault(); run(); }
+    },
+  };
+}
+
 function svg(tag, attrs = {}, ...children) {
   const node = document.createElementNS("http://www.w3.org/2000/svg", tag);
   for (const [name, value] of Object.entries(attrs)) node.setAttribute(name, value);
@@ -44,8 +63,9 @@ function scopeParams() {
   const job = $("job").value || filters.job_id;
   if (job) params.set("job_id", job);
   const since = $("since").value, until = $("until").value;
-  if (since) params.set("since_ms", String(Date.parse(since + "Z")));
-  if (until) params.set("until_ms", String(Date.parse(until + "Z")));
+  // The pickers hold the viewer's local time, as the page shows every time.
+  if (since) params.set("since_ms", String(new Date(since).getTime()));
+  if (until) params.set("until_ms", String(new Date(until).getTime()));
   return params;
 }
 
@@ -84,7 +104,31 @@ function showError(err) {
 }
 
 const short = (id) => (id ? id.slice(0, 8) : "");
-const when = (ms) => (ms == null ? "" : new Date(ms).toISOString().replace("T", " ").slice(0, 23));
+const pad = (n, width = 2) => String(n).padStart(width, "0");
+function when(ms) {
+  if (ms == null) return "";
+  const t = new Date(ms);
+  return `${t.getFullYear()}-${pad(t.getMonth() + 1)}-${pad(t.getDate())} ` +
+    `${pad(t.getHours())}:${pad(t.getMinutes())}:${pad(t.getSeconds())}.${pad(t.getMilliseconds(), 3)}`;
+}
+
+// An id linked to the Grafana dashboard, for the attempt's session and time, or just the id.
+function grafanaLink(variable, id, task, text = id) {
+  if (!GRAFANA || !id) return text;
+  const url = new URL(GRAFANA, location.href);
+  url.searchParams.set(`var-${variable}`, id);
+  if (task.session_name) url.searchParams.set("var-SessionName", task.session_name);
+  const from = task.start_time_ms ?? task.creation_time_ms;
+  if (from != null) {
+    url.searchParams.set("from", String(from - 60_000));
+    url.searchParams.set("to", String((task.end_time_ms ?? Date.now()) + 60_000));
+  }
+  return el("a", {
+    href: url.toString(), target: "_blank", rel: "noopener", class: "grafana", "data-var": variable,
+    title: `${id} in Grafana`, onclick: (event) => event.stopPropagation(),
+    onkeydown: (event) => event.stopPropagation(),
+  }, text);
+}
 function duration(ms) {
   if (ms == null) return "";
   if (ms < 1000) return `${ms} ms`;
@@ -126,9 +170,16 @@ async function loadScope() {
   job.value = chosenJob;
 }
 
-function clusterIsLive() {
+// The sessions the pickers select.
+function sessionsInScope() {
+  const cluster = $("cluster").value, session = $("session").value;
+  return clusters.filter((c) => !cluster || c.cluster === cluster).flatMap((c) => c.sessions)
+    .filter((s) => !session || s.session_name === session);
+}
+
+function scopeIsLive() {
   const now = Date.now();
-  return clusters.some((c) => c.sessions.some((s) => s.last_ms && now - s.last_ms < LIVE_WINDOW_MS));
+  return sessionsInScope().some((s) => s.last_ms && now - s.last_ms < LIVE_WINDOW_MS);
 }
 
 // --- summary cards -------------------------------------------------------------------------
@@ -142,13 +193,12 @@ async function loadSummary() {
   const cards = [["TOTAL", summary.total, ""]].concat(
     Object.entries(summary.by_state).sort((a, b) => b[1] - a[1]).map(([state, n]) => [state, n, state]));
   $("cards").replaceChildren(...cards.map(([label, n, state]) =>
-    el("div", {
+    el("div", action(() => setFilter({ state: filters.state === state ? "" : state }), {
       class: `card state-${state}${filters.state === state && state ? " active" : ""}`,
-      "data-state": state,
-      onclick: () => setFilter({ state: filters.state === state ? "" : state }),
-    }, el("span", { class: "n" }, n.toLocaleString()), el("span", { class: "label" }, label))));
+      "data-state": state, "aria-pressed": String(filters.state === state && state !== ""),
+    }), el("span", { class: "n" }, n.toLocaleString()), el("span", { class: "label" }, label))));
   $("span").textContent = summary.total
-    ? `attempts created ${when(summary.first_ms)} … last event ${when(summary.last_ms)} (UTC)`
+    ? `attempts created ${when(summary.first_ms)} … last event ${when(summary.last_ms)} (${ZONE})`
     : "no attempts match";
 }
 
@@ -177,14 +227,13 @@ async function loadPanel(panel) {
   const answer = await api("aggregates", params);
   if (!current()) return;
   const rows = answer.groups.map((group) => el("div", { class: "group" },
-    el("span", { class: "key", title: group.key ?? "(none)", onclick: () => setFilter({ [by]: group.key ?? "" }) },
+    el("span", action(() => setFilter({ [by]: group.key ?? "" }), { class: "key", title: group.key ?? "(none)" }),
       group.key ?? "(none)"),
     el("span", { class: "counts" }, Object.entries(group.by_state).map(([state, n]) =>
-      el("span", {
+      el("span", action(() => setFilter({ [by]: group.key ?? "", state }), {
         class: `count state-${state}`, "data-state": state, "data-key": group.key ?? "",
-        title: `${n} ${state}`,
-        onclick: () => setFilter({ [by]: group.key ?? "", state }),
-      }, n.toLocaleString()))),
+        title: `${n} ${state}`, "aria-label": `${n} ${state} of ${group.key ?? "(none)"}`,
+      }), n.toLocaleString()))),
     histogram(group.duration_ms)));
   panel.querySelector(".rows").replaceChildren(...(rows.length ? rows : [el("p", { class: "span" }, "nothing here")]));
 }
@@ -199,12 +248,10 @@ async function loadInsights() {
   const items = answer.findings.map((finding) => {
     const show = () => setFilter(Object.fromEntries(Object.keys(filters).map((name) =>
       [name, finding.filter[name] ?? ""])));
-    return el("li", {
-      class: `finding severity-${finding.severity}`, tabindex: "0", role: "button",
+    return el("li", action(show, {
+      class: `finding severity-${finding.severity}`,
       "data-kind": finding.kind, "data-count": String(finding.count), title: finding.title,
-      onclick: show,
-      onkeydown: (event) => { if (event.key === "Enter" || event.key === " ") { event.preventDefault(); show(); } },
-    }, el("span", { class: "kind" }, finding.kind.replace(/_/g, " ")), finding.title);
+    }), el("span", { class: "kind" }, finding.kind.replace(/_/g, " ")), finding.title);
   });
   $("findings").replaceChildren(...(items.length ? items : [el("li", { class: "span" }, "nothing stands out")]));
 }
@@ -213,10 +260,10 @@ async function loadInsights() {
 
 function renderFilters() {
   const chips = Object.keys(filters).filter((name) => filters[name])
-    .map((name) => el("span", { class: "chip", onclick: () => {
+    .map((name) => el("span", action(() => {
       if (name === "q") $("search").value = "";
       setFilter({ [name]: "" });
-    } }, `${name}=${filters[name]}`));
+    }, { class: "chip", title: `remove ${name}` }), `${name}=${filters[name]}`));
   $("filters").replaceChildren(...chips);
   $("timeline").href = `api/timeline?${filterParams().toString()}`;
 }
@@ -228,15 +275,15 @@ async function loadTasks() {
   const current = ticket("tasks");
   const page = await api("tasks", params);
   if (!current()) return;
-  $("rows").replaceChildren(...page.tasks.map((task) => el("tr", {
-    "data-task": task.task_id, onclick: () => openTask(task).catch(showError),
-  },
+  $("rows").replaceChildren(...page.tasks.map((task) => el("tr", action(() => openTask(task).catch(showError), {
+    "data-task": task.task_id, role: "row", "aria-label": `open ${task.name ?? task.task_id}`,
+  }),
   el("td", { class: `state-${task.state}` }, task.state),
   el("td", {}, task.name ?? ""),
   el("td", { class: "id", title: task.task_id }, short(task.task_id)),
   el("td", {}, task.attempt_number),
   el("td", { class: "id" }, task.job_id ?? ""),
-  el("td", { class: "id", title: task.node_id ?? "" }, short(task.node_id)),
+  el("td", { class: "id", title: task.node_id ?? "" }, grafanaLink("NodeId", task.node_id, task, short(task.node_id))),
   el("td", { class: "error", title: task.error_message ?? "" }, task.error_type ?? ""),
   el("td", {}, duration(task.duration_ms)),
   el("td", {}, when(task.creation_time_ms)))));
@@ -303,7 +350,9 @@ function attemptOutput(task, attempt) {
 
 async function openTask(task) {
   const params = new URLSearchParams({ cluster: task.cluster, session: task.session_name });
+  const current = ticket("detail");
   const detail = await api(`tasks/${task.task_id}`, params);
+  if (!current()) return;
   const body = detail.attempts.map((attempt) => el("div", { class: "attempt" },
     el("h3", {}, `attempt ${attempt.attempt_number}: `, el("span", { class: `state-${attempt.state}` }, attempt.state),
       attempt.synthesized_failure ? " (failed by Ray at job end or worker death)" : ""),
@@ -313,7 +362,9 @@ async function openTask(task) {
     el("dl", {}, [
       ["task", attempt.task_id], ["name", attempt.name], ["function", attempt.func_or_class_name],
       ["type", attempt.type], ["job", attempt.job_id], ["actor", attempt.actor_id],
-      ["parent", attempt.parent_task_id], ["node", attempt.node_id], ["worker", attempt.worker_id],
+      ["parent", attempt.parent_task_id],
+      ["node", attempt.node_id && grafanaLink("NodeId", attempt.node_id, { ...task, ...attempt })],
+      ["worker", attempt.worker_id && grafanaLink("WorkerId", attempt.worker_id, { ...task, ...attempt })],
       ["pid", attempt.worker_pid], ["created", when(attempt.creation_time_ms)],
       ["started", when(attempt.start_time_ms)], ["ended", when(attempt.end_time_ms)],
       ["duration", duration(attempt.duration_ms)],
@@ -353,10 +404,15 @@ function init() {
     if (event.key === "Escape") $("detail").hidden = true;
   });
   loadScope().then(refresh).catch(showError);
+  // Live scopes refresh every REFRESH_MS; finished ones are not polled (see DISCOVER_MS).
+  let asked = Date.now();
   setInterval(async () => {
     if (!$("live").checked || document.hidden) return;
+    const live = scopeIsLive();
+    if (!live && ($("session").value || Date.now() - asked < DISCOVER_MS)) return;
+    asked = Date.now();
     await loadScope().catch(() => {});
-    if (clusterIsLive()) refresh();
+    if (scopeIsLive()) refresh();
   }, REFRESH_MS);
 }
 

@@ -15,7 +15,7 @@ use serde_json::{Map, Value as Json, json};
 use super::json::query_as;
 use super::params::{Cursor, Params, TaskFilter};
 use super::sql::{Sql, task_conditions};
-use super::tasks::{attempts_relation, page_cursor};
+use super::tasks::{filtered_relation, page_cursor};
 use super::{QueryEngine, QueryError};
 
 /// Upper bounds (ms, inclusive) of the duration histogram's buckets; longer is overflow.
@@ -150,7 +150,7 @@ pub(super) async fn aggregates(
         None => None,
         Some(cursor) => Some(group_position(&cursor.after)?),
     };
-    let Some(relation) = attempts_relation(engine, &filter.scope).await? else {
+    let Some(relation) = filtered_relation(engine, &filter).await? else {
         return Ok(json!({"by": by, "groups": [], "next": null}));
     };
 

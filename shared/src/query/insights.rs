@@ -10,7 +10,7 @@ use serde_json::{Map, Value as Json, json};
 use super::json::query_as;
 use super::params::{Params, TaskFilter};
 use super::sql::{ERROR_FINGERPRINT, Relation, Sql, WAIT_MS, task_conditions};
-use super::tasks::attempts_relation;
+use super::tasks::filtered_relation;
 use super::{QueryEngine, QueryError};
 
 /// Failure clusters reported at most.
@@ -36,7 +36,7 @@ pub(super) async fn insights(
 ) -> Result<Json, QueryError> {
     let parsed = Params::parse(params, &TaskFilter::PARAMS)?;
     let filter = TaskFilter::from_params(&parsed)?;
-    let Some(relation) = attempts_relation(engine, &filter.scope).await? else {
+    let Some(relation) = filtered_relation(engine, &filter).await? else {
         return Ok(json!({ "findings": [] }));
     };
     // The request's own filters, carried into every finding's filter.
@@ -54,6 +54,7 @@ pub(super) async fn insights(
     let mut findings = scope.failure_clusters().await?;
     findings.extend(scope.stragglers().await?);
     findings.extend(scope.retry_storms().await?);
+    findings.extend(scope.exhausted_retries().await?);
     findings.extend(scope.scheduling_waits().await?);
     for column in ["node_id", "worker_id"] {
         findings.extend(scope.hot_spots(column).await?);
@@ -268,6 +269,60 @@ impl Scope<'_> {
                     "filter": with(self.base, &[
                         ("func_or_class_name", json!(storm.function)),
                         ("min_attempt", json!(at_least(1, self.filter.min_attempt))),
+                    ]),
+                })
+            })
+            .collect())
+    }
+
+    /// Per function: tasks that were retried and whose latest attempt still failed. Ray's
+    /// events do not carry `max_retries`, but Ray stops retrying only at the limit (or on an
+    /// error it does not retry), so a failed latest attempt after retries is a task that gave up.
+    async fn exhausted_retries(&self) -> Result<Vec<Json>, QueryError> {
+        #[derive(Deserialize)]
+        struct GaveUp {
+            function: String,
+            n: i64,
+            most: i64,
+        }
+        let latest = self.relation.clone().latest_attempts();
+        let mut sql = Sql::default();
+        sql.push(
+            "SELECT func_or_class_name AS function, count(*) AS n, max(attempt_number) AS most \
+             FROM ",
+        )
+        .relation(&latest)
+        .push(" WHERE ")
+        .append(task_conditions(self.filter))
+        .push(
+            " AND state = 'FAILED' AND attempt_number >= 1 AND func_or_class_name IS NOT NULL \
+             GROUP BY 1 ORDER BY n DESC, function LIMIT ",
+        )
+        .number(MAX_CLUSTERS);
+        let found: Vec<GaveUp> = rows(self.engine, sql).await?;
+        Ok(found
+            .into_iter()
+            .map(|gave_up| {
+                json!({
+                    "kind": "retry_storm",
+                    "severity": "error",
+                    "title": format!(
+                        "{} task{} of {} failed on every retry (up to {} retr{})",
+                        gave_up.n,
+                        if gave_up.n == 1 { "" } else { "s" },
+                        gave_up.function,
+                        gave_up.most,
+                        if gave_up.most == 1 { "y" } else { "ies" },
+                    ),
+                    "count": gave_up.n,
+                    "func_or_class_name": gave_up.function,
+                    "retries_exhausted": true,
+                    "max_retries_seen": gave_up.most,
+                    "filter": with(self.base, &[
+                        ("func_or_class_name", json!(gave_up.function)),
+                        ("state", json!("FAILED")),
+                        ("min_attempt", json!(at_least(1, self.filter.min_attempt))),
+                        ("latest_attempt", json!("true")),
                     ]),
                 })
             })

@@ -232,6 +232,8 @@ pub struct TaskFilter {
     pub min_duration_ms: Option<i64>,
     /// `min_wait_ms`: attempts that waited at least this long from submission to running.
     pub min_wait_ms: Option<i64>,
+    /// `latest_attempt`: only each task's latest attempt (a task's outcome, not its history).
+    pub latest_attempt: bool,
     /// Also driver tasks, which Ray's own lists hide by default.
     pub include_drivers: bool,
     /// Also attempts whose definition event was never exported (an actor's restarted creation
@@ -241,7 +243,7 @@ pub struct TaskFilter {
 
 impl TaskFilter {
     /// The parameters [`TaskFilter::from_params`] reads.
-    pub const PARAMS: [&'static str; 21] = [
+    pub const PARAMS: [&'static str; 22] = [
         "cluster",
         "session",
         "job_id",
@@ -263,6 +265,7 @@ impl TaskFilter {
         "min_attempt",
         "min_duration_ms",
         "min_wait_ms",
+        "latest_attempt",
     ];
 
     /// Reads the filter parameters.
@@ -321,6 +324,7 @@ impl TaskFilter {
             min_attempt: params.integer("min_attempt")?,
             min_duration_ms: params.integer("min_duration_ms")?,
             min_wait_ms: params.integer("min_wait_ms")?,
+            latest_attempt: params.flag("latest_attempt")?,
         })
     }
 }

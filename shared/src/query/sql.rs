@@ -33,6 +33,20 @@ impl Relation {
     pub fn over_files(text: String, pins: Option<Pins>) -> Self {
         Self { text, _pins: pins }
     }
+
+    /// Only each task's latest attempt of this relation of attempts. The latest is chosen
+    /// before any filter applies, so "latest attempt and FAILED" means the task's outcome
+    /// failed, not that some failed attempt exists.
+    pub fn latest_attempts(self) -> Self {
+        Self {
+            text: format!(
+                "(SELECT * FROM {} QUALIFY attempt_number = max(attempt_number) OVER \
+                 (PARTITION BY cluster, session_name, task_id))",
+                self.text
+            ),
+            _pins: self._pins,
+        }
+    }
 }
 
 impl Sql {

@@ -54,6 +54,20 @@ pub(super) async fn attempts_relation(
         .map(|text| Relation::over_files(text, snapshot.pins.clone())))
 }
 
+/// The attempts a task filter reads: those of its sessions, or with `latest_attempt` each
+/// task's latest only. `None` when no session in scope has any.
+pub(super) async fn filtered_relation(
+    engine: &QueryEngine,
+    filter: &TaskFilter,
+) -> Result<Option<Relation>, QueryError> {
+    let relation = attempts_relation(engine, &filter.scope).await?;
+    Ok(if filter.latest_attempt {
+        relation.map(Relation::latest_attempts)
+    } else {
+        relation
+    })
+}
+
 /// `GET /api/clusters`: every cluster and its sessions, from the catalog alone.
 pub(super) async fn clusters(
     engine: &QueryEngine,
@@ -90,7 +104,7 @@ pub(super) async fn summary(
 ) -> Result<Json, QueryError> {
     let params = Params::parse(params, &TaskFilter::PARAMS)?;
     let filter = TaskFilter::from_params(&params)?;
-    let Some(relation) = attempts_relation(engine, &filter.scope).await? else {
+    let Some(relation) = filtered_relation(engine, &filter).await? else {
         return Ok(json!({"total": 0, "by_state": {}, "first_ms": null, "last_ms": null}));
     };
     let mut sql = Sql::default();
@@ -188,7 +202,7 @@ pub(super) async fn tasks(
         if descending { "desc" } else { "asc" }
     );
     let cursor = params.cursor(&kind)?;
-    let Some(relation) = attempts_relation(engine, &filter.scope).await? else {
+    let Some(relation) = filtered_relation(engine, &filter).await? else {
         return Ok(json!({"tasks": [], "next": null}));
     };
 

@@ -12,7 +12,7 @@ use serde_json::{Value as Json, json};
 use super::json::query_as;
 use super::params::{Cursor, Params, TaskFilter};
 use super::sql::{Sql, keyset_after, task_conditions};
-use super::tasks::{PAGE_BYTES, attempts_relation, task_position};
+use super::tasks::{PAGE_BYTES, filtered_relation, task_position};
 use super::{QueryEngine, QueryError};
 use crate::merge::ProfileSpan;
 
@@ -66,7 +66,7 @@ pub(super) async fn timeline(
         }
     };
     let cursor = params.cursor(CURSOR_KIND)?;
-    let Some(relation) = attempts_relation(engine, &filter.scope).await? else {
+    let Some(relation) = filtered_relation(engine, &filter).await? else {
         return Ok(trace(Vec::new(), None));
     };
     let mut sql = Sql::default();

@@ -257,7 +257,10 @@ fn job_details(job: &JobRecord, node_ips: &Map<String, Json>) -> Json {
         "metadata": definition.map_or_else(|| json!({}), |d| parsed(&d.metadata)),
         "runtime_env": definition.map_or_else(|| json!({}), |d| parsed(&d.serialized_runtime_env)),
         "driver_agent_http_address": null,
-        "driver_node_id": definition.and_then(|d| d.driver_node_id.clone()),
+        // Ray names the driver's node only for jobs submitted through its job API.
+        "driver_node_id": definition
+            .filter(|d| parsed(&d.metadata).get("job_submission_id").is_some())
+            .and_then(|d| d.driver_node_id.clone()),
         "driver_exit_code": null,
     })
 }
