@@ -38,10 +38,20 @@ impl Relation {
     /// before any filter applies, so "latest attempt and FAILED" means the task's outcome
     /// failed, not that some failed attempt exists.
     pub fn latest_attempts(self) -> Self {
+        self.latest_where("TRUE")
+    }
+
+    /// Of the tasks that were retried, only the latest attempt: [`Self::latest_attempts`]
+    /// without the attempts of tasks that never were (read by far fewer rows' window).
+    pub fn latest_retries(self) -> Self {
+        self.latest_where("attempt_number >= 1")
+    }
+
+    fn latest_where(self, condition: &'static str) -> Self {
         Self {
             text: format!(
-                "(SELECT * FROM {} QUALIFY attempt_number = max(attempt_number) OVER \
-                 (PARTITION BY cluster, session_name, task_id))",
+                "(SELECT * FROM {} WHERE {condition} QUALIFY attempt_number = \
+                 max(attempt_number) OVER (PARTITION BY cluster, session_name, task_id))",
                 self.text
             ),
             _pins: self._pins,
