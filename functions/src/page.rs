@@ -50,7 +50,7 @@ fn index(grafana: Option<&GrafanaUrl>) -> String {
     )
 }
 
-fn asset(content_type: &'static str, body: impl Into<String>) -> Response {
+fn asset(content_type: &'static str, body: impl Into<axum::body::Body>) -> Response {
     let mut response = body.into().into_response();
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
