@@ -667,7 +667,7 @@ async fn synthetic_traffic_is_counted_as_generated() -> anyhow::Result<()> {
     use shared::compact::CompactSettings;
     use shared::ingest::{IngestAccess, IngestLimits, Ingestor};
     use shared::query::{ApiRoute, QueryEngine, QuerySettings};
-    use shared::synth::{Generator, SynthSettings};
+    use synth::{Generator, SynthSettings};
 
     let (dir, local) = local_storage()?;
     let storage: Arc<dyn Storage> = Arc::new(local);
@@ -687,7 +687,7 @@ async fn synthetic_traffic_is_counted_as_generated() -> anyhow::Result<()> {
         ..SynthSettings::default()
     });
     for body in generator.by_ref() {
-        ingestor.ingest(&cluster, &body.json).await?;
+        ingestor.ingest(&cluster, &body?.json).await?;
     }
     let truth = generator.truth().clone();
     ensure!(truth.redeliveries > 0, "some bodies are sent twice");

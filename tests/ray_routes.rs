@@ -651,7 +651,7 @@ fn nesting_depth(text: &str) -> usize {
 
 #[tokio::test]
 async fn a_lineage_as_deep_as_its_job_is_summarized_without_overflowing() -> anyhow::Result<()> {
-    use shared::synth::{Generator, SynthSettings};
+    use synth::{Generator, SynthSettings};
 
     // One job whose every task is submitted by the one before: a chain ~30 000 levels deep,
     // past where serde_json's recursive drop (~10 000) and serialize (~20 000) overflow a
@@ -671,7 +671,10 @@ async fn a_lineage_as_deep_as_its_job_is_summarized_without_overflowing() -> any
         duplicate_rate: 0.0,
         ..SynthSettings::default()
     });
-    let bodies: Vec<Vec<u8>> = generator.by_ref().map(|body| body.json).collect();
+    let bodies = generator
+        .by_ref()
+        .map(|body| body.map(|body| body.json))
+        .collect::<Result<Vec<_>, _>>()?;
     ensure!(
         generator.truth().attempts == ATTEMPTS,
         "{:?}",

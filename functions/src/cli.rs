@@ -109,8 +109,8 @@ pub struct SynthArgs {
 
 impl SynthArgs {
     /// The generator's settings.
-    pub fn settings(&self) -> shared::synth::SynthSettings {
-        shared::synth::SynthSettings {
+    pub fn settings(&self) -> synth::SynthSettings {
+        synth::SynthSettings {
             attempts: self.tasks,
             jobs: self.jobs,
             nodes: self.nodes,
@@ -118,7 +118,7 @@ impl SynthArgs {
             duplicate_rate: self.duplicate_rate,
             profile: self.profile,
             seed: self.seed,
-            ..shared::synth::SynthSettings::default()
+            ..synth::SynthSettings::default()
         }
     }
 }

@@ -4,7 +4,7 @@ use std::io::Write as _;
 use std::path::Path;
 
 use anyhow::Context as _;
-use shared::synth::Generator;
+use synth::Generator;
 
 use crate::cli::GenerateArgs;
 
@@ -16,6 +16,7 @@ pub async fn run(args: GenerateArgs) -> anyhow::Result<()> {
     let bar = indicatif::ProgressBar::new(expected);
     let client = reqwest::Client::new();
     for (sent, body) in (0u64..).zip(generator.by_ref()) {
+        let body = body?;
         match (&args.out, &args.post) {
             (Some(dir), _) => write_body(dir, sent, &body.json)?,
             (None, Some(url)) => post(&client, url, body.json).await?,

@@ -16,7 +16,6 @@
 //! - [`logs`]: Ray's log files, shipped from each node and read back by byte range.
 //! - [`layout`]: the storage key layout.
 //! - [`merge`]: Ray's rules for merging a task attempt's events into one row (pure).
-//! - [`synth`]: synthetic Ray traffic of any size, for `generate` and `bench`.
 //! - [`auth`]: the ingest token.
 //! - [`config`]: the environment variables, read in one place.
 
@@ -32,5 +31,4 @@ pub mod logs;
 pub mod merge;
 pub mod query;
 pub mod storage;
-pub mod synth;
 pub mod tables;

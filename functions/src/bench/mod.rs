@@ -1,6 +1,6 @@
 //! `afterglow bench`: the whole pipeline over synthetic Ray traffic, measured.
 //!
-//! Generates `--tasks` attempts ([`shared::synth`]), ingests every body through the ingest
+//! Generates `--tasks` attempts ([`synth`]), ingests every body through the ingest
 //! library into a local store (timing each), compacts the raw objects in batches the size SQS
 //! hands the compact function, measures the stored bytes, then times each dashboard route cold
 //! (a fresh engine) and warm (p50/p95 over repeats) and the query phase's peak memory. The
@@ -18,8 +18,8 @@ use shared::ingest::{IngestAccess, IngestLimits, Ingestor};
 use shared::layout::{self, ClusterName, SessionName};
 use shared::query::{ApiRoute, QueryEngine, QuerySettings};
 use shared::storage::{LocalDirStorage, ObjectKey, Storage};
-use shared::synth::{Generator, SynthSettings};
 use shared::tables::manifest;
+use synth::{Generator, SynthSettings};
 
 use crate::cli::BenchArgs;
 
@@ -238,6 +238,7 @@ async fn ingest_phase(
     let mut latencies = Vec::new();
     let (mut bytes_in, mut bytes_stored, mut events) = (0u64, 0u64, 0u64);
     while let Some(body) = receiver.recv().await {
+        let body = body?;
         let timer = Instant::now();
         let receipt = ingestor.ingest(&cluster, &body.json).await?;
         latencies.push(timer.elapsed());

@@ -5,23 +5,23 @@
 
 use std::collections::BTreeMap;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::common::ActorDeathCause;
 use super::encoding::{Id, Timestamp, id_map, int64, opt_id, opt_int64, ray_enum};
 
 /// `DRIVER_JOB_DEFINITION_EVENT`.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(default, rename_all = "camelCase")]
 pub struct DriverJobDefinitionEvent {
     /// The job (4 bytes).
-    #[serde(alias = "job_id", deserialize_with = "opt_id")]
+    #[serde(alias = "job_id", with = "opt_id")]
     pub job_id: Option<Id>,
     /// Pid of the driver process.
-    #[serde(alias = "driver_pid", deserialize_with = "int64")]
+    #[serde(alias = "driver_pid", with = "int64")]
     pub driver_pid: i64,
     /// Node the driver runs on.
-    #[serde(alias = "driver_node_id", deserialize_with = "opt_id")]
+    #[serde(alias = "driver_node_id", with = "opt_id")]
     pub driver_node_id: Option<Id>,
     /// The driver's command line.
     pub entrypoint: String,
@@ -30,7 +30,7 @@ pub struct DriverJobDefinitionEvent {
 }
 
 /// `DriverJobDefinitionEvent.Config`.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(default, rename_all = "camelCase")]
 pub struct DriverJobConfig {
     /// The runtime environment as JSON text.
@@ -46,11 +46,11 @@ ray_enum! {
 }
 
 /// `DRIVER_JOB_LIFECYCLE_EVENT`.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(default, rename_all = "camelCase")]
 pub struct DriverJobLifecycleEvent {
     /// The job.
-    #[serde(alias = "job_id", deserialize_with = "opt_id")]
+    #[serde(alias = "job_id", with = "opt_id")]
     pub job_id: Option<Id>,
     /// States entered.
     #[serde(alias = "state_transitions")]
@@ -58,7 +58,7 @@ pub struct DriverJobLifecycleEvent {
 }
 
 /// A `(state, timestamp)` pair of an entity with no per-transition details.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
 pub struct StateTransition<S> {
     /// The state entered.
     #[serde(default)]
@@ -68,14 +68,14 @@ pub struct StateTransition<S> {
 }
 
 /// `ACTOR_DEFINITION_EVENT`.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(default, rename_all = "camelCase")]
 pub struct ActorDefinitionEvent {
     /// The actor (16 bytes; its last 4 are the job id).
-    #[serde(alias = "actor_id", deserialize_with = "opt_id")]
+    #[serde(alias = "actor_id", with = "opt_id")]
     pub actor_id: Option<Id>,
     /// Owning job.
-    #[serde(alias = "job_id", deserialize_with = "opt_id")]
+    #[serde(alias = "job_id", with = "opt_id")]
     pub job_id: Option<Id>,
     /// True for detached actors.
     #[serde(alias = "is_detached")]
@@ -95,7 +95,7 @@ pub struct ActorDefinitionEvent {
     #[serde(alias = "required_resources")]
     pub required_resources: BTreeMap<String, f64>,
     /// Placement group, if any.
-    #[serde(alias = "placement_group_id", deserialize_with = "opt_id")]
+    #[serde(alias = "placement_group_id", with = "opt_id")]
     pub placement_group_id: Option<Id>,
     /// Label selector for scheduling.
     #[serde(alias = "label_selector")]
@@ -104,10 +104,10 @@ pub struct ActorDefinitionEvent {
     #[serde(alias = "call_site")]
     pub call_site: String,
     /// The task or actor that created it.
-    #[serde(alias = "parent_id", deserialize_with = "opt_id")]
+    #[serde(alias = "parent_id", with = "opt_id")]
     pub parent_id: Option<Id>,
     /// Correlation ids.
-    #[serde(alias = "ref_ids", deserialize_with = "id_map")]
+    #[serde(alias = "ref_ids", with = "id_map")]
     pub ref_ids: BTreeMap<String, Id>,
 }
 
@@ -129,7 +129,7 @@ ray_enum! {
 }
 
 /// `ActorLifecycleEvent.StateTransition`.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ActorStateTransition {
     /// The state entered.
@@ -138,16 +138,20 @@ pub struct ActorStateTransition {
     /// When.
     pub timestamp: Timestamp,
     /// Node, when `ALIVE`.
-    #[serde(default, alias = "node_id", deserialize_with = "opt_id")]
+    #[serde(default, alias = "node_id", with = "opt_id")]
     pub node_id: Option<Id>,
     /// Worker, when `ALIVE`.
-    #[serde(default, alias = "worker_id", deserialize_with = "opt_id")]
+    #[serde(default, alias = "worker_id", with = "opt_id")]
     pub worker_id: Option<Id>,
     /// The actor's `__repr__`.
     #[serde(default, alias = "repr_name")]
     pub repr_name: String,
     /// Why it died, when `DEAD`.
-    #[serde(default, alias = "death_cause")]
+    #[serde(
+        default,
+        alias = "death_cause",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub death_cause: Option<ActorDeathCause>,
     /// Worker pid, when `ALIVE`.
     #[serde(default)]
@@ -161,11 +165,11 @@ pub struct ActorStateTransition {
 }
 
 /// `ACTOR_LIFECYCLE_EVENT`.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(default, rename_all = "camelCase")]
 pub struct ActorLifecycleEvent {
     /// The actor.
-    #[serde(alias = "actor_id", deserialize_with = "opt_id")]
+    #[serde(alias = "actor_id", with = "opt_id")]
     pub actor_id: Option<Id>,
     /// States entered.
     #[serde(alias = "state_transitions")]
@@ -173,11 +177,11 @@ pub struct ActorLifecycleEvent {
 }
 
 /// `NODE_DEFINITION_EVENT`.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(default, rename_all = "camelCase")]
 pub struct NodeDefinitionEvent {
     /// The node (28 bytes).
-    #[serde(alias = "node_id", deserialize_with = "opt_id")]
+    #[serde(alias = "node_id", with = "opt_id")]
     pub node_id: Option<Id>,
     /// Its IP address.
     #[serde(alias = "node_ip_address")]
@@ -185,7 +189,7 @@ pub struct NodeDefinitionEvent {
     /// Node labels.
     pub labels: BTreeMap<String, String>,
     /// When the node started.
-    #[serde(alias = "start_timestamp")]
+    #[serde(alias = "start_timestamp", skip_serializing_if = "Option::is_none")]
     pub start_timestamp: Option<Timestamp>,
     /// Host name.
     pub hostname: String,
@@ -222,7 +226,7 @@ ray_enum! {
 }
 
 /// `NodeLifecycleEvent.DeathInfo`.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(default, rename_all = "camelCase")]
 pub struct NodeDeathInfo {
     /// Why, as an enum.
@@ -233,7 +237,7 @@ pub struct NodeDeathInfo {
 }
 
 /// `NodeLifecycleEvent.StateTransition`.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeStateTransition {
     /// The state entered.
@@ -245,7 +249,7 @@ pub struct NodeStateTransition {
     #[serde(default)]
     pub resources: BTreeMap<String, f64>,
     /// Why it died, when `DEAD`.
-    #[serde(default, alias = "death_info")]
+    #[serde(default, alias = "death_info", skip_serializing_if = "Option::is_none")]
     pub death_info: Option<NodeDeathInfo>,
     /// Draining or not, when `ALIVE`.
     #[serde(default, alias = "alive_sub_state")]
@@ -253,11 +257,11 @@ pub struct NodeStateTransition {
 }
 
 /// `NODE_LIFECYCLE_EVENT`.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(default, rename_all = "camelCase")]
 pub struct NodeLifecycleEvent {
     /// The node.
-    #[serde(alias = "node_id", deserialize_with = "opt_id")]
+    #[serde(alias = "node_id", with = "opt_id")]
     pub node_id: Option<Id>,
     /// States entered.
     #[serde(alias = "state_transitions")]
@@ -270,14 +274,14 @@ ray_enum! {
 }
 
 /// `WORKER_DEFINITION_EVENT` (2.58+).
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(default, rename_all = "camelCase")]
 pub struct WorkerDefinitionEvent {
     /// The worker (28 bytes).
-    #[serde(alias = "worker_id", deserialize_with = "opt_id")]
+    #[serde(alias = "worker_id", with = "opt_id")]
     pub worker_id: Option<Id>,
     /// Its node.
-    #[serde(alias = "node_id", deserialize_with = "opt_id")]
+    #[serde(alias = "node_id", with = "opt_id")]
     pub node_id: Option<Id>,
     /// Kind of worker process.
     #[serde(alias = "worker_type")]
@@ -303,7 +307,7 @@ ray_enum! {
 }
 
 /// `WorkerLifecycleEvent.DeathInfo`.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(default, rename_all = "camelCase")]
 pub struct WorkerDeathInfo {
     /// How the worker exited.
@@ -313,12 +317,16 @@ pub struct WorkerDeathInfo {
     #[serde(alias = "exit_detail")]
     pub exit_detail: String,
     /// Memory in use when it was killed for memory.
-    #[serde(alias = "memory_used_bytes", deserialize_with = "opt_int64")]
+    #[serde(
+        alias = "memory_used_bytes",
+        with = "opt_int64",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub memory_used_bytes: Option<i64>,
 }
 
 /// `WorkerLifecycleEvent.StateTransition`. Times are Unix milliseconds; 0 means unset.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct WorkerStateTransition {
     /// The state entered.
@@ -327,31 +335,31 @@ pub struct WorkerStateTransition {
     /// When.
     pub timestamp: Timestamp,
     /// When the raylet asked for the worker process.
-    #[serde(default, alias = "worker_launch_time_ms", deserialize_with = "int64")]
+    #[serde(default, alias = "worker_launch_time_ms", with = "int64")]
     pub worker_launch_time_ms: i64,
     /// When the process was up.
-    #[serde(default, alias = "worker_launched_time_ms", deserialize_with = "int64")]
+    #[serde(default, alias = "worker_launched_time_ms", with = "int64")]
     pub worker_launched_time_ms: i64,
     /// When the worker registered.
-    #[serde(default, alias = "start_time_ms", deserialize_with = "int64")]
+    #[serde(default, alias = "start_time_ms", with = "int64")]
     pub start_time_ms: i64,
     /// When it exited (the time Ray marks its running tasks failed).
-    #[serde(default, alias = "end_time_ms", deserialize_with = "int64")]
+    #[serde(default, alias = "end_time_ms", with = "int64")]
     pub end_time_ms: i64,
     /// Why it exited, when `DEAD`.
-    #[serde(default, alias = "death_info")]
+    #[serde(default, alias = "death_info", skip_serializing_if = "Option::is_none")]
     pub death_info: Option<WorkerDeathInfo>,
 }
 
 /// `WORKER_LIFECYCLE_EVENT` (2.58+).
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(default, rename_all = "camelCase")]
 pub struct WorkerLifecycleEvent {
     /// The worker.
-    #[serde(alias = "worker_id", deserialize_with = "opt_id")]
+    #[serde(alias = "worker_id", with = "opt_id")]
     pub worker_id: Option<Id>,
     /// The job it served.
-    #[serde(alias = "job_id", deserialize_with = "opt_id")]
+    #[serde(alias = "job_id", with = "opt_id")]
     pub job_id: Option<Id>,
     /// States entered.
     #[serde(alias = "state_transitions")]
@@ -364,7 +372,7 @@ ray_enum! {
 }
 
 /// `PlacementGroupDefinitionEvent.BundleSpec`.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(default, rename_all = "camelCase")]
 pub struct BundleSpec {
     /// Position of the bundle in the group.
@@ -379,11 +387,11 @@ pub struct BundleSpec {
 }
 
 /// `PLACEMENT_GROUP_DEFINITION_EVENT` (2.55+).
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(default, rename_all = "camelCase")]
 pub struct PlacementGroupDefinitionEvent {
     /// The placement group (18 bytes).
-    #[serde(alias = "placement_group_id", deserialize_with = "opt_id")]
+    #[serde(alias = "placement_group_id", with = "opt_id")]
     pub placement_group_id: Option<Id>,
     /// Name, if named.
     pub name: String,
@@ -396,18 +404,22 @@ pub struct PlacementGroupDefinitionEvent {
     #[serde(alias = "is_detached")]
     pub is_detached: bool,
     /// Job that created it.
-    #[serde(alias = "creator_job_id", deserialize_with = "opt_id")]
+    #[serde(alias = "creator_job_id", with = "opt_id")]
     pub creator_job_id: Option<Id>,
     /// Actor that created it, if any.
-    #[serde(alias = "creator_actor_id", deserialize_with = "opt_id")]
+    #[serde(alias = "creator_actor_id", with = "opt_id")]
     pub creator_actor_id: Option<Id>,
     /// Its bundles.
     pub bundles: Vec<BundleSpec>,
     /// Preferred node, if any.
-    #[serde(alias = "soft_target_node_id", deserialize_with = "opt_id")]
+    #[serde(alias = "soft_target_node_id", with = "opt_id")]
     pub soft_target_node_id: Option<Id>,
     /// When GCS received the creation request (ns).
-    #[serde(alias = "creation_request_received_ns", deserialize_with = "opt_int64")]
+    #[serde(
+        alias = "creation_request_received_ns",
+        with = "opt_int64",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub creation_request_received_ns: Option<i64>,
 }
 
@@ -417,7 +429,7 @@ ray_enum! {
 }
 
 /// `PlacementGroupLifecycleEvent.StateTransition`.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PlacementGroupStateTransition {
     /// The state entered.
@@ -426,7 +438,11 @@ pub struct PlacementGroupStateTransition {
     /// When.
     pub timestamp: Timestamp,
     /// Scheduler state name at the transition.
-    #[serde(default, alias = "scheduling_state")]
+    #[serde(
+        default,
+        alias = "scheduling_state",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub scheduling_state: Option<serde_json::Value>,
     /// Scheduling attempt counter.
     #[serde(default, alias = "scheduling_attempt")]
@@ -434,11 +450,11 @@ pub struct PlacementGroupStateTransition {
 }
 
 /// `PLACEMENT_GROUP_LIFECYCLE_EVENT` (2.55+).
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(default, rename_all = "camelCase")]
 pub struct PlacementGroupLifecycleEvent {
     /// The placement group.
-    #[serde(alias = "placement_group_id", deserialize_with = "opt_id")]
+    #[serde(alias = "placement_group_id", with = "opt_id")]
     pub placement_group_id: Option<Id>,
     /// States entered.
     #[serde(alias = "state_transitions")]

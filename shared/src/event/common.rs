@@ -1,6 +1,6 @@
 //! Messages and enums shared by several event types (`common.proto` in Ray).
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::encoding::{Id, opt_id, ray_enum};
 
@@ -102,17 +102,26 @@ ray_enum! {
 }
 
 /// `ray.rpc.FunctionDescriptor`: exactly one language member is set (a oneof).
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(default, rename_all = "camelCase")]
 pub struct FunctionDescriptor {
     /// Set for Python functions and methods.
-    #[serde(alias = "python_function_descriptor")]
+    #[serde(
+        alias = "python_function_descriptor",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub python_function_descriptor: Option<PythonFunctionDescriptor>,
     /// Set for Java functions.
-    #[serde(alias = "java_function_descriptor")]
+    #[serde(
+        alias = "java_function_descriptor",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub java_function_descriptor: Option<LanguageFunctionDescriptor>,
     /// Set for C++ functions.
-    #[serde(alias = "cpp_function_descriptor")]
+    #[serde(
+        alias = "cpp_function_descriptor",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub cpp_function_descriptor: Option<LanguageFunctionDescriptor>,
 }
 
@@ -137,7 +146,7 @@ impl FunctionDescriptor {
 }
 
 /// `ray.rpc.PythonFunctionDescriptor`.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(default, rename_all = "camelCase")]
 pub struct PythonFunctionDescriptor {
     /// Module that defines the function.
@@ -155,7 +164,7 @@ pub struct PythonFunctionDescriptor {
 }
 
 /// `ray.rpc.JavaFunctionDescriptor` / `CppFunctionDescriptor`: the fields both share.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(default, rename_all = "camelCase")]
 pub struct LanguageFunctionDescriptor {
     /// Class name, where the language has one.
@@ -167,7 +176,7 @@ pub struct LanguageFunctionDescriptor {
 }
 
 /// `ray.rpc.RayErrorInfo`: why an attempt failed.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(default, rename_all = "camelCase")]
 pub struct RayErrorInfo {
     /// The formatted error, for user exceptions the Python traceback. Contains ANSI colour codes
@@ -178,29 +187,41 @@ pub struct RayErrorInfo {
     #[serde(alias = "error_type")]
     pub error_type: ErrorType,
     /// Set when the error is an actor's death.
-    #[serde(alias = "actor_died_error")]
+    #[serde(alias = "actor_died_error", skip_serializing_if = "Option::is_none")]
     pub actor_died_error: Option<ActorDeathCause>,
 }
 
 /// `ray.rpc.ActorDeathCause`: one of several contexts (a oneof). Only what a dashboard shows is
 /// typed; the raw event keeps the rest.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(default, rename_all = "camelCase")]
 pub struct ActorDeathCause {
     /// The actor's `__init__` raised.
-    #[serde(alias = "creation_task_failure_context")]
+    #[serde(
+        alias = "creation_task_failure_context",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub creation_task_failure_context: Option<RayException>,
     /// The runtime environment could not be set up.
-    #[serde(alias = "runtime_env_failed_context")]
+    #[serde(
+        alias = "runtime_env_failed_context",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub runtime_env_failed_context: Option<ErrorContext>,
     /// The actor's worker, owner or node died, or it was killed.
-    #[serde(alias = "actor_died_error_context")]
+    #[serde(
+        alias = "actor_died_error_context",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub actor_died_error_context: Option<ActorDiedErrorContext>,
     /// The actor could not be scheduled.
-    #[serde(alias = "actor_unschedulable_context")]
+    #[serde(
+        alias = "actor_unschedulable_context",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub actor_unschedulable_context: Option<ErrorContext>,
     /// The actor's worker was killed for memory.
-    #[serde(alias = "oom_context")]
+    #[serde(alias = "oom_context", skip_serializing_if = "Option::is_none")]
     pub oom_context: Option<ErrorContext>,
 }
 
@@ -230,7 +251,7 @@ impl ActorDeathCause {
 }
 
 /// `ray.rpc.RayException`.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(default, rename_all = "camelCase")]
 pub struct RayException {
     /// Language of the code that raised.
@@ -241,7 +262,7 @@ pub struct RayException {
 }
 
 /// Contexts that carry only a message (`RuntimeEnvFailedContext`, `OomContext`, …).
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(default, rename_all = "camelCase")]
 pub struct ErrorContext {
     /// What went wrong.
@@ -263,7 +284,7 @@ ray_enum! {
 }
 
 /// `ray.rpc.ActorDiedErrorContext`.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(default, rename_all = "camelCase")]
 pub struct ActorDiedErrorContext {
     /// Why the actor died, in words.
@@ -280,7 +301,7 @@ pub struct ActorDiedErrorContext {
     #[serde(alias = "node_ip_address")]
     pub node_ip_address: String,
     /// The actor.
-    #[serde(alias = "actor_id", deserialize_with = "opt_id")]
+    #[serde(alias = "actor_id", with = "opt_id")]
     pub actor_id: Option<Id>,
     /// True when the actor died before it started.
     #[serde(alias = "never_started")]

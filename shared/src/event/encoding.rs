@@ -65,6 +65,42 @@ impl Id {
         &self.0
     }
 
+    /// The raw bytes.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut bytes = vec![0; self.byte_len()];
+        self.decode_into(&mut bytes);
+        bytes
+    }
+
+    /// Ray's wire form: padded standard base64.
+    pub fn to_base64(&self) -> String {
+        // Every Ray id is at most 28 bytes: decode on the stack, as synthetic traffic writes
+        // several per event.
+        let mut buffer = [0u8; 32];
+        match buffer.get_mut(..self.byte_len()) {
+            Some(bytes) => {
+                self.decode_into(bytes);
+                BASE64.encode(bytes)
+            }
+            None => BASE64.encode(self.to_bytes()),
+        }
+    }
+
+    /// Decodes the hex form into `bytes`, which is `byte_len()` long.
+    fn decode_into(&self, bytes: &mut [u8]) {
+        fn nibble(digit: u8) -> u8 {
+            // `Id` holds lowercase hex only (see the constructors).
+            if digit >= b'a' {
+                digit - b'a' + 10
+            } else {
+                digit - b'0'
+            }
+        }
+        for (byte, pair) in bytes.iter_mut().zip(self.0.as_bytes().chunks_exact(2)) {
+            *byte = (nibble(pair[0]) << 4) | nibble(pair[1]);
+        }
+    }
+
     /// True for Ray's nil IDs, which are all `0xff` bytes.
     pub fn is_nil(&self) -> bool {
         self.0.bytes().all(|digit| digit == b'f')
@@ -88,85 +124,156 @@ impl fmt::Display for Id {
     }
 }
 
-/// Deserializes an optional `bytes` ID: absent, `null` and `""` are all `None`.
-pub fn opt_id<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Id>, D::Error> {
-    let text: Option<std::borrow::Cow<'de, str>> = Option::deserialize(deserializer)?;
-    match text {
-        None => Ok(None),
-        Some(text) => Id::from_base64(&text)
-            .map_err(|err| de::Error::custom(format_args!("invalid base64 ID {text:?}: {err}"))),
+/// An optional `bytes` ID: absent, `null` and `""` all read as `None`, which is written as `""`
+/// (proto3 prints an unset `bytes` field as the empty string).
+pub mod opt_id {
+    use serde::de::{self, Deserialize, Deserializer};
+    use serde::ser::Serializer;
+
+    use super::Id;
+
+    /// Reads Ray's base64 form.
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Id>, D::Error> {
+        let text: Option<std::borrow::Cow<'de, str>> = Option::deserialize(deserializer)?;
+        match text {
+            None => Ok(None),
+            Some(text) => Id::from_base64(&text).map_err(|err| {
+                de::Error::custom(format_args!("invalid base64 ID {text:?}: {err}"))
+            }),
+        }
+    }
+
+    /// Writes Ray's base64 form.
+    pub fn serialize<S: Serializer>(id: &Option<Id>, serializer: S) -> Result<S::Ok, S::Error> {
+        match id {
+            Some(id) => serializer.serialize_str(&id.to_base64()),
+            None => serializer.serialize_str(""),
+        }
     }
 }
 
-/// Deserializes a `map<string, bytes>` into hex IDs, dropping empty values.
-pub fn id_map<'de, D: Deserializer<'de>>(
-    deserializer: D,
-) -> Result<std::collections::BTreeMap<String, Id>, D::Error> {
-    let raw: Option<std::collections::BTreeMap<String, String>> =
-        Option::deserialize(deserializer)?;
-    let mut ids = std::collections::BTreeMap::new();
-    for (key, text) in raw.unwrap_or_default() {
-        let id = Id::from_base64(&text)
-            .map_err(|err| de::Error::custom(format_args!("invalid base64 ID {text:?}: {err}")))?;
-        if let Some(id) = id {
-            ids.insert(key, id);
-        }
-    }
-    Ok(ids)
-}
+/// A `map<string, bytes>` of IDs; empty values are dropped on reading.
+pub mod id_map {
+    use std::collections::BTreeMap;
 
-/// Deserializes a protobuf `int64`/`uint64`: a JSON string of digits, or (leniently) a number.
-pub fn int64<'de, D: Deserializer<'de>>(deserializer: D) -> Result<i64, D::Error> {
-    struct Int64;
-    impl Visitor<'_> for Int64 {
-        type Value = i64;
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("a 64-bit integer as a string or number")
-        }
-        fn visit_i64<E: de::Error>(self, value: i64) -> Result<i64, E> {
-            Ok(value)
-        }
-        fn visit_u64<E: de::Error>(self, value: u64) -> Result<i64, E> {
-            i64::try_from(value).map_err(|_| E::custom(format_args!("{value} overflows int64")))
-        }
-        fn visit_f64<E: de::Error>(self, value: f64) -> Result<i64, E> {
-            if value.fract() == 0.0 && value.abs() < 9.0e15 {
-                #[allow(clippy::cast_possible_truncation)]
-                Ok(value as i64)
-            } else {
-                Err(E::custom(format_args!("{value} is not an integer")))
+    use serde::de::{self, Deserialize, Deserializer};
+    use serde::ser::{SerializeMap, Serializer};
+
+    use super::Id;
+
+    /// Reads base64 values into hex IDs.
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<BTreeMap<String, Id>, D::Error> {
+        let raw: Option<BTreeMap<String, String>> = Option::deserialize(deserializer)?;
+        let mut ids = BTreeMap::new();
+        for (key, text) in raw.unwrap_or_default() {
+            let id = Id::from_base64(&text).map_err(|err| {
+                de::Error::custom(format_args!("invalid base64 ID {text:?}: {err}"))
+            })?;
+            if let Some(id) = id {
+                ids.insert(key, id);
             }
         }
-        fn visit_str<E: de::Error>(self, text: &str) -> Result<i64, E> {
-            if let Ok(value) = text.parse::<i64>() {
-                return Ok(value);
-            }
-            // uint64 values above i64::MAX would only come from corrupt data; saturate rather
-            // than reject the whole event.
-            text.parse::<u64>()
-                .map(|_| i64::MAX)
-                .map_err(|_| E::custom(format_args!("{text:?} is not a 64-bit integer")))
-        }
-        fn visit_unit<E: de::Error>(self) -> Result<i64, E> {
-            Ok(0)
-        }
+        Ok(ids)
     }
-    deserializer.deserialize_any(Int64)
+
+    /// Writes each ID as base64.
+    pub fn serialize<S: Serializer>(
+        ids: &BTreeMap<String, Id>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(ids.len()))?;
+        for (key, id) in ids {
+            map.serialize_entry(key, &id.to_base64())?;
+        }
+        map.end()
+    }
 }
 
-/// Like [`int64`] but `None` when the field is absent or `null` (proto3 `optional int64`).
-pub fn opt_int64<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<i64>, D::Error> {
-    #[derive(Deserialize)]
-    struct Wrapper(#[serde(deserialize_with = "int64")] i64);
-    Option::<Wrapper>::deserialize(deserializer).map(|wrapped| wrapped.map(|Wrapper(value)| value))
+/// A protobuf `int64`/`uint64`: a JSON string of digits (read leniently from a number too).
+pub mod int64 {
+    use std::fmt;
+
+    use serde::de::{self, Deserializer, Visitor};
+    use serde::ser::Serializer;
+
+    /// Reads a string of digits or a number.
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<i64, D::Error> {
+        struct Int64;
+        impl Visitor<'_> for Int64 {
+            type Value = i64;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a 64-bit integer as a string or number")
+            }
+            fn visit_i64<E: de::Error>(self, value: i64) -> Result<i64, E> {
+                Ok(value)
+            }
+            fn visit_u64<E: de::Error>(self, value: u64) -> Result<i64, E> {
+                i64::try_from(value).map_err(|_| E::custom(format_args!("{value} overflows int64")))
+            }
+            fn visit_f64<E: de::Error>(self, value: f64) -> Result<i64, E> {
+                if value.fract() == 0.0 && value.abs() < 9.0e15 {
+                    #[allow(clippy::cast_possible_truncation)]
+                    Ok(value as i64)
+                } else {
+                    Err(E::custom(format_args!("{value} is not an integer")))
+                }
+            }
+            fn visit_str<E: de::Error>(self, text: &str) -> Result<i64, E> {
+                if let Ok(value) = text.parse::<i64>() {
+                    return Ok(value);
+                }
+                // uint64 values above i64::MAX would only come from corrupt data; saturate
+                // rather than reject the whole event.
+                text.parse::<u64>()
+                    .map(|_| i64::MAX)
+                    .map_err(|_| E::custom(format_args!("{text:?} is not a 64-bit integer")))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<i64, E> {
+                Ok(0)
+            }
+        }
+        deserializer.deserialize_any(Int64)
+    }
+
+    /// Writes the decimal string proto3 JSON uses for 64-bit integers.
+    pub fn serialize<S: Serializer>(value: &i64, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(itoa::Buffer::new().format(*value))
+    }
+}
+
+/// Like [`int64`] but `None` when the field is absent or `null` (proto3 `optional int64`); pair
+/// it with `skip_serializing_if = "Option::is_none"`, as proto3 omits an unset optional.
+pub mod opt_int64 {
+    use serde::ser::Serializer;
+    use serde::{Deserialize, Deserializer};
+
+    /// Reads an optional string of digits or number.
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<i64>, D::Error> {
+        #[derive(Deserialize)]
+        struct Wrapper(#[serde(with = "super::int64")] i64);
+        Option::<Wrapper>::deserialize(deserializer)
+            .map(|wrapped| wrapped.map(|Wrapper(value)| value))
+    }
+
+    /// Writes the decimal string, or `null` if not skipped.
+    pub fn serialize<S: Serializer>(value: &Option<i64>, serializer: S) -> Result<S::Ok, S::Error> {
+        match value {
+            Some(value) => super::int64::serialize(value, serializer),
+            None => serializer.serialize_none(),
+        }
+    }
 }
 
 /// A `google.protobuf.Timestamp`, as nanoseconds since the Unix epoch (UTC).
 ///
 /// Ray prints RFC 3339 with 0, 3, 6 or 9 fractional digits (`…54Z`, `…54.627Z`,
-/// `…54.629442378Z`); any count from 0 to 9 and any UTC offset are accepted.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-#[serde(transparent)]
+/// `…54.629442378Z`); any count from 0 to 9 and any UTC offset are accepted. It is written the
+/// way protobuf prints it: UTC, with 0, 3, 6 or 9 fractional digits, as few as are exact.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Timestamp(i64);
 
 impl Timestamp {
@@ -199,6 +306,42 @@ impl Timestamp {
                 text: text.to_owned(),
                 reason: "outside the range of 64-bit nanoseconds (years 1677–2262)".to_owned(),
             })
+    }
+}
+
+impl fmt::Display for Timestamp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use chrono::{Datelike as _, Timelike as _};
+        let seconds = self.0.div_euclid(1_000_000_000);
+        let nanos = self.0.rem_euclid(1_000_000_000);
+        // Every i64 of nanoseconds is within chrono's range; this cannot fail.
+        let Some(time) = chrono::DateTime::from_timestamp(seconds, 0) else {
+            return Err(fmt::Error);
+        };
+        // Fields rather than a strftime pattern: synthetic traffic writes millions of these.
+        write!(
+            f,
+            "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}",
+            time.year(),
+            time.month(),
+            time.day(),
+            time.hour(),
+            time.minute(),
+            time.second()
+        )?;
+        match nanos {
+            0 => {}
+            _ if nanos % 1_000_000 == 0 => write!(f, ".{:03}", nanos / 1_000_000)?,
+            _ if nanos % 1_000 == 0 => write!(f, ".{:06}", nanos / 1_000)?,
+            _ => write!(f, ".{nanos:09}")?,
+        }
+        f.write_str("Z")
+    }
+}
+
+impl Serialize for Timestamp {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
     }
 }
 
@@ -346,15 +489,15 @@ mod tests {
 
     #[derive(Deserialize)]
     struct Ints {
-        #[serde(deserialize_with = "int64")]
+        #[serde(with = "int64")]
         value: i64,
-        #[serde(default, deserialize_with = "opt_int64")]
+        #[serde(default, with = "opt_int64")]
         optional: Option<i64>,
     }
 
     #[derive(Deserialize)]
     struct Ids {
-        #[serde(default, deserialize_with = "opt_id")]
+        #[serde(default, with = "opt_id")]
         id: Option<Id>,
     }
 
@@ -439,6 +582,36 @@ mod tests {
         assert_eq!(offset, whole);
         assert!(Timestamp::parse_rfc3339("2026-11-22 06:14:54").is_err());
         assert!(Timestamp::parse_rfc3339("yesterday").is_err());
+        Ok(())
+    }
+
+    #[test]
+    fn timestamps_are_written_as_protobuf_prints_them() -> Result<(), TimestampError> {
+        // Protobuf's JSON printer uses 0, 3, 6 or 9 fraction digits, the fewest that are exact
+        // (captured node definitions have `startTimestamp`s like `…:37.651Z`).
+        for text in [
+            "2026-11-22T06:14:54Z",
+            "2026-11-22T06:14:54.600Z",
+            "2026-11-22T06:14:54.629442Z",
+            "2026-11-22T06:14:54.629442378Z",
+            "2026-11-22T06:14:54.000000001Z",
+            "1969-12-31T23:59:59.999Z",
+        ] {
+            assert_eq!(Timestamp::parse_rfc3339(text)?.to_string(), text);
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn ids_write_back_as_the_base64_they_were_read_from() -> Result<(), base64::DecodeError> {
+        for text in [
+            "//////////////////////////8BAAAA",
+            "AQAAAA==",
+            "CPIoGPtX5DmhSrfP6qC5bD2pqJtAy2bpi8HCNQ==",
+        ] {
+            let id = Id::from_base64(text)?;
+            assert_eq!(id.map(|id| id.to_base64()).as_deref(), Some(text));
+        }
         Ok(())
     }
 

@@ -14,7 +14,8 @@ pub mod encoding;
 pub mod submission;
 pub mod task;
 
-use serde::Deserialize;
+use serde::ser::{SerializeMap, Serializer};
+use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 use self::cluster::{
@@ -166,7 +167,7 @@ pub enum EventError {
 #[derive(Deserialize, Default)]
 #[serde(default, rename_all = "camelCase")]
 struct WireEvent {
-    #[serde(alias = "event_id", deserialize_with = "opt_id")]
+    #[serde(alias = "event_id", with = "opt_id")]
     event_id: Option<Id>,
     #[serde(alias = "source_type")]
     source_type: SourceType,
@@ -177,7 +178,7 @@ struct WireEvent {
     message: String,
     #[serde(alias = "session_name")]
     session_name: String,
-    #[serde(alias = "node_id", deserialize_with = "opt_id")]
+    #[serde(alias = "node_id", with = "opt_id")]
     node_id: Option<Id>,
     #[serde(alias = "task_definition_event")]
     task_definition_event: Option<Box<TaskDefinitionEvent>>,
@@ -341,6 +342,117 @@ impl RayEvent {
             node_id: wire.node_id,
             payload,
         })
+    }
+}
+
+impl EventPayload {
+    /// The event type that carries this payload (the 2.51+ name for a lifecycle); `None` for
+    /// [`EventPayload::Unknown`].
+    pub fn event_type(&self) -> Option<EventType> {
+        self.wire_key().map(|(_, event_type)| event_type)
+    }
+
+    /// The camelCase envelope key Ray 2.60 puts this payload under, and the event type that
+    /// names it; `None` for [`EventPayload::Unknown`].
+    fn wire_key(&self) -> Option<(&'static str, EventType)> {
+        use EventPayload as P;
+        Some(match self {
+            P::TaskDefinition(_) => ("taskDefinitionEvent", EventType::TASK_DEFINITION_EVENT),
+            P::ActorTaskDefinition(_) => (
+                "actorTaskDefinitionEvent",
+                EventType::ACTOR_TASK_DEFINITION_EVENT,
+            ),
+            P::TaskLifecycle(_) => ("taskLifecycleEvent", EventType::TASK_LIFECYCLE_EVENT),
+            P::TaskProfile(_) => ("taskProfileEvents", EventType::TASK_PROFILE_EVENT),
+            P::DriverJobDefinition(_) => (
+                "driverJobDefinitionEvent",
+                EventType::DRIVER_JOB_DEFINITION_EVENT,
+            ),
+            P::DriverJobLifecycle(_) => (
+                "driverJobLifecycleEvent",
+                EventType::DRIVER_JOB_LIFECYCLE_EVENT,
+            ),
+            P::ActorDefinition(_) => ("actorDefinitionEvent", EventType::ACTOR_DEFINITION_EVENT),
+            P::ActorLifecycle(_) => ("actorLifecycleEvent", EventType::ACTOR_LIFECYCLE_EVENT),
+            P::NodeDefinition(_) => ("nodeDefinitionEvent", EventType::NODE_DEFINITION_EVENT),
+            P::NodeLifecycle(_) => ("nodeLifecycleEvent", EventType::NODE_LIFECYCLE_EVENT),
+            P::WorkerDefinition(_) => ("workerDefinitionEvent", EventType::WORKER_DEFINITION_EVENT),
+            P::WorkerLifecycle(_) => ("workerLifecycleEvent", EventType::WORKER_LIFECYCLE_EVENT),
+            P::PlacementGroupDefinition(_) => (
+                "placementGroupDefinitionEvent",
+                EventType::PLACEMENT_GROUP_DEFINITION_EVENT,
+            ),
+            P::PlacementGroupLifecycle(_) => (
+                "placementGroupLifecycleEvent",
+                EventType::PLACEMENT_GROUP_LIFECYCLE_EVENT,
+            ),
+            P::SubmissionJobDefinition(_) => (
+                "submissionJobDefinitionEvent",
+                EventType::SUBMISSION_JOB_DEFINITION_EVENT,
+            ),
+            P::SubmissionJobLifecycle(_) => (
+                "submissionJobLifecycleEvent",
+                EventType::SUBMISSION_JOB_LIFECYCLE_EVENT,
+            ),
+            P::Platform(_) => ("platformEvent", EventType::PLATFORM_EVENT),
+            P::Unknown => return None,
+        })
+    }
+}
+
+/// Writes the event as Ray 2.60's aggregator sends it: camelCase keys in Ray's order, base64
+/// IDs, RFC 3339 times, 64-bit integers as strings. A 2.49–2.50 `TASK_EXECUTION_EVENT` is written
+/// in the lifecycle shape it was read into; an unknown type is written without a payload (its
+/// raw text is what storage keeps). [`RayEvent::from_json`] reads the output back unchanged.
+impl Serialize for RayEvent {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let wire_key = self.payload.wire_key();
+        let event_type = wire_key.as_ref().map_or(&self.event_type, |(_, kind)| kind);
+        let mut map = serializer.serialize_map(None)?;
+        map.serialize_entry(
+            "eventId",
+            &self
+                .event_id
+                .as_ref()
+                .map(Id::to_base64)
+                .unwrap_or_default(),
+        )?;
+        map.serialize_entry("sourceType", &self.source_type)?;
+        map.serialize_entry("eventType", event_type)?;
+        if let Some(timestamp) = &self.timestamp {
+            map.serialize_entry("timestamp", timestamp)?;
+        }
+        map.serialize_entry("severity", &self.severity)?;
+        map.serialize_entry("sessionName", &self.session_name)?;
+        if let Some((key, _)) = wire_key {
+            use EventPayload as P;
+            match &self.payload {
+                P::TaskDefinition(payload) => map.serialize_entry(key, payload)?,
+                P::ActorTaskDefinition(payload) => map.serialize_entry(key, payload)?,
+                P::TaskLifecycle(payload) => map.serialize_entry(key, payload)?,
+                P::TaskProfile(payload) => map.serialize_entry(key, payload)?,
+                P::DriverJobDefinition(payload) => map.serialize_entry(key, payload)?,
+                P::DriverJobLifecycle(payload) => map.serialize_entry(key, payload)?,
+                P::ActorDefinition(payload) => map.serialize_entry(key, payload)?,
+                P::ActorLifecycle(payload) => map.serialize_entry(key, payload)?,
+                P::NodeDefinition(payload) => map.serialize_entry(key, payload)?,
+                P::NodeLifecycle(payload) => map.serialize_entry(key, payload)?,
+                P::WorkerDefinition(payload) => map.serialize_entry(key, payload)?,
+                P::WorkerLifecycle(payload) => map.serialize_entry(key, payload)?,
+                P::PlacementGroupDefinition(payload) => map.serialize_entry(key, payload)?,
+                P::PlacementGroupLifecycle(payload) => map.serialize_entry(key, payload)?,
+                P::SubmissionJobDefinition(payload) => map.serialize_entry(key, payload)?,
+                P::SubmissionJobLifecycle(payload) => map.serialize_entry(key, payload)?,
+                P::Platform(payload) => map.serialize_entry(key, payload)?,
+                P::Unknown => {}
+            }
+        }
+        map.serialize_entry(
+            "nodeId",
+            &self.node_id.as_ref().map(Id::to_base64).unwrap_or_default(),
+        )?;
+        map.serialize_entry("message", &self.message)?;
+        map.end()
     }
 }
 

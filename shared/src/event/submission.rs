@@ -3,12 +3,12 @@
 
 use std::collections::BTreeMap;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::encoding::{Id, Timestamp, int64, opt_id, ray_enum};
 
 /// `SUBMISSION_JOB_DEFINITION_EVENT`.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(default, rename_all = "camelCase")]
 pub struct SubmissionJobDefinitionEvent {
     /// The submission id (`raysubmit_…`), a string rather than bytes.
@@ -21,7 +21,7 @@ pub struct SubmissionJobDefinitionEvent {
 }
 
 /// `SubmissionJobDefinitionEvent.Config`.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(default, rename_all = "camelCase")]
 pub struct SubmissionJobConfig {
     /// The runtime environment as JSON text.
@@ -44,7 +44,7 @@ ray_enum! {
 }
 
 /// `SubmissionJobLifecycleEvent.StateTransition`.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SubmissionJobStateTransition {
     /// The state entered.
@@ -59,15 +59,19 @@ pub struct SubmissionJobStateTransition {
     #[serde(default, alias = "error_type")]
     pub error_type: String,
     /// Node running the driver.
-    #[serde(default, alias = "driver_node_id", deserialize_with = "opt_id")]
+    #[serde(default, alias = "driver_node_id", with = "opt_id")]
     pub driver_node_id: Option<Id>,
     /// Exit code of the driver, once it exited.
-    #[serde(default, alias = "driver_exit_code")]
+    #[serde(
+        default,
+        alias = "driver_exit_code",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub driver_exit_code: Option<i32>,
 }
 
 /// `SUBMISSION_JOB_LIFECYCLE_EVENT`.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(default, rename_all = "camelCase")]
 pub struct SubmissionJobLifecycleEvent {
     /// The submission id.
@@ -79,7 +83,7 @@ pub struct SubmissionJobLifecycleEvent {
 }
 
 /// `PLATFORM_EVENT`: something the platform under Ray reported (a pod OOM-killed, …).
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(default, rename_all = "camelCase")]
 pub struct PlatformEvent {
     /// The platform's own event id (a string).
@@ -98,7 +102,7 @@ pub struct PlatformEvent {
     /// What happened, as a short code (`OOMKilled`).
     pub reason: String,
     /// When (ns since the epoch).
-    #[serde(alias = "timestamp_ns", deserialize_with = "int64")]
+    #[serde(alias = "timestamp_ns", with = "int64")]
     pub timestamp_ns: i64,
     /// Platform-specific extras.
     #[serde(alias = "custom_fields")]
@@ -106,7 +110,7 @@ pub struct PlatformEvent {
 }
 
 /// `PlatformEvent.Source`.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(default)]
 pub struct PlatformSource {
     /// Platform name (`kubernetes`, `slurm`).

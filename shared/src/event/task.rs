@@ -5,17 +5,17 @@
 
 use std::collections::BTreeMap;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::common::{FunctionDescriptor, Language, RayErrorInfo, TaskStatus, TaskType};
 use super::encoding::{Id, Timestamp, id_map, int64, opt_id, opt_int64};
 
 /// `TASK_DEFINITION_EVENT`: what a normal, actor-creation or driver task is.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(default, rename_all = "camelCase")]
 pub struct TaskDefinitionEvent {
     /// The task (24 bytes; its last 4 are the job id).
-    #[serde(alias = "task_id", deserialize_with = "opt_id")]
+    #[serde(alias = "task_id", with = "opt_id")]
     pub task_id: Option<Id>,
     /// Attempt number: 0 for the first execution, +1 per retry.
     #[serde(alias = "task_attempt")]
@@ -35,22 +35,22 @@ pub struct TaskDefinitionEvent {
     #[serde(alias = "required_resources")]
     pub required_resources: BTreeMap<String, f64>,
     /// Owning job.
-    #[serde(alias = "job_id", deserialize_with = "opt_id")]
+    #[serde(alias = "job_id", with = "opt_id")]
     pub job_id: Option<Id>,
     /// The task that submitted this one (the driver task for top-level tasks).
-    #[serde(alias = "parent_task_id", deserialize_with = "opt_id")]
+    #[serde(alias = "parent_task_id", with = "opt_id")]
     pub parent_task_id: Option<Id>,
     /// Placement group, or the nil id.
-    #[serde(alias = "placement_group_id", deserialize_with = "opt_id")]
+    #[serde(alias = "placement_group_id", with = "opt_id")]
     pub placement_group_id: Option<Id>,
     /// Correlation ids (task labels).
-    #[serde(alias = "ref_ids", deserialize_with = "id_map")]
+    #[serde(alias = "ref_ids", with = "id_map")]
     pub ref_ids: BTreeMap<String, Id>,
     /// The runtime environment as JSON text.
     #[serde(alias = "serialized_runtime_env")]
     pub serialized_runtime_env: String,
     /// Where the task was submitted from, when Ray records call sites.
-    #[serde(alias = "call_site")]
+    #[serde(alias = "call_site", skip_serializing_if = "Option::is_none")]
     pub call_site: Option<String>,
     /// Label selector for scheduling.
     #[serde(alias = "label_selector")]
@@ -61,11 +61,11 @@ pub struct TaskDefinitionEvent {
 }
 
 /// `ACTOR_TASK_DEFINITION_EVENT`: an actor method call. Its task type is always `ACTOR_TASK`.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(default, rename_all = "camelCase")]
 pub struct ActorTaskDefinitionEvent {
     /// The task (24 bytes; its last 16 are the actor id).
-    #[serde(alias = "task_id", deserialize_with = "opt_id")]
+    #[serde(alias = "task_id", with = "opt_id")]
     pub task_id: Option<Id>,
     /// Attempt number.
     #[serde(alias = "task_attempt")]
@@ -82,25 +82,25 @@ pub struct ActorTaskDefinitionEvent {
     #[serde(alias = "required_resources")]
     pub required_resources: BTreeMap<String, f64>,
     /// Owning job.
-    #[serde(alias = "job_id", deserialize_with = "opt_id")]
+    #[serde(alias = "job_id", with = "opt_id")]
     pub job_id: Option<Id>,
     /// The actor the method runs on.
-    #[serde(alias = "actor_id", deserialize_with = "opt_id")]
+    #[serde(alias = "actor_id", with = "opt_id")]
     pub actor_id: Option<Id>,
     /// The task that made the call.
-    #[serde(alias = "parent_task_id", deserialize_with = "opt_id")]
+    #[serde(alias = "parent_task_id", with = "opt_id")]
     pub parent_task_id: Option<Id>,
     /// Placement group, or the nil id.
-    #[serde(alias = "placement_group_id", deserialize_with = "opt_id")]
+    #[serde(alias = "placement_group_id", with = "opt_id")]
     pub placement_group_id: Option<Id>,
     /// Correlation ids.
-    #[serde(alias = "ref_ids", deserialize_with = "id_map")]
+    #[serde(alias = "ref_ids", with = "id_map")]
     pub ref_ids: BTreeMap<String, Id>,
     /// The runtime environment as JSON text.
     #[serde(alias = "serialized_runtime_env")]
     pub serialized_runtime_env: String,
     /// Where the call was made from.
-    #[serde(alias = "call_site")]
+    #[serde(alias = "call_site", skip_serializing_if = "Option::is_none")]
     pub call_site: Option<String>,
     /// Label selector for scheduling.
     #[serde(alias = "label_selector")]
@@ -111,7 +111,7 @@ pub struct ActorTaskDefinitionEvent {
 }
 
 /// One `(state, timestamp)` pair of a task attempt's life.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
 pub struct TaskStateTransition {
     /// The status entered.
     #[serde(default)]
@@ -122,35 +122,51 @@ pub struct TaskStateTransition {
 
 /// `TaskLifecycleEvent.TaskLogInfo`: where the attempt's output went. From 2.58 each field may
 /// be absent; the owner's and executor's halves are merged field by field.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(default, rename_all = "camelCase")]
 pub struct TaskLogInfo {
     /// Absolute path of the worker's stdout file.
-    #[serde(alias = "stdout_file")]
+    #[serde(alias = "stdout_file", skip_serializing_if = "Option::is_none")]
     pub stdout_file: Option<String>,
     /// Absolute path of the worker's stderr file.
-    #[serde(alias = "stderr_file")]
+    #[serde(alias = "stderr_file", skip_serializing_if = "Option::is_none")]
     pub stderr_file: Option<String>,
     /// Offset in stdout where the attempt's output starts.
-    #[serde(alias = "stdout_start", deserialize_with = "opt_int64")]
+    #[serde(
+        alias = "stdout_start",
+        with = "opt_int64",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub stdout_start: Option<i64>,
     /// Offset in stdout where it ends.
-    #[serde(alias = "stdout_end", deserialize_with = "opt_int64")]
+    #[serde(
+        alias = "stdout_end",
+        with = "opt_int64",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub stdout_end: Option<i64>,
     /// Offset in stderr where the attempt's output starts.
-    #[serde(alias = "stderr_start", deserialize_with = "opt_int64")]
+    #[serde(
+        alias = "stderr_start",
+        with = "opt_int64",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub stderr_start: Option<i64>,
     /// Offset in stderr where it ends.
-    #[serde(alias = "stderr_end", deserialize_with = "opt_int64")]
+    #[serde(
+        alias = "stderr_end",
+        with = "opt_int64",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub stderr_end: Option<i64>,
 }
 
 /// `TASK_LIFECYCLE_EVENT` (2.51+), and the 2.49–2.50 `TASK_EXECUTION_EVENT` converted to it.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(default, rename_all = "camelCase")]
 pub struct TaskLifecycleEvent {
     /// The task.
-    #[serde(alias = "task_id", deserialize_with = "opt_id")]
+    #[serde(alias = "task_id", with = "opt_id")]
     pub task_id: Option<Id>,
     /// Attempt number.
     #[serde(alias = "task_attempt")]
@@ -159,28 +175,28 @@ pub struct TaskLifecycleEvent {
     #[serde(alias = "state_transitions")]
     pub state_transitions: Vec<TaskStateTransition>,
     /// Why the attempt failed; only on the owner's `FAILED`.
-    #[serde(alias = "ray_error_info")]
+    #[serde(alias = "ray_error_info", skip_serializing_if = "Option::is_none")]
     pub ray_error_info: Option<RayErrorInfo>,
     /// Node the attempt was submitted to (owner side; empty from the executor).
-    #[serde(alias = "node_id", deserialize_with = "opt_id")]
+    #[serde(alias = "node_id", with = "opt_id")]
     pub node_id: Option<Id>,
     /// Worker the attempt was submitted to (owner side; empty from the executor).
-    #[serde(alias = "worker_id", deserialize_with = "opt_id")]
+    #[serde(alias = "worker_id", with = "opt_id")]
     pub worker_id: Option<Id>,
     /// Executor's pid (0 from the owner).
     #[serde(alias = "worker_pid")]
     pub worker_pid: u32,
     /// Owning job.
-    #[serde(alias = "job_id", deserialize_with = "opt_id")]
+    #[serde(alias = "job_id", with = "opt_id")]
     pub job_id: Option<Id>,
     /// True while paused in the debugger.
-    #[serde(alias = "is_debugger_paused")]
+    #[serde(alias = "is_debugger_paused", skip_serializing_if = "Option::is_none")]
     pub is_debugger_paused: Option<bool>,
     /// The actor's `__repr__`, for actor tasks.
-    #[serde(alias = "actor_repr_name")]
+    #[serde(alias = "actor_repr_name", skip_serializing_if = "Option::is_none")]
     pub actor_repr_name: Option<String>,
     /// Log file locations.
-    #[serde(alias = "task_log_info")]
+    #[serde(alias = "task_log_info", skip_serializing_if = "Option::is_none")]
     pub task_log_info: Option<TaskLogInfo>,
 }
 
@@ -189,7 +205,7 @@ pub struct TaskLifecycleEvent {
 #[derive(Debug, Default, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
 pub(crate) struct LegacyTaskExecutionEvent {
-    #[serde(alias = "task_id", deserialize_with = "opt_id")]
+    #[serde(alias = "task_id", with = "opt_id")]
     task_id: Option<Id>,
     #[serde(alias = "task_attempt")]
     task_attempt: i32,
@@ -197,13 +213,13 @@ pub(crate) struct LegacyTaskExecutionEvent {
     task_state: BTreeMap<String, Timestamp>,
     #[serde(alias = "ray_error_info")]
     ray_error_info: Option<RayErrorInfo>,
-    #[serde(alias = "node_id", deserialize_with = "opt_id")]
+    #[serde(alias = "node_id", with = "opt_id")]
     node_id: Option<Id>,
-    #[serde(alias = "worker_id", deserialize_with = "opt_id")]
+    #[serde(alias = "worker_id", with = "opt_id")]
     worker_id: Option<Id>,
     #[serde(alias = "worker_pid")]
     worker_pid: u32,
-    #[serde(alias = "job_id", deserialize_with = "opt_id")]
+    #[serde(alias = "job_id", with = "opt_id")]
     job_id: Option<Id>,
 }
 
@@ -237,17 +253,17 @@ impl LegacyTaskExecutionEvent {
 }
 
 /// `TASK_PROFILE_EVENT` (payload key `taskProfileEvents`): timed spans inside an attempt.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(default, rename_all = "camelCase")]
 pub struct TaskProfileEvents {
     /// The task.
-    #[serde(alias = "task_id", deserialize_with = "opt_id")]
+    #[serde(alias = "task_id", with = "opt_id")]
     pub task_id: Option<Id>,
     /// Attempt number (named `attempt_number` here, unlike every other task event).
     #[serde(alias = "attempt_number")]
     pub attempt_number: i32,
     /// Owning job.
-    #[serde(alias = "job_id", deserialize_with = "opt_id")]
+    #[serde(alias = "job_id", with = "opt_id")]
     pub job_id: Option<Id>,
     /// The spans and where they were recorded.
     #[serde(alias = "profile_events")]
@@ -255,14 +271,14 @@ pub struct TaskProfileEvents {
 }
 
 /// `ray.rpc.ProfileEvents`.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(default, rename_all = "camelCase")]
 pub struct ProfileEvents {
     /// Kind of process (`worker`, `driver`).
     #[serde(alias = "component_type")]
     pub component_type: String,
     /// The worker that recorded the spans.
-    #[serde(alias = "component_id", deserialize_with = "opt_id")]
+    #[serde(alias = "component_id", with = "opt_id")]
     pub component_id: Option<Id>,
     /// IP address of its node.
     #[serde(alias = "node_ip_address")]
@@ -272,17 +288,17 @@ pub struct ProfileEvents {
 }
 
 /// `ray.rpc.ProfileEventEntry`: one span, nanoseconds since the epoch.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(default, rename_all = "camelCase")]
 pub struct ProfileEventEntry {
     /// Span start (ns).
-    #[serde(alias = "start_time", deserialize_with = "int64")]
+    #[serde(alias = "start_time", with = "int64")]
     pub start_time: i64,
     /// Span end (ns).
-    #[serde(alias = "end_time", deserialize_with = "int64")]
+    #[serde(alias = "end_time", with = "int64")]
     pub end_time: i64,
     /// JSON text with details (for `task:execute`, the exception and traceback).
-    #[serde(alias = "extra_data")]
+    #[serde(alias = "extra_data", skip_serializing_if = "Option::is_none")]
     pub extra_data: Option<String>,
     /// Span name, such as `task:execute`.
     #[serde(alias = "event_name")]
