@@ -116,6 +116,8 @@ pub enum TableFile {
     Delta,
     /// An entity table's one file.
     Whole,
+    /// The rows a delta supersedes in the files before it (its deletion vector).
+    Deletes,
 }
 
 /// Where one table's files of one session live: `tables/{table}/cluster={c}/session={s}/`.
@@ -138,6 +140,7 @@ pub fn table_file_key(
         TableFile::Base => "base",
         TableFile::Delta => "delta",
         TableFile::Whole => table.name(),
+        TableFile::Deletes => "deletes",
     };
     ObjectKey::new(format!(
         "{}{kind}-{id}.parquet",

@@ -39,7 +39,7 @@ use crate::storage::{
 };
 use crate::tables::entities::{self, EntityKind};
 use crate::tables::manifest::{
-    Commit, DataFile, Document as _, Manifest, ManifestError, RetiredFile, SessionStats,
+    Commit, DataFile, Deletes, Document as _, Manifest, ManifestError, RetiredFile, SessionStats,
     VersionedManifest,
 };
 use crate::tables::newest::LocalFiles;
@@ -530,14 +530,29 @@ impl Compactor {
             delta_id,
         )?;
         let delta_path = self.scratch.join(format!("delta-{delta_name}.parquet"));
+        let deletes_id = Ulid::new();
+        let deletes_key = table_file_key(
+            Table::TaskAttempts,
+            cluster,
+            session,
+            TableFile::Deletes,
+            deletes_id,
+        )?;
+        let deletes_path = self.scratch.join(format!("deletes-{deletes_id}.parquet"));
         let cluster_name = cluster.to_string();
         let session_name = session.to_string();
         let new_attempts: Vec<TaskAttempt> = fold.attempts.values().cloned().collect();
         let write_failures = failures.clone();
         let path = delta_path.clone();
-        let (rows, added) = run_blocking(move || -> Result<(u64, u64), CompactError> {
+        let superseded_path = deletes_path.clone();
+        let (rows, added, superseded) = run_blocking(move || -> Result<_, CompactError> {
             let connection = crate::tables::open_duckdb()?;
             let stored = task_attempts::read_attempts(&connection, files.files(), &filter)?;
+            // Every stored version read is merged into the delta, so the delta supersedes
+            // exactly those rows.
+            let superseded =
+                task_attempts::write_deletes(&connection, &stored.positions, &superseded_path)?;
+            let stored = stored.attempts;
             let stored_keys: HashSet<(Option<Id>, i32)> = stored
                 .iter()
                 .map(|attempt| (attempt.task_id.clone(), attempt.attempt_number))
@@ -558,7 +573,7 @@ impl Compactor {
                 &write_failures,
                 &path,
             )?;
-            Ok((rows, added))
+            Ok((rows, added, superseded))
         })
         .await?;
 
@@ -569,15 +584,27 @@ impl Compactor {
         next.stats.attempts += added;
         next.set_failures(&failures);
         if rows > 0 {
+            let deletes = if superseded > 0 {
+                self.upload(&deletes_path, &deletes_key).await?;
+                written.push(deletes_key.clone());
+                Deletes {
+                    key: Some(deletes_key.to_string()),
+                    rows: superseded,
+                }
+            } else {
+                Deletes::default()
+            };
             let bytes = self.upload(&delta_path, &delta_key).await?;
             written.push(delta_key.clone());
             next.task_attempts.deltas.push(DataFile {
                 key: delta_key.to_string(),
                 rows,
                 bytes,
+                deletes: Some(deletes),
             });
         }
         let _ = tokio::fs::remove_file(&delta_path).await;
+        let _ = tokio::fs::remove_file(&deletes_path).await;
 
         let mut rows_written = rows;
         if next.task_attempts.deltas.len() > self.settings.max_deltas {
@@ -676,6 +703,7 @@ impl Compactor {
                     key: key.to_string(),
                     rows,
                     bytes,
+                    deletes: None,
                 },
             );
             if let Some(old) = replaced {
@@ -704,6 +732,8 @@ impl Compactor {
             base: base.files().clone(),
             deltas: deltas.files().clone(),
             one_session: true,
+            // By key: a fold runs once per many deltas, off the request path.
+            deletes: None,
         };
         let id = Ulid::new();
         let key = table_file_key(Table::TaskAttempts, cluster, session, TableFile::Base, id)?;
@@ -734,6 +764,7 @@ impl Compactor {
             key: key.to_string(),
             rows,
             bytes,
+            deletes: None,
         })
     }
 

@@ -15,7 +15,7 @@ use crate::storage::{CachedFiles, FileCache, ObjectKey, Storage};
 use crate::tables::catalog::{self, Catalog};
 use crate::tables::entities::EntityKind;
 use crate::tables::manifest::{self, Manifest, SessionStats};
-use crate::tables::newest::LocalFiles;
+use crate::tables::newest::{LocalDeletes, LocalFiles};
 
 /// One session's manifest.
 #[derive(Clone, Debug)]
@@ -115,14 +115,19 @@ pub async fn snapshot(
         );
         Ok(())
     };
-    for session in &sessions {
+    for (ordinal, session) in sessions.iter().enumerate() {
         let manifest = &session.manifest;
         if needs.attempts {
-            for file in &manifest.task_attempts.base {
-                add(Slot::Base, &file.key)?;
+            let table = &manifest.task_attempts;
+            for (position, file) in table.base.iter().enumerate() {
+                add(Slot::Base { ordinal, position }, &file.key)?;
             }
-            for file in &manifest.task_attempts.deltas {
-                add(Slot::Delta, &file.key)?;
+            for (offset, file) in table.deltas.iter().enumerate() {
+                let position = table.base.len() + offset;
+                add(Slot::Delta { ordinal, position }, &file.key)?;
+                if let Some(key) = file.deletes.as_ref().and_then(|d| d.key.as_deref()) {
+                    add(Slot::Deletes { ordinal, position }, key)?;
+                }
             }
         }
         if let Some(kind) = needs.entity
@@ -137,18 +142,71 @@ pub async fn snapshot(
     let paths = fetched.files();
     let mut snapshot = Snapshot::default();
     snapshot.task_attempts.one_session = sessions.len() <= 1;
+    // Where each (session, file position) landed among the files read, and each session's
+    // deletion vectors by the position of the delta that wrote them.
+    let mut read: BTreeMap<(usize, usize), FileRead> = BTreeMap::new();
+    let mut vectors: Vec<(usize, usize, PathBuf)> = Vec::new();
+    let mut vectors_complete = true;
     for (slot, index) in plan {
-        let Some(Some(path)) = paths.get(index).cloned() else {
-            continue;
-        };
-        match slot {
-            Slot::Base => snapshot.task_attempts.base.push(path),
-            Slot::Delta => snapshot.task_attempts.deltas.push(path),
-            Slot::Entity(kind) => snapshot.entities.entry(kind).or_default().push(path),
+        let present = paths.get(index).cloned().flatten();
+        match (slot, present) {
+            (Slot::Base { ordinal, position }, Some(path)) => {
+                read.insert(
+                    (ordinal, position),
+                    FileRead::Base(snapshot.task_attempts.base.len()),
+                );
+                snapshot.task_attempts.base.push(path);
+            }
+            (Slot::Delta { ordinal, position }, Some(path)) => {
+                read.insert(
+                    (ordinal, position),
+                    FileRead::Delta(snapshot.task_attempts.deltas.len()),
+                );
+                snapshot.task_attempts.deltas.push(path);
+            }
+            (Slot::Deletes { ordinal, position }, Some(path)) => {
+                vectors.push((ordinal, position, path));
+            }
+            (Slot::Deletes { .. }, None) => vectors_complete = false,
+            (Slot::Entity(kind), Some(path)) => {
+                snapshot.entities.entry(kind).or_default().push(path);
+            }
+            (_, None) => {}
         }
+    }
+    let every_delta_has_one = sessions
+        .iter()
+        .all(|session| session.manifest.task_attempts.has_deletion_vectors());
+    if needs.attempts && vectors_complete && every_delta_has_one {
+        let bases = snapshot.task_attempts.base.len();
+        let index = |file: &FileRead| match *file {
+            FileRead::Base(index) => index,
+            FileRead::Delta(index) => bases + index,
+        };
+        snapshot.task_attempts.deletes = Some(
+            vectors
+                .into_iter()
+                // The vector of a delta that is gone goes with it: the rows it superseded
+                // are then the newest there are.
+                .filter(|(ordinal, position, _)| read.contains_key(&(*ordinal, *position)))
+                .map(|(ordinal, position, path)| LocalDeletes {
+                    path,
+                    files: (0..position)
+                        .map(|earlier| read.get(&(ordinal, earlier)).map(index))
+                        .collect(),
+                })
+                .collect(),
+        );
     }
     snapshot.pins = Some(Arc::new(fetched));
     Ok(snapshot)
+}
+
+/// Where a `task_attempts` file is among the files a snapshot reads.
+#[derive(Clone, Copy, Debug)]
+enum FileRead {
+    Base(usize),
+    Delta(usize),
 }
 
 /// The statistics of every session in `scope`, from the catalog alone.
@@ -164,10 +222,12 @@ pub async fn session_stats(
     Ok(clusters)
 }
 
-/// Where a fetched file goes in the [`Snapshot`].
+/// Where a fetched file goes in the [`Snapshot`]: `task_attempts` files by their session (its
+/// place in the snapshot) and position in its manifest, which deletion vectors refer to.
 #[derive(Clone, Copy, Debug)]
 enum Slot {
-    Base,
-    Delta,
+    Base { ordinal: usize, position: usize },
+    Delta { ordinal: usize, position: usize },
+    Deletes { ordinal: usize, position: usize },
     Entity(EntityKind),
 }

@@ -20,6 +20,35 @@ pub struct DataFile {
     pub rows: u64,
     /// Its size.
     pub bytes: u64,
+    /// For a `task_attempts` delta: the stored rows it supersedes, so that a read drops them by
+    /// position instead of comparing keys. `None` on bases, entity files, and deltas written
+    /// before deletion vectors existed (a session with such a delta is read by key).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deletes: Option<Deletes>,
+}
+
+impl DataFile {
+    /// The objects this file consists of: its data, and its deletion vector if it has one.
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        std::iter::once(self.key.as_str()).chain(
+            self.deletes
+                .as_ref()
+                .and_then(|deletes| deletes.key.as_deref()),
+        )
+    }
+}
+
+/// The rows one delta supersedes: a Parquet file of `(file, row)` pairs, `file` being the
+/// superseded row's file as a position in [`TableFiles::all`] when the delta was committed and
+/// `row` its row number there. Positions stay valid until the next base, which replaces every
+/// file at once (only deltas are appended in between).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Deletes {
+    /// The vector's key; `None` when the delta supersedes nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// Pairs in it.
+    pub rows: u64,
 }
 
 /// The files of one table: one merged base (possibly several files) and the deltas written
@@ -36,6 +65,12 @@ impl TableFiles {
     /// Every live file, oldest first.
     pub fn all(&self) -> impl Iterator<Item = &DataFile> {
         self.base.iter().chain(&self.deltas)
+    }
+
+    /// True when every delta says which rows it supersedes, so the table reads without a
+    /// key join (see [`crate::tables::newest`]).
+    pub fn has_deletion_vectors(&self) -> bool {
+        self.deltas.iter().all(|delta| delta.deletes.is_some())
     }
 }
 
@@ -121,8 +156,9 @@ impl Manifest {
             .task_attempts
             .all()
             .chain(self.task_profile.all())
-            .map(|old| RetiredFile {
-                key: old.key.clone(),
+            .flat_map(DataFile::keys)
+            .map(|key| RetiredFile {
+                key: key.to_owned(),
                 retired_at_ms: now_ms,
             })
             .collect();
@@ -142,7 +178,8 @@ impl Manifest {
             .all()
             .chain(self.task_profile.all())
             .chain(self.entities.values())
-            .any(|file| file.key == key)
+            .flat_map(DataFile::keys)
+            .any(|file| file == key)
             || self.retired.iter().any(|file| file.key == key)
     }
 

@@ -2,9 +2,13 @@
 //! files and deltas. Queries read through it, and compaction folds deltas into a new base with
 //! it, so both apply one rule.
 //!
-//! Compaction writes full merged rows into each delta, so the newest file holding a key holds that key's merge of everything before: a
-//! read never merges fragments, it only picks. The pick touches narrow columns only (the key
-//! and the file's index), so it costs a hash table of the delta keys, never a sort of wide rows.
+//! Compaction writes full merged rows into each delta, so the newest file holding a key holds
+//! that key's merge of everything before: a read never merges fragments, it only picks. Each
+//! delta also records the stored rows it supersedes (its deletion vector: file position and row
+//! number), so the pick is a scan of every file minus those positions, an anti join on two
+//! integers over the few superseded rows, with no key comparison at all. Deltas written before
+//! deletion vectors existed are read the old way: a hash table of the delta keys, probed by the
+//! base's keys.
 
 use std::path::{Path, PathBuf};
 
@@ -36,6 +40,19 @@ pub struct TableFiles<'a> {
     /// True when every file belongs to one session: the key is then just the attempt's
     /// (task id, attempt number), a cheaper join than one that also compares names.
     pub one_session: bool,
+    /// Every delta's deletion vector, when each delta read has one; `None`: read by key.
+    pub deletes: Option<Vec<DeletionVector<'a>>>,
+}
+
+/// One delta's deletion vector as a reader sees it.
+#[derive(Clone, Debug)]
+pub struct DeletionVector<'a> {
+    /// Its local copy: `(file, row)` pairs.
+    pub path: &'a Path,
+    /// For each file position the vector may name (its session's files when the delta was
+    /// written, oldest first), that file's index among the files read: base files first, then
+    /// deltas, as in [`TableFiles`]. `None` for a file not read.
+    pub files: &'a [Option<usize>],
 }
 
 /// Local copies of one table's live files.
@@ -47,6 +64,17 @@ pub struct LocalFiles {
     pub deltas: Vec<PathBuf>,
     /// True when every file belongs to one session.
     pub one_session: bool,
+    /// Deletion vectors of every delta, or `None` to read by key (see [`TableFiles::deletes`]).
+    pub deletes: Option<Vec<LocalDeletes>>,
+}
+
+/// A local copy of one deletion vector (see [`DeletionVector`]).
+#[derive(Clone, Debug)]
+pub struct LocalDeletes {
+    /// The copy.
+    pub path: PathBuf,
+    /// Index among the files read of each position the vector may name.
+    pub files: Vec<Option<usize>>,
 }
 
 impl LocalFiles {
@@ -56,6 +84,15 @@ impl LocalFiles {
             base: self.base.iter().map(PathBuf::as_path).collect(),
             deltas: self.deltas.iter().map(PathBuf::as_path).collect(),
             one_session: self.one_session,
+            deletes: self.deletes.as_ref().map(|vectors| {
+                vectors
+                    .iter()
+                    .map(|vector| DeletionVector {
+                        path: &vector.path,
+                        files: &vector.files,
+                    })
+                    .collect()
+            }),
         }
     }
 }
@@ -68,6 +105,9 @@ pub fn newest_rows(files: &TableFiles<'_>) -> Option<String> {
     }
     if files.deltas.is_empty() {
         return Some(format!("(SELECT * FROM {})", read_parquet(&files.base, "")));
+    }
+    if let Some(vectors) = &files.deletes {
+        return Some(without_superseded(files, vectors));
     }
     let key_columns: &[&str] = if files.one_session {
         &ATTEMPT_KEY[2..]
@@ -103,6 +143,53 @@ pub fn newest_rows(files: &TableFiles<'_>) -> Option<String> {
         base = read_parquet(&files.base, ""),
         on = on("b"),
     ))
+}
+
+/// Every row of `files` except the positions the deletion vectors name.
+fn without_superseded(files: &TableFiles<'_>, vectors: &[DeletionVector<'_>]) -> String {
+    let all: Vec<&Path> = files.base.iter().chain(&files.deltas).copied().collect();
+    let scan = read_parquet(&all, ", file_row_number = true");
+    let superseded: Vec<String> = vectors
+        .iter()
+        .map(|vector| {
+            let identity = vector
+                .files
+                .iter()
+                .enumerate()
+                .all(|(position, index)| *index == Some(position));
+            // A position whose file is not read maps to NULL, which matches no row.
+            let file_index = if identity {
+                "file".to_owned()
+            } else {
+                let arms: String = vector
+                    .files
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(position, index)| {
+                        index.map(|index| format!(" WHEN {position} THEN {index}"))
+                    })
+                    .collect();
+                if arms.is_empty() {
+                    "NULL::BIGINT".to_owned()
+                } else {
+                    format!("CASE file{arms} END")
+                }
+            };
+            format!(
+                "SELECT {file_index} AS file_index, row AS file_row_number FROM {}",
+                read_parquet(&[vector.path], "")
+            )
+        })
+        .collect();
+    if superseded.is_empty() {
+        return format!("(SELECT * EXCLUDE (file_row_number) FROM {scan})");
+    }
+    format!(
+        "(SELECT * EXCLUDE (file_row_number) FROM {scan} t
+          ANTI JOIN ({superseded}) d
+          ON t.file_index = d.file_index AND t.file_row_number = d.file_row_number)",
+        superseded = superseded.join(" UNION ALL ")
+    )
 }
 
 /// Writes the newest rows of `files` to `path` as one Parquet file, sorted by `order` and

@@ -315,9 +315,9 @@ pub fn read_attempts(
     connection: &Connection,
     files: &[PathBuf],
     filter: &RowFilter,
-) -> Result<Vec<TaskAttempt>, TableError> {
+) -> Result<StoredRows, TableError> {
     if files.is_empty() {
-        return Ok(Vec::new());
+        return Ok(StoredRows::default());
     }
     connection.execute_batch(
         "DROP TABLE IF EXISTS wanted_keys; DROP TABLE IF EXISTS wanted_jobs; DROP TABLE IF EXISTS wanted_workers;
@@ -380,7 +380,7 @@ pub fn read_attempts(
         }
     }
     let columns: Vec<&str> = COLUMNS.iter().map(|(column, _)| *column).collect();
-    let mut attempts = Vec::new();
+    let mut stored = StoredRows::default();
     for (index, numbers) in &rows_by_file {
         let Some(file) = files.get(*index) else {
             return Err(TableError::Corrupt(format!("no file number {index}")));
@@ -396,10 +396,54 @@ pub fn read_attempts(
                 file = path_literal(file),
                 numbers = numbers.join(", "),
             );
-            attempts.extend(query_attempts(connection, &sql)?);
+            stored.attempts.extend(query_attempts(connection, &sql)?);
         }
+        stored
+            .positions
+            .extend(numbers.iter().map(|&number| (*index as i64, number)));
     }
-    Ok(attempts)
+    Ok(stored)
+}
+
+/// Stored rows read back by [`read_attempts`], and where they were.
+#[derive(Debug, Default)]
+pub struct StoredRows {
+    /// Every version of each selected attempt, as merge state.
+    pub attempts: Vec<TaskAttempt>,
+    /// Those versions' `(file index, row number)`: the rows a delta holding the attempts'
+    /// merges supersedes.
+    pub positions: Vec<(i64, i64)>,
+}
+
+/// Writes the deletion vector of a delta: the `(file, row)` positions it supersedes, sorted,
+/// to `path`. Returns the pairs written; with none, nothing is written.
+pub fn write_deletes(
+    connection: &Connection,
+    positions: &[(i64, i64)],
+    path: &Path,
+) -> Result<u64, TableError> {
+    if positions.is_empty() {
+        return Ok(0);
+    }
+    connection.execute_batch(
+        "DROP TABLE IF EXISTS staged_deletes;
+         CREATE TEMP TABLE staged_deletes (file BIGINT, row BIGINT);",
+    )?;
+    {
+        let mut appender = connection.appender("staged_deletes")?;
+        for (file, row) in positions {
+            appender.append_row(params![file, row])?;
+        }
+        appender.flush()?;
+    }
+    let copy = format!(
+        "COPY (SELECT DISTINCT file, row FROM staged_deletes ORDER BY file, row) TO {} \
+         (FORMAT parquet, COMPRESSION zstd)",
+        path_literal(path)
+    );
+    let written = connection.execute(&copy, [])? as u64;
+    connection.execute_batch("DROP TABLE staged_deletes;")?;
+    Ok(written)
 }
 
 /// Folds a table's base and deltas into one file of the newest rows at `path` (see
