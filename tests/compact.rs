@@ -127,7 +127,12 @@ async fn lost_manifest_responses_lose_no_file(storage: Arc<dyn Storage>) -> anyh
 /// clock; younger ones (perhaps a run still going) and every file the manifest names stay.
 async fn orphan_files_are_collected_once_old(storage: Arc<dyn Storage>) -> anyhow::Result<()> {
     let run = FixtureRun::named("basic-workload")?;
-    ingest_and_compact(Arc::clone(&storage), "orphaned", &bodies(&run)?).await?;
+    // In two halves, so the second run supersedes rows of the first (a deletion vector).
+    let all = bodies(&run)?;
+    let (first, second) = all.split_at(all.len() / 2);
+    for half in [first, second] {
+        ingest_and_compact(Arc::clone(&storage), "orphaned", half).await?;
+    }
     let manifests = storage.list("tables/manifests/cluster=orphaned/").await?;
     let [manifest] = manifests.as_slice() else {
         anyhow::bail!("expected one session, found {}", manifests.len());
@@ -148,6 +153,14 @@ async fn orphan_files_are_collected_once_old(storage: Arc<dyn Storage>) -> anyho
             .await?;
     }
     let before = storage.list("tables/").await?.len();
+    // Deletion vectors are files the manifest names too (beside their deltas): they must stay.
+    let vectors = storage
+        .list("tables/task_attempts/cluster=orphaned/")
+        .await?
+        .iter()
+        .filter(|meta| meta.key.as_str().contains("/deletes-"))
+        .count();
+    ensure!(vectors > 0, "the runs superseded no stored row");
 
     let (patient, _scratch) = compactor(Arc::clone(&storage), CompactSettings::default())?;
     let young = patient.collect_orphans(&cluster, &session).await?;

@@ -42,7 +42,7 @@ use crate::tables::manifest::{
     Commit, DataFile, Deletes, Document as _, Manifest, ManifestError, RetiredFile, SessionStats,
     VersionedManifest,
 };
-use crate::tables::newest::LocalFiles;
+use crate::tables::newest::{LocalDeletes, LocalFiles};
 use crate::tables::task_attempts::{self, RowFilter, TableError};
 use crate::tables::{catalog, manifest};
 
@@ -726,14 +726,36 @@ impl Compactor {
         session: &SessionName,
         manifest: &Manifest,
     ) -> Result<DataFile, CompactError> {
-        let base = self.fetch(manifest.task_attempts.base.iter()).await?;
-        let deltas = self.fetch(manifest.task_attempts.deltas.iter()).await?;
+        let table = &manifest.task_attempts;
+        let base = self.fetch(table.base.iter()).await?;
+        let deltas = self.fetch(table.deltas.iter()).await?;
+        // Each delta's vector, with the position of the delta that wrote it.
+        let vectors: Vec<(usize, &str)> = table
+            .deltas
+            .iter()
+            .enumerate()
+            .filter_map(|(offset, delta)| {
+                let key = delta.deletes.as_ref()?.key.as_deref()?;
+                Some((table.base.len() + offset, key))
+            })
+            .collect();
+        let vector_files = self.fetch_keys(vectors.iter().map(|(_, key)| *key)).await?;
+        let deletes = table.has_deletion_vectors().then(|| {
+            vectors
+                .iter()
+                .zip(vector_files.files())
+                .map(|((position, _), path)| LocalDeletes {
+                    path: path.clone(),
+                    // One session, every file fetched: positions are read indices.
+                    files: (0..*position).map(Some).collect(),
+                })
+                .collect()
+        });
         let attempts = LocalFiles {
             base: base.files().clone(),
             deltas: deltas.files().clone(),
             one_session: true,
-            // By key: a fold runs once per many deltas, off the request path.
-            deletes: None,
+            deletes,
         };
         let id = Ulid::new();
         let key = table_file_key(Table::TaskAttempts, cluster, session, TableFile::Base, id)?;
@@ -774,8 +796,16 @@ impl Compactor {
         &self,
         files: impl Iterator<Item = &'a DataFile>,
     ) -> Result<CachedFiles<Vec<PathBuf>>, CompactError> {
-        let keys = files
-            .map(|file| ObjectKey::new(file.key.clone()))
+        self.fetch_keys(files.map(|file| file.key.as_str())).await
+    }
+
+    /// Local copies of the objects at `keys` (immutable table files).
+    async fn fetch_keys<'a>(
+        &self,
+        keys: impl Iterator<Item = &'a str>,
+    ) -> Result<CachedFiles<Vec<PathBuf>>, CompactError> {
+        let keys = keys
+            .map(|key| ObjectKey::new(key.to_owned()))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(self.cache.files(&keys).await?)
     }
