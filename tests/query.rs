@@ -903,6 +903,23 @@ async fn reading_without_superseded_rows_equals_reading_by_key() -> anyhow::Resu
         QuerySettings::under(&dir.path().join("query")),
     )?;
     let before = engine.answer(&ApiRoute::Summary, &[]).await?;
+    // Pages: the newest first, then the next by cursor, and the oldest first; a job's failures.
+    async fn pages(engine: &QueryEngine) -> anyhow::Result<Vec<Json>> {
+        let ask = |pairs: &[(&str, &str)]| {
+            let params: Vec<(String, String)> = pairs
+                .iter()
+                .map(|(key, value)| ((*key).to_owned(), (*value).to_owned()))
+                .collect();
+            async move { engine.answer(&ApiRoute::Tasks, &params).await }
+        };
+        let first = ask(&[("limit", "200")]).await?;
+        let cursor = first["next"].as_str().context("a next page")?.to_owned();
+        let second = ask(&[("limit", "200"), ("cursor", &cursor)]).await?;
+        let oldest = ask(&[("limit", "50"), ("order", "asc"), ("sort", "duration")]).await?;
+        let failed = ask(&[("limit", "100"), ("state", "FAILED")]).await?;
+        Ok(vec![first, second, oldest, failed])
+    }
+    let pages_by_position = pages(&engine).await?;
     for meta in storage.list("tables/manifests/").await? {
         let mut manifest = shared::tables::manifest::load(&*storage, &meta.key)
             .await?
@@ -927,5 +944,12 @@ async fn reading_without_superseded_rows_equals_reading_by_key() -> anyhow::Resu
         "{after} != {before}"
     );
     ensure!(after["total"].as_u64() == Some(attempts), "{after}");
+    let pages_by_key = pages(&engine).await?;
+    for (by_position, by_key) in pages_by_position.iter().zip(&pages_by_key) {
+        ensure!(
+            by_position == by_key,
+            "a page read by position differs from the page read by key:\n{by_position}\n{by_key}"
+        );
+    }
     Ok(())
 }

@@ -730,22 +730,29 @@ impl Compactor {
         let base = self.fetch(table.base.iter()).await?;
         let deltas = self.fetch(table.deltas.iter()).await?;
         // Each delta's vector, with the position of the delta that wrote it.
-        let vectors: Vec<(usize, &str)> = table
+        let vectors: Vec<(usize, &str, u64)> = table
             .deltas
             .iter()
             .enumerate()
             .filter_map(|(offset, delta)| {
-                let key = delta.deletes.as_ref()?.key.as_deref()?;
-                Some((table.base.len() + offset, key))
+                let deletes = delta.deletes.as_ref()?;
+                Some((
+                    table.base.len() + offset,
+                    deletes.key.as_deref()?,
+                    deletes.rows,
+                ))
             })
             .collect();
-        let vector_files = self.fetch_keys(vectors.iter().map(|(_, key)| *key)).await?;
+        let vector_files = self
+            .fetch_keys(vectors.iter().map(|(_, key, _)| *key))
+            .await?;
         let deletes = table.has_deletion_vectors().then(|| {
             vectors
                 .iter()
                 .zip(vector_files.files())
-                .map(|((position, _), path)| LocalDeletes {
+                .map(|((position, _, rows), path)| LocalDeletes {
                     path: path.clone(),
+                    rows: *rows,
                     // One session, every file fetched: positions are read indices.
                     files: (0..*position).map(Some).collect(),
                 })

@@ -125,8 +125,18 @@ pub async fn snapshot(
             for (offset, file) in table.deltas.iter().enumerate() {
                 let position = table.base.len() + offset;
                 add(Slot::Delta { ordinal, position }, &file.key)?;
-                if let Some(key) = file.deletes.as_ref().and_then(|d| d.key.as_deref()) {
-                    add(Slot::Deletes { ordinal, position }, key)?;
+                if let Some(deletes) = &file.deletes
+                    && let Some(key) = &deletes.key
+                {
+                    let rows = deletes.rows;
+                    add(
+                        Slot::Deletes {
+                            ordinal,
+                            position,
+                            rows,
+                        },
+                        key,
+                    )?;
                 }
             }
         }
@@ -145,7 +155,7 @@ pub async fn snapshot(
     // Where each (session, file position) landed among the files read, and each session's
     // deletion vectors by the position of the delta that wrote them.
     let mut read: BTreeMap<(usize, usize), FileRead> = BTreeMap::new();
-    let mut vectors: Vec<(usize, usize, PathBuf)> = Vec::new();
+    let mut vectors: Vec<(usize, usize, u64, PathBuf)> = Vec::new();
     let mut vectors_complete = true;
     for (slot, index) in plan {
         let present = paths.get(index).cloned().flatten();
@@ -164,8 +174,15 @@ pub async fn snapshot(
                 );
                 snapshot.task_attempts.deltas.push(path);
             }
-            (Slot::Deletes { ordinal, position }, Some(path)) => {
-                vectors.push((ordinal, position, path));
+            (
+                Slot::Deletes {
+                    ordinal,
+                    position,
+                    rows,
+                },
+                Some(path),
+            ) => {
+                vectors.push((ordinal, position, rows, path));
             }
             (Slot::Deletes { .. }, None) => vectors_complete = false,
             (Slot::Entity(kind), Some(path)) => {
@@ -188,9 +205,10 @@ pub async fn snapshot(
                 .into_iter()
                 // The vector of a delta that is gone goes with it: the rows it superseded
                 // are then the newest there are.
-                .filter(|(ordinal, position, _)| read.contains_key(&(*ordinal, *position)))
-                .map(|(ordinal, position, path)| LocalDeletes {
+                .filter(|(ordinal, position, _, _)| read.contains_key(&(*ordinal, *position)))
+                .map(|(ordinal, position, rows, path)| LocalDeletes {
                     path,
+                    rows,
                     files: (0..position)
                         .map(|earlier| read.get(&(ordinal, earlier)).map(index))
                         .collect(),
@@ -226,8 +244,18 @@ pub async fn session_stats(
 /// place in the snapshot) and position in its manifest, which deletion vectors refer to.
 #[derive(Clone, Copy, Debug)]
 enum Slot {
-    Base { ordinal: usize, position: usize },
-    Delta { ordinal: usize, position: usize },
-    Deletes { ordinal: usize, position: usize },
+    Base {
+        ordinal: usize,
+        position: usize,
+    },
+    Delta {
+        ordinal: usize,
+        position: usize,
+    },
+    Deletes {
+        ordinal: usize,
+        position: usize,
+        rows: u64,
+    },
     Entity(EntityKind),
 }

@@ -24,14 +24,46 @@ pub struct Sql {
 #[derive(Clone, Debug)]
 pub struct Relation {
     text: String,
+    parts: Option<SupersededRead>,
     _pins: Option<Pins>,
 }
+
+/// Most superseded rows for which [`Relation::first_rows`] pays: beyond it, sorting that many
+/// extra rows costs more than the join it saves.
+const MOST_SUPERSEDED_FOR_FIRST_ROWS: u64 = 1_000_000;
 
 impl Relation {
     /// Wraps text built by [`read_parquet`] or [`newest_rows`] from paths this process chose,
     /// keeping `pins` (the cached files it names) until it is dropped.
     pub fn over_files(text: String, pins: Option<Pins>) -> Self {
-        Self { text, _pins: pins }
+        Self {
+            text,
+            parts: None,
+            _pins: pins,
+        }
+    }
+
+    /// The newest rows of a table read by deletion vectors, keeping its parts for
+    /// [`Self::first_rows`].
+    pub fn over_superseded_read(read: SupersededRead, pins: Option<Pins>) -> Self {
+        Self {
+            text: read.rows(),
+            parts: Some(read),
+            _pins: pins,
+        }
+    }
+
+    /// For a query that wants the first `limit` rows in some order, the way to skip the join:
+    /// take the first `take` rows of `stored` (every stored row, with its position as
+    /// `file_number` and `file_row_number`) and then drop those `superseded` names
+    /// (`file_index`, `file_row_number`). `None` when this is not a read by deletion vectors.
+    pub fn first_rows(&self, limit: u64) -> Option<FirstRows> {
+        let parts = self.parts.as_ref()?;
+        (parts.count() <= MOST_SUPERSEDED_FOR_FIRST_ROWS).then(|| FirstRows {
+            stored: Self::over_files(parts.rows_with_positions(), self._pins.clone()),
+            superseded: Self::over_files(parts.superseded(), self._pins.clone()),
+            take: limit + parts.count(),
+        })
     }
 
     /// Only each task's latest attempt of this relation of attempts. The latest is chosen
@@ -49,6 +81,7 @@ impl Relation {
 
     fn latest_where(self, condition: &'static str) -> Self {
         Self {
+            parts: None,
             text: format!(
                 "(SELECT * FROM {} WHERE {condition} QUALIFY attempt_number = \
                  max(attempt_number) OVER (PARTITION BY cluster, session_name, task_id))",
@@ -57,6 +90,17 @@ impl Relation {
             _pins: self._pins,
         }
     }
+}
+
+/// See [`Relation::first_rows`].
+#[derive(Debug)]
+pub struct FirstRows {
+    /// Every stored row, superseded or not, with its position.
+    pub stored: Relation,
+    /// The superseded positions.
+    pub superseded: Relation,
+    /// How many of the first stored rows hold the first `limit` newest ones.
+    pub take: u64,
 }
 
 impl Sql {
@@ -104,7 +148,9 @@ impl Sql {
     }
 }
 
-pub use crate::tables::newest::{TableFiles, newest_rows, path_literal, read_parquet};
+pub use crate::tables::newest::{
+    SupersededRead, TableFiles, newest_rows, path_literal, read_parquet,
+};
 
 /// Columns `q` searches as stored: ids, already lowercase hex.
 const SEARCHED_IDS: [&str; 6] = [

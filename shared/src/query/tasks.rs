@@ -6,7 +6,7 @@ use serde_json::{Map, Value as Json, json};
 use super::json::{JsonRow, query_as, query_rows};
 use super::params::{Cursor, Params, Scope, TaskFilter, parse_hex};
 use super::snapshot::{Needs, session_stats};
-use super::sql::{Relation, Sql, keyset_after, newest_rows, task_conditions};
+use super::sql::{Relation, Sql, SupersededRead, keyset_after, newest_rows, task_conditions};
 use super::{QueryEngine, QueryError};
 use crate::tables::task_attempts::status_columns;
 
@@ -50,8 +50,14 @@ pub(super) async fn attempts_relation(
             },
         )
         .await?;
-    Ok(newest_rows(&snapshot.task_attempts.files())
-        .map(|text| Relation::over_files(text, snapshot.pins.clone())))
+    let files = snapshot.task_attempts.files();
+    if let Some(read) = SupersededRead::of(&files) {
+        return Ok(Some(Relation::over_superseded_read(
+            read,
+            snapshot.pins.clone(),
+        )));
+    }
+    Ok(newest_rows(&files).map(|text| Relation::over_files(text, snapshot.pins.clone())))
 }
 
 /// The attempts a task filter reads: those of its sessions, or with `latest_attempt` each
@@ -210,37 +216,65 @@ pub(super) async fn tasks(
     if with_error {
         columns.push("error_message");
     }
-    let mut sql = Sql::default();
-    sql.push("SELECT ")
-        .columns(&columns)
-        .push(", sort_key FROM (SELECT *, ")
-        .push(sort.expression())
-        .push(" AS sort_key FROM ")
-        .relation(&relation)
-        .push(" WHERE ")
-        .append(task_conditions(&filter))
-        .push(")");
-    if let Some(cursor) = &cursor {
-        sql.push(" WHERE ").append(keyset_after(
-            &task_position(&cursor.after)?
-                .iter()
-                .map(|(column, value)| (*column, value.clone(), descending))
-                .collect::<Vec<_>>(),
-        ));
-    }
     let direction = if descending { " DESC" } else { " ASC" };
     let nulls = if descending {
         " NULLS LAST"
     } else {
         " NULLS FIRST"
     };
-    sql.push(" ORDER BY ")
-        .push(sort.column())
-        .push(direction)
-        .push(nulls);
-    for column in TIE_BREAK {
-        sql.push(", ").push(column).push(direction);
+    let order = |sql: &mut Sql| {
+        sql.push(" ORDER BY ")
+            .push(sort.column())
+            .push(direction)
+            .push(nulls);
+        for column in TIE_BREAK {
+            sql.push(", ").push(column).push(direction);
+        }
+    };
+    // The rows in order, from `relation`, narrowed by the filter and the cursor.
+    let ordered = |sql: &mut Sql, relation: &Relation| -> Result<(), QueryError> {
+        sql.push("SELECT * FROM (SELECT *, ")
+            .push(sort.expression())
+            .push(" AS sort_key FROM ")
+            .relation(relation)
+            .push(" WHERE ")
+            .append(task_conditions(&filter))
+            .push(")");
+        if let Some(cursor) = &cursor {
+            sql.push(" WHERE ").append(keyset_after(
+                &task_position(&cursor.after)?
+                    .iter()
+                    .map(|(column, value)| (*column, value.clone(), descending))
+                    .collect::<Vec<_>>(),
+            ));
+        }
+        Ok(())
+    };
+    let mut sql = Sql::default();
+    sql.push("SELECT ")
+        .columns(&columns)
+        .push(", sort_key FROM (");
+    match relation.first_rows(limit as u64 + 1) {
+        // The first rows of the stored ones, of which at most `take - limit - 1` can be
+        // superseded: DuckDB's top-N then skips row groups, which it cannot through a join.
+        Some(first) => {
+            ordered(&mut sql, &first.stored)?;
+            order(&mut sql);
+            sql.push(" LIMIT ")
+                .number(first.take)
+                .push(") page ANTI JOIN ")
+                .relation(&first.superseded)
+                .push(
+                    " d ON page.file_number = d.file_index \
+                     AND page.file_row_number = d.file_row_number",
+                );
+        }
+        None => {
+            ordered(&mut sql, &relation)?;
+            sql.push(")");
+        }
     }
+    order(&mut sql);
     sql.push(" LIMIT ").number(limit + 1);
     let mut rows = engine
         .run(move |connection| query_rows(connection, &sql.text, &sql.params))

@@ -53,6 +53,8 @@ pub struct DeletionVector<'a> {
     /// written, oldest first), that file's index among the files read: base files first, then
     /// deltas, as in [`TableFiles`]. `None` for a file not read.
     pub files: &'a [Option<usize>],
+    /// Positions in it.
+    pub rows: u64,
 }
 
 /// Local copies of one table's live files.
@@ -75,6 +77,8 @@ pub struct LocalDeletes {
     pub path: PathBuf,
     /// Index among the files read of each position the vector may name.
     pub files: Vec<Option<usize>>,
+    /// Positions in it.
+    pub rows: u64,
 }
 
 impl LocalFiles {
@@ -90,6 +94,7 @@ impl LocalFiles {
                     .map(|vector| DeletionVector {
                         path: &vector.path,
                         files: &vector.files,
+                        rows: vector.rows,
                     })
                     .collect()
             }),
@@ -106,8 +111,8 @@ pub fn newest_rows(files: &TableFiles<'_>) -> Option<String> {
     if files.deltas.is_empty() {
         return Some(format!("(SELECT * FROM {})", read_parquet(&files.base, "")));
     }
-    if let Some(vectors) = &files.deletes {
-        return Some(without_superseded(files, vectors));
+    if let Some(read) = SupersededRead::of(files) {
+        return Some(read.rows());
     }
     let key_columns: &[&str] = if files.one_session {
         &ATTEMPT_KEY[2..]
@@ -145,50 +150,96 @@ pub fn newest_rows(files: &TableFiles<'_>) -> Option<String> {
     ))
 }
 
-/// Every row of `files` except the positions the deletion vectors name.
-fn without_superseded(files: &TableFiles<'_>, vectors: &[DeletionVector<'_>]) -> String {
-    let all: Vec<&Path> = files.base.iter().chain(&files.deltas).copied().collect();
-    let scan = read_parquet(&all, ", file_row_number = true");
-    let superseded: Vec<String> = vectors
-        .iter()
-        .map(|vector| {
-            let identity = vector
-                .files
-                .iter()
-                .enumerate()
-                .all(|(position, index)| *index == Some(position));
-            // A position whose file is not read maps to NULL, which matches no row.
-            let file_index = if identity {
-                "file".to_owned()
-            } else {
-                let arms: String = vector
-                    .files
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(position, index)| {
-                        index.map(|index| format!(" WHEN {position} THEN {index}"))
-                    })
-                    .collect();
-                if arms.is_empty() {
-                    "NULL::BIGINT".to_owned()
-                } else {
-                    format!("CASE file{arms} END")
-                }
-            };
-            format!(
-                "SELECT {file_index} AS file_index, row AS file_row_number FROM {}",
-                read_parquet(&[vector.path], "")
-            )
+/// A read by deletion vectors in its two parts, for a query that wants only the first rows in
+/// some order: it can take the first `n + count` rows of the plain scan (where DuckDB's top-N
+/// skips row groups by their statistics, which it cannot do through a join) and only then drop
+/// the superseded ones, as at most `count` of those rows can be superseded.
+#[derive(Clone, Debug)]
+pub struct SupersededRead {
+    files: String,
+    superseded: Option<String>,
+    count: u64,
+}
+
+impl SupersededRead {
+    /// The read by deletion vectors of `files`; `None` unless every delta has one.
+    pub fn of(files: &TableFiles<'_>) -> Option<Self> {
+        let vectors = files.deletes.as_ref()?;
+        let all: Vec<&Path> = files.base.iter().chain(&files.deltas).copied().collect();
+        if all.is_empty() {
+            return None;
+        }
+        let superseded: Vec<String> = vectors.iter().map(superseded_positions).collect();
+        Some(Self {
+            files: read_parquet(&all, ", file_row_number = true"),
+            superseded: (!superseded.is_empty()).then(|| superseded.join(" UNION ALL ")),
+            count: vectors.iter().map(|vector| vector.rows).sum(),
         })
-        .collect();
-    if superseded.is_empty() {
-        return format!("(SELECT * EXCLUDE (file_row_number) FROM {scan})");
     }
+
+    /// The newest rows: every row except the superseded positions.
+    pub fn rows(&self) -> String {
+        match &self.superseded {
+            None => format!("(SELECT * EXCLUDE (file_row_number) FROM {})", self.files),
+            Some(superseded) => format!(
+                "(SELECT * EXCLUDE (file_row_number) FROM {} t
+                  ANTI JOIN ({superseded}) d
+                  ON t.file_index = d.file_index AND t.file_row_number = d.file_row_number)",
+                self.files
+            ),
+        }
+    }
+
+    /// Every stored row, superseded or not, with its position as the columns `file_number`
+    /// and `file_row_number`.
+    pub fn rows_with_positions(&self) -> String {
+        format!("(SELECT *, file_index AS file_number FROM {})", self.files)
+    }
+
+    /// The superseded positions, as `file_index` and `file_row_number` (no rows when none).
+    pub fn superseded(&self) -> String {
+        match &self.superseded {
+            Some(superseded) => format!("({superseded})"),
+            None => "(SELECT NULL::BIGINT AS file_index, NULL::BIGINT AS file_row_number \
+                     WHERE FALSE)"
+                .to_owned(),
+        }
+    }
+
+    /// How many positions the vectors name (an upper bound on the rows they drop).
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+}
+
+/// One vector's positions as read indices (see [`DeletionVector::files`]).
+fn superseded_positions(vector: &DeletionVector<'_>) -> String {
+    let identity = vector
+        .files
+        .iter()
+        .enumerate()
+        .all(|(position, index)| *index == Some(position));
+    // A position whose file is not read maps to NULL, which matches no row.
+    let file_index = if identity {
+        "file".to_owned()
+    } else {
+        let arms: String = vector
+            .files
+            .iter()
+            .enumerate()
+            .filter_map(|(position, index)| {
+                index.map(|index| format!(" WHEN {position} THEN {index}"))
+            })
+            .collect();
+        if arms.is_empty() {
+            "NULL::BIGINT".to_owned()
+        } else {
+            format!("CASE file{arms} END")
+        }
+    };
     format!(
-        "(SELECT * EXCLUDE (file_row_number) FROM {scan} t
-          ANTI JOIN ({superseded}) d
-          ON t.file_index = d.file_index AND t.file_row_number = d.file_row_number)",
-        superseded = superseded.join(" UNION ALL ")
+        "SELECT {file_index} AS file_index, row AS file_row_number FROM {}",
+        read_parquet(&[vector.path], "")
     )
 }
 
