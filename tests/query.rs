@@ -775,9 +775,7 @@ async fn a_missing_table_file_costs_its_rows_not_the_session() -> anyhow::Result
         .context("no attempt file")?;
     let nodes = manifest.entities.get("nodes").context("no nodes file")?;
     for gone in [&oldest.key, &nodes.key] {
-        storage
-            .delete(&shared::storage::ObjectKey::new(gone.clone())?)
-            .await?;
+        storage.delete(gone).await?;
     }
     let summary = api.ok(&format!("/api/summary?cluster={cluster}")).await?;
     let total = summary["total"].as_u64().context("total")?;

@@ -396,9 +396,8 @@ async fn fetch_live_files(
     for meta in storage.list(&manifests_of(cluster)?).await? {
         let loaded = shared::tables::manifest::load(storage, &meta.key).await?;
         for file in table(&loaded.manifest).all() {
-            let key = shared::storage::ObjectKey::new(file.key.clone())?;
             let path = scratch.path().join(format!("{:06}.parquet", files.len()));
-            std::fs::write(&path, storage.get(&key).await?.body)?;
+            std::fs::write(&path, storage.get(&file.key).await?.body)?;
             files.push(path);
         }
     }
@@ -517,9 +516,8 @@ pub async fn stored_entities(
         let loaded = shared::tables::manifest::load(storage, &meta.key).await?;
         for kind in EntityKind::ALL {
             if let Some(file) = loaded.manifest.entities.get(kind.table()) {
-                let key = shared::storage::ObjectKey::new(file.key.clone())?;
                 let path = scratch.path().join(format!("{}.parquet", kind.table()));
-                std::fs::write(&path, storage.get(&key).await?.body)?;
+                std::fs::write(&path, storage.get(&file.key).await?.body)?;
                 read_entities(&connection, kind, &path, &mut entities)?;
             }
         }

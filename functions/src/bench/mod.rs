@@ -322,7 +322,7 @@ async fn storage_phase(
     let files: Vec<PathBuf> = live
         .task_attempts
         .all()
-        .map(|file| storage.root().join(&file.key))
+        .map(|file| storage.root().join(file.key.as_str()))
         .collect();
     let attempt_bytes: u64 = live.task_attempts.all().map(|file| file.bytes).sum();
     let entity_bytes: u64 = live.entities.values().map(|file| file.bytes).sum();

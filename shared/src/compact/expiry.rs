@@ -16,7 +16,6 @@ use std::time::Duration;
 
 use super::{CompactError, Compactor};
 use crate::layout::{self, ClusterName, SessionName};
-use crate::storage::ObjectKey;
 use crate::tables::manifest::{Commit, Document as _, Manifest};
 use crate::tables::{catalog, manifest};
 
@@ -87,10 +86,10 @@ impl Compactor {
             .all()
             .chain(current.task_profile.all())
             .chain(current.entities.values())
-            .map(|file| file.key.as_str())
-            .chain(current.retired.iter().map(|file| file.key.as_str()));
+            .map(|file| &file.key)
+            .chain(current.retired.iter().map(|file| &file.key));
         for file in files {
-            storage.delete(&ObjectKey::new(file.to_owned())?).await?;
+            storage.delete(file).await?;
         }
         catalog::forget(storage, cluster, session, cutoff).await?;
         tracing::info!(%cluster, %session, "session expired");

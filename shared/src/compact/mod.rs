@@ -319,7 +319,7 @@ impl Compactor {
                 .await?;
             let mut next = current.manifest.clone();
             next.sequence += 1;
-            let written = vec![next.install_base(base, now_ms())?];
+            let written = vec![next.install_base(base, now_ms())];
             let commit = manifest::commit(
                 &*self.storage,
                 &meta.key,
@@ -588,7 +588,7 @@ impl Compactor {
                 self.upload(&deletes_path, &deletes_key).await?;
                 written.push(deletes_key.clone());
                 Deletes {
-                    key: Some(deletes_key.to_string()),
+                    key: Some(deletes_key.clone()),
                     rows: superseded,
                 }
             } else {
@@ -597,7 +597,7 @@ impl Compactor {
             let bytes = self.upload(&delta_path, &delta_key).await?;
             written.push(delta_key.clone());
             next.task_attempts.deltas.push(DataFile {
-                key: delta_key.to_string(),
+                key: delta_key.clone(),
                 rows,
                 bytes,
                 deletes: Some(deletes),
@@ -610,7 +610,7 @@ impl Compactor {
         if next.task_attempts.deltas.len() > self.settings.max_deltas {
             let base = self.merge_base(cluster, session, &next).await?;
             rows_written += base.rows;
-            written.push(next.install_base(base, now_ms())?);
+            written.push(next.install_base(base, now_ms()));
         }
         let grace = i64::try_from(self.settings.retire_grace.as_millis()).unwrap_or(i64::MAX);
         let cutoff = now_ms().saturating_sub(grace);
@@ -700,7 +700,7 @@ impl Compactor {
             let replaced = next.entities.insert(
                 kind.table().to_owned(),
                 DataFile {
-                    key: key.to_string(),
+                    key: key.clone(),
                     rows,
                     bytes,
                     deletes: None,
@@ -730,7 +730,7 @@ impl Compactor {
         let base = self.fetch(table.base.iter()).await?;
         let deltas = self.fetch(table.deltas.iter()).await?;
         // Each delta's vector, with the position of the delta that wrote it.
-        let vectors: Vec<(usize, &str, u64)> = table
+        let vectors: Vec<(usize, &ObjectKey, u64)> = table
             .deltas
             .iter()
             .enumerate()
@@ -738,7 +738,7 @@ impl Compactor {
                 let deletes = delta.deletes.as_ref()?;
                 Some((
                     table.base.len() + offset,
-                    deletes.key.as_deref()?,
+                    deletes.key.as_ref()?,
                     deletes.rows,
                 ))
             })
@@ -790,7 +790,7 @@ impl Compactor {
         let bytes = self.upload(&path, &key).await?;
         let _ = tokio::fs::remove_file(&path).await;
         Ok(DataFile {
-            key: key.to_string(),
+            key,
             rows,
             bytes,
             deletes: None,
@@ -803,17 +803,15 @@ impl Compactor {
         &self,
         files: impl Iterator<Item = &'a DataFile>,
     ) -> Result<CachedFiles<Vec<PathBuf>>, CompactError> {
-        self.fetch_keys(files.map(|file| file.key.as_str())).await
+        self.fetch_keys(files.map(|file| &file.key)).await
     }
 
     /// Local copies of the objects at `keys` (immutable table files).
     async fn fetch_keys<'a>(
         &self,
-        keys: impl Iterator<Item = &'a str>,
+        keys: impl Iterator<Item = &'a ObjectKey>,
     ) -> Result<CachedFiles<Vec<PathBuf>>, CompactError> {
-        let keys = keys
-            .map(|key| ObjectKey::new(key.to_owned()))
-            .collect::<Result<Vec<_>, _>>()?;
+        let keys: Vec<ObjectKey> = keys.cloned().collect();
         Ok(self.cache.files(&keys).await?)
     }
 
@@ -837,17 +835,15 @@ impl Compactor {
 
     /// Deletes files whose grace period ended (they left `previous.retired` in `next`).
     async fn delete_expired(&self, next: &Manifest, previous: &Manifest) {
-        let still: BTreeSet<&str> = next.retired.iter().map(|file| file.key.as_str()).collect();
+        let still: BTreeSet<&ObjectKey> = next.retired.iter().map(|file| &file.key).collect();
         for expired in previous
             .retired
             .iter()
-            .filter(|file| !still.contains(file.key.as_str()))
+            .filter(|file| !still.contains(&file.key))
         {
-            let Ok(key) = ObjectKey::new(expired.key.clone()) else {
-                continue;
-            };
-            self.cache.forget(&key).await;
-            if let Err(err) = self.storage.delete(&key).await {
+            let key = &expired.key;
+            self.cache.forget(key).await;
+            if let Err(err) = self.storage.delete(key).await {
                 tracing::warn!(error = %err, "could not delete a retired file; it stays harmless");
             }
         }

@@ -107,24 +107,20 @@ pub async fn snapshot(
     let sessions = manifests(storage, scope).await?;
     let mut keys: Vec<ObjectKey> = Vec::new();
     let mut plan: Vec<(Slot, usize)> = Vec::new();
-    let mut add = |slot: Slot, key: &str| -> Result<(), QueryError> {
+    let mut add = |slot: Slot, key: &ObjectKey| {
         plan.push((slot, keys.len()));
-        keys.push(
-            ObjectKey::new(key.to_owned())
-                .map_err(|err| QueryError::Internal(format!("manifest: {err}")))?,
-        );
-        Ok(())
+        keys.push(key.clone());
     };
     for (ordinal, session) in sessions.iter().enumerate() {
         let manifest = &session.manifest;
         if needs.attempts {
             let table = &manifest.task_attempts;
             for (position, file) in table.base.iter().enumerate() {
-                add(Slot::Base { ordinal, position }, &file.key)?;
+                add(Slot::Base { ordinal, position }, &file.key);
             }
             for (offset, file) in table.deltas.iter().enumerate() {
                 let position = table.base.len() + offset;
-                add(Slot::Delta { ordinal, position }, &file.key)?;
+                add(Slot::Delta { ordinal, position }, &file.key);
                 if let Some(deletes) = &file.deletes
                     && let Some(key) = &deletes.key
                 {
@@ -136,14 +132,14 @@ pub async fn snapshot(
                             rows,
                         },
                         key,
-                    )?;
+                    );
                 }
             }
         }
         if let Some(kind) = needs.entity
             && let Some(file) = manifest.entities.get(kind.table())
         {
-            add(Slot::Entity(kind), &file.key)?;
+            add(Slot::Entity(kind), &file.key);
         }
     }
     // A file that is gone (deleted by hand, expired by a lifecycle rule) costs its rows, not

@@ -3,11 +3,17 @@
 
 use std::fmt;
 
+use serde::{Deserialize, Serialize};
+
 /// A relative, `/`-separated object key.
 ///
 /// Invariants: non-empty, at most 1024 bytes, no leading or trailing `/`, no empty, `.` or `..`
 /// segment, and only the characters `A–Z a–z 0–9 - _ . = /`.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+///
+/// Stored in manifests as its text; a manifest naming a key that breaks the rules does not
+/// parse, so no reader ever builds a path from one.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
 pub struct ObjectKey(String);
 
 /// A string that breaks an [`ObjectKey`] rule.
@@ -51,6 +57,20 @@ impl ObjectKey {
     }
 }
 
+impl TryFrom<String> for ObjectKey {
+    type Error = InvalidKey;
+
+    fn try_from(key: String) -> Result<Self, InvalidKey> {
+        Self::new(key)
+    }
+}
+
+impl From<ObjectKey> for String {
+    fn from(key: ObjectKey) -> Self {
+        key.0
+    }
+}
+
 impl fmt::Display for ObjectKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
@@ -90,5 +110,13 @@ mod tests {
             assert!(ObjectKey::new(key).is_err(), "{key:?}");
         }
         assert!(ObjectKey::new("k".repeat(1025)).is_err());
+    }
+
+    #[test]
+    fn a_stored_key_that_breaks_the_rules_does_not_parse() -> Result<(), serde_json::Error> {
+        let key: ObjectKey = serde_json::from_str("\"tables/x.parquet\"")?;
+        assert_eq!(serde_json::to_string(&key)?, "\"tables/x.parquet\"");
+        assert!(serde_json::from_str::<ObjectKey>("\"tables/../../etc/passwd\"").is_err());
+        Ok(())
     }
 }

@@ -15,7 +15,7 @@ use crate::storage::{ETag, InvalidKey, ObjectKey, PutMode, Storage, StorageError
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DataFile {
     /// Its key.
-    pub key: String,
+    pub key: ObjectKey,
     /// Rows in it.
     pub rows: u64,
     /// Its size.
@@ -29,11 +29,11 @@ pub struct DataFile {
 
 impl DataFile {
     /// The objects this file consists of: its data, and its deletion vector if it has one.
-    pub fn keys(&self) -> impl Iterator<Item = &str> {
-        std::iter::once(self.key.as_str()).chain(
+    pub fn keys(&self) -> impl Iterator<Item = &ObjectKey> {
+        std::iter::once(&self.key).chain(
             self.deletes
                 .as_ref()
-                .and_then(|deletes| deletes.key.as_deref()),
+                .and_then(|deletes| deletes.key.as_ref()),
         )
     }
 }
@@ -46,7 +46,7 @@ impl DataFile {
 pub struct Deletes {
     /// The vector's key; `None` when the delta supersedes nothing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub key: Option<String>,
+    pub key: Option<ObjectKey>,
     /// Pairs in it.
     pub rows: u64,
 }
@@ -78,7 +78,7 @@ impl TableFiles {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RetiredFile {
     /// Its key.
-    pub key: String,
+    pub key: ObjectKey,
     /// When it left the manifest (ms since the epoch).
     pub retired_at_ms: i64,
 }
@@ -150,15 +150,15 @@ pub struct Manifest {
 impl Manifest {
     /// Makes `base` the session's only `task_attempts` file, retiring every file it replaces
     /// at `now_ms`; returns its key.
-    pub fn install_base(&mut self, base: DataFile, now_ms: i64) -> Result<ObjectKey, InvalidKey> {
-        let installed = ObjectKey::new(base.key.clone())?;
+    pub fn install_base(&mut self, base: DataFile, now_ms: i64) -> ObjectKey {
+        let installed = base.key.clone();
         let replaced: Vec<RetiredFile> = self
             .task_attempts
             .all()
             .chain(self.task_profile.all())
             .flat_map(DataFile::keys)
             .map(|key| RetiredFile {
-                key: key.to_owned(),
+                key: key.clone(),
                 retired_at_ms: now_ms,
             })
             .collect();
@@ -168,19 +168,18 @@ impl Manifest {
             deltas: Vec::new(),
         };
         self.task_profile = TableFiles::default();
-        Ok(installed)
+        installed
     }
 
     /// True when `key` is one of this manifest's files, live or retired.
     pub fn names(&self, key: &ObjectKey) -> bool {
-        let key = key.as_str();
         self.task_attempts
             .all()
             .chain(self.task_profile.all())
             .chain(self.entities.values())
             .flat_map(DataFile::keys)
             .any(|file| file == key)
-            || self.retired.iter().any(|file| file.key == key)
+            || self.retired.iter().any(|file| &file.key == key)
     }
 
     /// What failure synthesis knows so far.

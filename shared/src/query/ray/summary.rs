@@ -30,8 +30,10 @@
 use std::cmp::Reverse;
 use std::collections::HashMap;
 
+use serde::Deserialize;
+
 /// One task attempt as Ray's summaries read it (a detail row of `api/v0/tasks`).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Deserialize)]
 pub struct SummaryTask {
     /// The task id (hex).
     pub task_id: String,

@@ -5,9 +5,10 @@
 //! Ray keeps at most 10 000 attempts per query at its source; Afterglow filters, sorts and counts
 //! every stored attempt, and only the response's size bounds a page.
 
+use serde::Deserialize;
 use serde_json::{Map, Value as Json, json};
 
-use super::super::json::{JsonRow, query_rows};
+use super::super::json::{JsonRow, query_as, query_rows};
 use super::super::params::Scope;
 use super::super::sql::Sql;
 use super::super::tasks::attempts_relation;
@@ -359,9 +360,12 @@ pub(super) async fn summarize(
         return cluster_summary(0, 0, &empty, Vec::new());
     };
     let mut sql = Sql::default();
+    // Ray reads a missing text as "" here.
     sql.push(
-        "SELECT task_id, name, func_or_class_name, type, state, actor_id, parent_task_id, \
-         creation_time_ms, count(*) OVER () AS filtered FROM ",
+        "SELECT task_id, coalesce(name, '') AS name, \
+         coalesce(func_or_class_name, '') AS func_or_class_name, \
+         coalesce(type, '') AS task_type, coalesce(state, '') AS state, actor_id, \
+         parent_task_id, creation_time_ms, count(*) OVER () AS filtered FROM ",
     )
     .relation(&relation)
     .push(" WHERE ")
@@ -371,15 +375,11 @@ pub(super) async fn summarize(
     if lineage {
         sql.push(" LIMIT ").number(LINEAGE_ATTEMPTS);
     }
-    let rows = engine
-        .run(move |connection| query_rows(connection, &sql.text, &sql.params))
+    let rows: Vec<SummaryRow> = engine
+        .run(move |connection| query_as(connection, &sql.text, &sql.params))
         .await?;
-    let filtered = rows
-        .first()
-        .and_then(|row| row.get("filtered"))
-        .and_then(Json::as_u64)
-        .unwrap_or(0);
-    let tasks: Vec<SummaryTask> = rows.into_iter().map(summary_task).collect();
+    let filtered = rows.first().map_or(0, |row| row.filtered);
+    let tasks: Vec<SummaryTask> = rows.into_iter().map(|row| row.task).collect();
     let mut warnings = Vec::new();
     let result = if lineage {
         if filtered > tasks.len() as u64 {
@@ -415,21 +415,12 @@ fn cluster_summary(
     RayBody::spliced(&envelope, summary)
 }
 
-fn summary_task(mut row: JsonRow) -> SummaryTask {
-    let mut text = |column: &str| match row.remove(column) {
-        Some(Json::String(text)) => Some(text),
-        _ => None,
-    };
-    SummaryTask {
-        task_id: text("task_id").unwrap_or_default(),
-        name: text("name").unwrap_or_default(),
-        func_or_class_name: text("func_or_class_name").unwrap_or_default(),
-        task_type: text("type").unwrap_or_default(),
-        state: text("state").unwrap_or_default(),
-        actor_id: text("actor_id"),
-        parent_task_id: text("parent_task_id"),
-        creation_time_ms: row.get("creation_time_ms").and_then(Json::as_i64),
-    }
+/// A summary's input row: the attempt, and how many attempts the filter matched.
+#[derive(Deserialize)]
+struct SummaryRow {
+    #[serde(flatten)]
+    task: SummaryTask,
+    filtered: u64,
 }
 
 /// `GET api/v0/tasks/timeline` (`?job_id=`): Ray's Chrome trace of the exported profile spans
