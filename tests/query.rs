@@ -659,37 +659,52 @@ fn group_totals(answer: &Json) -> anyhow::Result<BTreeMap<String, u64>> {
         .collect()
 }
 
+/// Generates synthetic traffic for `cluster` and ingests every body; returns what was generated.
+async fn ingest_synthetic(
+    storage: &Arc<dyn Storage>,
+    cluster: &str,
+    settings: synth::SynthSettings,
+) -> anyhow::Result<synth::Truth> {
+    use shared::ingest::{IngestAccess, IngestLimits, Ingestor};
+
+    let ingestor = Ingestor::new(
+        Arc::clone(storage),
+        IngestAccess::Open,
+        IngestLimits::default(),
+    );
+    let cluster = shared::layout::ClusterName::new(cluster)?;
+    let mut generator = synth::Generator::new(settings);
+    for body in generator.by_ref() {
+        ingestor.ingest(&cluster, &body?.json).await?;
+    }
+    Ok(generator.truth().clone())
+}
+
 /// Synthetic traffic (what `afterglow generate` and `bench` send), ingested, compacted in small
 /// batches that fold into a base several times, is counted exactly as the generator says it
 /// generated it: by state, by task name and by error type, re-sent bodies counted once.
 #[tokio::test]
 async fn synthetic_traffic_is_counted_as_generated() -> anyhow::Result<()> {
     use shared::compact::CompactSettings;
-    use shared::ingest::{IngestAccess, IngestLimits, Ingestor};
     use shared::query::{ApiRoute, QueryEngine, QuerySettings};
-    use synth::{Generator, SynthSettings};
+    use synth::SynthSettings;
 
     let (dir, local) = local_storage()?;
     let storage: Arc<dyn Storage> = Arc::new(local);
-    let ingestor = Ingestor::new(
-        Arc::clone(&storage),
-        IngestAccess::Open,
-        IngestLimits::default(),
-    );
-    let cluster = shared::layout::ClusterName::new("synthetic")?;
-    let mut generator = Generator::new(SynthSettings {
-        attempts: 20_000,
-        jobs: 3,
-        nodes: 5,
-        failure_rate: 0.1,
-        duplicate_rate: 0.05,
-        seed: 7,
-        ..SynthSettings::default()
-    });
-    for body in generator.by_ref() {
-        ingestor.ingest(&cluster, &body?.json).await?;
-    }
-    let truth = generator.truth().clone();
+    let truth = ingest_synthetic(
+        &storage,
+        "synthetic",
+        SynthSettings {
+            attempts: 20_000,
+            jobs: 3,
+            nodes: 5,
+            failure_rate: 0.1,
+            duplicate_rate: 0.05,
+            seed: 7,
+            ..SynthSettings::default()
+        },
+    )
+    .await?;
     ensure!(truth.redeliveries > 0, "some bodies are sent twice");
 
     let settings = CompactSettings {
@@ -798,25 +813,18 @@ async fn a_missing_table_file_costs_its_rows_not_the_session() -> anyhow::Result
 #[tokio::test]
 async fn reading_without_superseded_rows_equals_reading_by_key() -> anyhow::Result<()> {
     use shared::compact::CompactSettings;
-    use shared::ingest::{IngestAccess, IngestLimits, Ingestor};
     use shared::query::params::Scope;
     use shared::query::snapshot::{Needs, snapshot};
     use shared::query::sql::newest_rows;
     use shared::query::{ApiRoute, QueryEngine, QuerySettings};
     use shared::storage::{FileCache, ObjectKey, PutMode};
-    use synth::{Generator, SynthSettings};
+    use synth::SynthSettings;
 
     let (dir, local) = local_storage()?;
     let storage: Arc<dyn Storage> = Arc::new(local);
-    let ingestor = Ingestor::new(
-        Arc::clone(&storage),
-        IngestAccess::Open,
-        IngestLimits::default(),
-    );
-    let cluster = shared::layout::ClusterName::new("positions")?;
     let mut attempts = 0;
     for seed in [11, 12] {
-        let mut generator = Generator::new(SynthSettings {
+        let settings = SynthSettings {
             attempts: 6_000,
             jobs: 2,
             nodes: 4,
@@ -824,11 +832,10 @@ async fn reading_without_superseded_rows_equals_reading_by_key() -> anyhow::Resu
             duplicate_rate: 0.05,
             seed,
             ..SynthSettings::default()
-        });
-        for body in generator.by_ref() {
-            ingestor.ingest(&cluster, &body?.json).await?;
-        }
-        attempts += generator.truth().attempts;
+        };
+        attempts += ingest_synthetic(&storage, "positions", settings)
+            .await?
+            .attempts;
     }
     let (compactor, _scratch) = afterglow_tests::compactor(
         Arc::clone(&storage),
