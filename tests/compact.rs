@@ -931,9 +931,15 @@ async fn expiry_removes_old_sessions_whole_and_keeps_the_rest() -> anyhow::Resul
                 .task_attempts
                 .all()
                 .chain(manifest.entities.values())
-                .map(|file| file.key.clone()),
+                .flat_map(|file| file.keys().cloned()),
         );
     }
+    ensure!(
+        old_files
+            .iter()
+            .any(|key| key.as_str().contains("/rollup-")),
+        "the old session's files include their rollups"
+    );
     ensure!(!old_files.is_empty(), "the old session has no files");
 
     let (compactor, _scratch) = compactor(Arc::clone(&storage), CompactSettings::default())?;

@@ -118,6 +118,8 @@ pub enum TableFile {
     Whole,
     /// The rows a delta supersedes in the files before it (its deletion vector).
     Deletes,
+    /// A base's or delta's counts by group, state and rounded duration (its rollup).
+    Rollup,
 }
 
 /// Where one table's files of one session live: `tables/{table}/cluster={c}/session={s}/`.
@@ -141,6 +143,7 @@ pub fn table_file_key(
         TableFile::Delta => "delta",
         TableFile::Whole => table.name(),
         TableFile::Deletes => "deletes",
+        TableFile::Rollup => "rollup",
     };
     ObjectKey::new(format!(
         "{}{kind}-{id}.parquet",

@@ -448,6 +448,7 @@ async fn query_phase(
         drop(cold_engine);
         bar.inc(1);
         let mut warm = Vec::with_capacity(repeat);
+        let rolled_before = engine.rollup_answers();
         for _ in 0..repeat {
             let timer = Instant::now();
             engine.answer(&probe.route, &probe.params).await?;
@@ -455,9 +456,11 @@ async fn query_phase(
             bar.inc(1);
         }
         let stats = Stats::of(&mut warm);
+        // Whether every warm answer came from rollups rather than a scan.
+        let from_rollups = engine.rollup_answers() - rolled_before == repeat as u64;
         results.insert(
             probe.name.to_owned(),
-            json!({"cold_ms": ms(cold), "warm": stats.json()}),
+            json!({"cold_ms": ms(cold), "warm": stats.json(), "from_rollups": from_rollups}),
         );
     }
     bar.finish_and_clear();

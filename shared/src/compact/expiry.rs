@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use super::{CompactError, Compactor};
 use crate::layout::{self, ClusterName, SessionName};
-use crate::tables::manifest::{Commit, Document as _, Manifest};
+use crate::tables::manifest::{Commit, DataFile, Document as _, Manifest};
 use crate::tables::{catalog, manifest};
 
 impl Compactor {
@@ -86,7 +86,8 @@ impl Compactor {
             .all()
             .chain(current.task_profile.all())
             .chain(current.entities.values())
-            .map(|file| &file.key)
+            // With each file its deletion vector and rollup.
+            .flat_map(DataFile::keys)
             .chain(current.retired.iter().map(|file| &file.key));
         for file in files {
             storage.delete(file).await?;

@@ -43,6 +43,7 @@ use crate::tables::manifest::{
     VersionedManifest,
 };
 use crate::tables::newest::{LocalDeletes, LocalFiles};
+use crate::tables::rollup::{self, RowsByFile};
 use crate::tables::task_attempts::{self, RowFilter, TableError};
 use crate::tables::{catalog, manifest};
 
@@ -319,7 +320,7 @@ impl Compactor {
                 .await?;
             let mut next = current.manifest.clone();
             next.sequence += 1;
-            let written = vec![next.install_base(base, now_ms())];
+            let written = next.install_base(base, now_ms());
             let commit = manifest::commit(
                 &*self.storage,
                 &meta.key,
@@ -520,31 +521,18 @@ impl Compactor {
         };
 
         let files = self.fetch(current.manifest.task_attempts.all()).await?;
-        let delta_id = Ulid::new();
-        let delta_name = delta_id.to_string();
-        let delta_key = table_file_key(
-            Table::TaskAttempts,
-            cluster,
-            session,
-            TableFile::Delta,
-            delta_id,
-        )?;
-        let delta_path = self.scratch.join(format!("delta-{delta_name}.parquet"));
-        let deletes_id = Ulid::new();
-        let deletes_key = table_file_key(
-            Table::TaskAttempts,
-            cluster,
-            session,
-            TableFile::Deletes,
-            deletes_id,
-        )?;
-        let deletes_path = self.scratch.join(format!("deletes-{deletes_id}.parquet"));
+        let (delta_key, delta_path) = self.new_attempts_file(cluster, session, TableFile::Delta)?;
+        let (deletes_key, deletes_path) =
+            self.new_attempts_file(cluster, session, TableFile::Deletes)?;
+        let (rollup_key, rollup_path) =
+            self.new_attempts_file(cluster, session, TableFile::Rollup)?;
         let cluster_name = cluster.to_string();
         let session_name = session.to_string();
         let new_attempts: Vec<TaskAttempt> = fold.attempts.values().cloned().collect();
         let write_failures = failures.clone();
         let path = delta_path.clone();
         let superseded_path = deletes_path.clone();
+        let write_rollup_path = rollup_path.clone();
         let (rows, added, superseded) = run_blocking(move || -> Result<_, CompactError> {
             let connection = crate::tables::open_duckdb()?;
             let stored = task_attempts::read_attempts(&connection, files.files(), &filter)?;
@@ -552,6 +540,7 @@ impl Compactor {
             // exactly those rows.
             let superseded =
                 task_attempts::write_deletes(&connection, &stored.positions, &superseded_path)?;
+            let live = stored.live;
             let stored = stored.attempts;
             let stored_keys: HashSet<(Option<Id>, i32)> = stored
                 .iter()
@@ -573,6 +562,9 @@ impl Compactor {
                 &write_failures,
                 &path,
             )?;
+            if rows > 0 {
+                rollup::write_rollup(&connection, &path, &live, &write_rollup_path)?;
+            }
             Ok((rows, added, superseded))
         })
         .await?;
@@ -594,6 +586,8 @@ impl Compactor {
             } else {
                 Deletes::default()
             };
+            self.upload(&rollup_path, &rollup_key).await?;
+            written.push(rollup_key.clone());
             let bytes = self.upload(&delta_path, &delta_key).await?;
             written.push(delta_key.clone());
             next.task_attempts.deltas.push(DataFile {
@@ -601,16 +595,18 @@ impl Compactor {
                 rows,
                 bytes,
                 deletes: Some(deletes),
+                rollup: Some(rollup_key),
             });
         }
         let _ = tokio::fs::remove_file(&delta_path).await;
         let _ = tokio::fs::remove_file(&deletes_path).await;
+        let _ = tokio::fs::remove_file(&rollup_path).await;
 
         let mut rows_written = rows;
         if next.task_attempts.deltas.len() > self.settings.max_deltas {
             let base = self.merge_base(cluster, session, &next).await?;
             rows_written += base.rows;
-            written.push(next.install_base(base, now_ms()));
+            written.extend(next.install_base(base, now_ms()));
         }
         let grace = i64::try_from(self.settings.retire_grace.as_millis()).unwrap_or(i64::MAX);
         let cutoff = now_ms().saturating_sub(grace);
@@ -704,6 +700,7 @@ impl Compactor {
                     rows,
                     bytes,
                     deletes: None,
+                    rollup: None,
                 },
             );
             if let Some(old) = replaced {
@@ -764,10 +761,11 @@ impl Compactor {
             one_session: true,
             deletes,
         };
-        let id = Ulid::new();
-        let key = table_file_key(Table::TaskAttempts, cluster, session, TableFile::Base, id)?;
-        let path = self.scratch.join(format!("base-{id}.parquet"));
+        let (key, path) = self.new_attempts_file(cluster, session, TableFile::Base)?;
         let write_path = path.clone();
+        let (rollup_key, rollup_path) =
+            self.new_attempts_file(cluster, session, TableFile::Rollup)?;
+        let write_rollup_path = rollup_path.clone();
         let spill = self.scratch.join("duckdb-spill");
         let memory_limit = self.settings.memory_limit_mib;
         let rows = run_blocking(move || -> Result<u64, CompactError> {
@@ -780,13 +778,19 @@ impl Compactor {
                 setup.push_str(&format!(" SET memory_limit = '{memory}MiB';"));
             }
             connection.execute_batch(&setup).map_err(TableError::from)?;
-            Ok(task_attempts::write_newest(
+            let rows = task_attempts::write_newest(&connection, &attempts.files(), &write_path)?;
+            rollup::write_rollup(
                 &connection,
-                &attempts.files(),
                 &write_path,
-            )?)
+                &RowsByFile::new(),
+                &write_rollup_path,
+            )?;
+            Ok(rows)
         })
         .await?;
+        // The rollup first: a base is only ever installed with it.
+        self.upload(&rollup_path, &rollup_key).await?;
+        let _ = tokio::fs::remove_file(&rollup_path).await;
         let bytes = self.upload(&path, &key).await?;
         let _ = tokio::fs::remove_file(&path).await;
         Ok(DataFile {
@@ -794,6 +798,7 @@ impl Compactor {
             rows,
             bytes,
             deletes: None,
+            rollup: Some(rollup_key),
         })
     }
 
@@ -813,6 +818,25 @@ impl Compactor {
     ) -> Result<CachedFiles<Vec<PathBuf>>, CompactError> {
         let keys: Vec<ObjectKey> = keys.cloned().collect();
         Ok(self.cache.files(&keys).await?)
+    }
+
+    /// A new `task_attempts` file of this session: its key, and the scratch path it is
+    /// written to before the upload.
+    fn new_attempts_file(
+        &self,
+        cluster: &ClusterName,
+        session: &SessionName,
+        file: TableFile,
+    ) -> Result<(ObjectKey, PathBuf), CompactError> {
+        let id = Ulid::new();
+        let key = table_file_key(Table::TaskAttempts, cluster, session, file, id)?;
+        let name = key
+            .as_str()
+            .rsplit('/')
+            .next()
+            .unwrap_or_default()
+            .to_owned();
+        Ok((key, self.scratch.join(name)))
     }
 
     async fn upload(&self, path: &Path, key: &ObjectKey) -> Result<u64, CompactError> {

@@ -14,9 +14,11 @@ use serde_json::{Map, Value as Json, json};
 
 use super::json::query_as;
 use super::params::{Cursor, Params, TaskFilter};
-use super::sql::{Sql, task_conditions};
-use super::tasks::{filtered_relation, page_cursor};
+use super::rollups;
+use super::sql::{Relation, Sql, task_conditions};
+use super::tasks::{counted, page_cursor};
 use super::{QueryEngine, QueryError};
+use crate::tables::rollup::ROUNDED_DURATION;
 
 /// Upper bounds (ms, inclusive) of the duration histogram's buckets; longer is overflow.
 pub const BUCKET_BOUNDS_MS: [i64; 24] = [
@@ -33,13 +35,6 @@ const GROUPINGS: [(&str, &str); 5] = [
     ("node_id", "node_id"),
 ];
 
-/// `duration_ms` rounded up to two significant digits (below 100 ms: itself). A step of
-/// 10^(digits − 2) divides every bucket bound at or above the duration, so rounding never moves
-/// a duration across a bound.
-const ROUNDED_DURATION: &str = "CASE WHEN duration_ms < 100 THEN duration_ms \
-     ELSE CAST(ceil(duration_ms / pow(10, floor(log10(duration_ms)) - 1)) \
-     * pow(10, floor(log10(duration_ms)) - 1) AS BIGINT) END";
-
 /// One group's numbers, built from its rows of the grouped scan.
 #[derive(Debug, Default)]
 struct Group {
@@ -52,17 +47,26 @@ struct Group {
     max: Option<i64>,
 }
 
-/// One row of the grouped scan: a group's attempts of one state and rounded duration.
+/// One cell of the aggregation: a group's attempts of one state and rounded duration.
 #[derive(Debug, serde::Deserialize)]
-struct GroupRow {
-    group_key: String,
-    state: Option<String>,
-    rounded: Option<i64>,
-    n: i64,
+pub(super) struct GroupRow {
+    /// The group (`''` for none).
+    pub group_key: String,
+    /// Their state.
+    pub state: Option<String>,
+    /// Their rounded duration.
+    pub rounded: Option<i64>,
+    /// How many.
+    pub n: i64,
+    /// A type among them.
     #[serde(rename = "type")]
-    task_type: Option<String>,
-    min: Option<i64>,
-    max: Option<i64>,
+    pub task_type: Option<String>,
+    /// Shortest duration (from rollups: of the whole group).
+    #[serde(default)]
+    pub min: Option<i64>,
+    /// Longest duration (from rollups: of the whole group).
+    #[serde(default)]
+    pub max: Option<i64>,
 }
 
 impl Group {
@@ -150,29 +154,13 @@ pub(super) async fn aggregates(
         None => None,
         Some(cursor) => Some(group_position(&cursor.after)?),
     };
-    let Some(relation) = filtered_relation(engine, &filter).await? else {
+    let Some(counted) = counted(engine, &filter).await? else {
         return Ok(json!({"by": by, "groups": [], "next": null}));
     };
-
-    // Rows without an error have no error type: they are not a group of errors.
-    let mut conditions = task_conditions(&filter);
-    if column == "error_type" {
-        conditions.push(" AND error_type IS NOT NULL");
-    }
-    let mut sql = Sql::default();
-    sql.push("SELECT coalesce(")
-        .push(column)
-        .push(", '') AS group_key, state, ")
-        .push(ROUNDED_DURATION)
-        .push(" AS rounded, count(*) AS n, any_value(type) AS type, ")
-        .push("min(duration_ms) AS min, max(duration_ms) AS max FROM ")
-        .relation(&relation)
-        .push(" WHERE ")
-        .append(conditions)
-        .push(" GROUP BY ALL");
-    let rows: Vec<GroupRow> = engine
-        .run(move |connection| query_as(connection, &sql.text, &sql.params))
-        .await?;
+    let rows = match rollups::group_cells(engine, &counted, &filter, column).await? {
+        Some(rows) => rows,
+        None => scanned_cells(engine, &counted.attempts, &filter, column).await?,
+    };
 
     let mut by_key: std::collections::BTreeMap<String, Group> = Default::default();
     for row in &rows {
@@ -230,6 +218,34 @@ fn group_position(after: &[Json]) -> Result<(i64, String), QueryError> {
         return Err(invalid());
     };
     Ok((total.as_i64().ok_or_else(invalid)?, key.clone()))
+}
+
+/// The cells of the aggregation by `column`, by scanning the attempts.
+async fn scanned_cells(
+    engine: &QueryEngine,
+    relation: &Relation,
+    filter: &TaskFilter,
+    column: &'static str,
+) -> Result<Vec<GroupRow>, QueryError> {
+    // Rows without an error have no error type: they are not a group of errors.
+    let mut conditions = task_conditions(filter);
+    if column == "error_type" {
+        conditions.push(" AND error_type IS NOT NULL");
+    }
+    let mut sql = Sql::default();
+    sql.push("SELECT coalesce(")
+        .push(column)
+        .push(", '') AS group_key, state, ")
+        .push(ROUNDED_DURATION)
+        .push(" AS rounded, count(*) AS n, any_value(type) AS type, ")
+        .push("min(duration_ms) AS min, max(duration_ms) AS max FROM ")
+        .relation(relation)
+        .push(" WHERE ")
+        .append(conditions)
+        .push(" GROUP BY ALL");
+    engine
+        .run(move |connection| query_as(connection, &sql.text, &sql.params))
+        .await
 }
 
 #[cfg(test)]

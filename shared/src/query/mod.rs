@@ -23,6 +23,7 @@ pub mod json;
 mod logs;
 pub mod params;
 pub mod ray;
+mod rollups;
 pub mod snapshot;
 pub mod sql;
 mod tasks;
@@ -32,6 +33,7 @@ pub use self::aggregates::BUCKET_BOUNDS_MS;
 pub use self::logs::TaskLog;
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -154,6 +156,8 @@ pub struct QueryEngine {
     /// clone, so Parquet metadata cached by DuckDB is shared across requests.
     database: Mutex<duckdb::Connection>,
     settings: QuerySettings,
+    /// Requests answered from rollups (see [`Self::rollup_answers`]).
+    rollup_answers: AtomicU64,
 }
 
 impl QueryEngine {
@@ -198,6 +202,7 @@ impl QueryEngine {
             cache,
             database: Mutex::new(connection),
             settings,
+            rollup_answers: AtomicU64::new(0),
         })
     }
 
@@ -219,6 +224,16 @@ impl QueryEngine {
             ApiRoute::Insights => insights::insights(self, params).await,
             ApiRoute::LogFiles => self.answer_log_files(params).await,
         }
+    }
+
+    /// How many requests the summary and aggregates answered from rollups instead of
+    /// scanning, since the engine opened: how tests and `bench` know which path ran.
+    pub fn rollup_answers(&self) -> u64 {
+        self.rollup_answers.load(Ordering::Relaxed)
+    }
+
+    fn count_rollup_answer(&self) {
+        self.rollup_answers.fetch_add(1, Ordering::Relaxed);
     }
 
     fn storage(&self) -> &Arc<dyn Storage> {

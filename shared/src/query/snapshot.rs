@@ -33,6 +33,9 @@ pub struct SessionManifest {
 pub struct Snapshot {
     /// `task_attempts`.
     pub task_attempts: LocalFiles,
+    /// The rollups of every `task_attempts` file, when asked for and every file read has one
+    /// (see [`crate::tables::rollup`]); `None` to count by scanning.
+    pub rollups: Option<Vec<PathBuf>>,
     /// Entity tables: one file per session each.
     pub entities: BTreeMap<EntityKind, Vec<PathBuf>>,
     /// Keeps the files in the cache while a query may read them.
@@ -95,6 +98,8 @@ pub struct Needs {
     pub attempts: bool,
     /// One entity table.
     pub entity: Option<EntityKind>,
+    /// With `attempts`, their rollups too.
+    pub rollups: bool,
 }
 
 /// Local copies of the files `needs` names, for every session in `scope`.
@@ -117,10 +122,20 @@ pub async fn snapshot(
             let table = &manifest.task_attempts;
             for (position, file) in table.base.iter().enumerate() {
                 add(Slot::Base { ordinal, position }, &file.key);
+                if needs.rollups
+                    && let Some(key) = &file.rollup
+                {
+                    add(Slot::Rollup, key);
+                }
             }
             for (offset, file) in table.deltas.iter().enumerate() {
                 let position = table.base.len() + offset;
                 add(Slot::Delta { ordinal, position }, &file.key);
+                if needs.rollups
+                    && let Some(key) = &file.rollup
+                {
+                    add(Slot::Rollup, key);
+                }
                 if let Some(deletes) = &file.deletes
                     && let Some(key) = &deletes.key
                 {
@@ -153,6 +168,8 @@ pub async fn snapshot(
     let mut read: BTreeMap<(usize, usize), FileRead> = BTreeMap::new();
     let mut vectors: Vec<(usize, usize, u64, PathBuf)> = Vec::new();
     let mut vectors_complete = true;
+    let mut rollups = Vec::new();
+    let mut files_complete = true;
     for (slot, index) in plan {
         let present = paths.get(index).cloned().flatten();
         match (slot, present) {
@@ -181,6 +198,8 @@ pub async fn snapshot(
                 vectors.push((ordinal, position, rows, path));
             }
             (Slot::Deletes { .. }, None) => vectors_complete = false,
+            (Slot::Rollup, Some(path)) => rollups.push(path),
+            (Slot::Base { .. } | Slot::Delta { .. } | Slot::Rollup, None) => files_complete = false,
             (Slot::Entity(kind), Some(path)) => {
                 snapshot.entities.entry(kind).or_default().push(path);
             }
@@ -211,6 +230,14 @@ pub async fn snapshot(
                 })
                 .collect(),
         );
+    }
+    // Rollups count every file's rows, so they answer only when every file and rollup is here
+    // (a scan of what is left counts what is left).
+    let every_file_has_one = sessions
+        .iter()
+        .all(|session| session.manifest.task_attempts.has_rollups());
+    if needs.attempts && needs.rollups && files_complete && every_file_has_one {
+        snapshot.rollups = Some(rollups);
     }
     snapshot.pins = Some(Arc::new(fetched));
     Ok(snapshot)
@@ -253,5 +280,6 @@ enum Slot {
         position: usize,
         rows: u64,
     },
+    Rollup,
     Entity(EntityKind),
 }

@@ -133,6 +133,18 @@ impl Sql {
         self
     }
 
+    /// Appends `(?, ?, …)`, one placeholder bound to each of `values`.
+    pub fn bind_list(&mut self, values: &[String]) -> &mut Self {
+        self.push("(");
+        for (index, value) in values.iter().enumerate() {
+            if index > 0 {
+                self.push(", ");
+            }
+            self.bind(value.clone());
+        }
+        self.push(")")
+    }
+
     /// Appends a placeholder bound to `value`.
     pub fn bind(&mut self, value: impl Into<Value>) -> &mut Self {
         self.text.push('?');
@@ -206,14 +218,7 @@ pub fn task_conditions(filter: &TaskFilter) -> Sql {
         }
     }
     if !filter.states.is_empty() {
-        sql.push(" AND state IN (");
-        for (index, state) in filter.states.iter().enumerate() {
-            if index > 0 {
-                sql.push(", ");
-            }
-            sql.bind(state.clone());
-        }
-        sql.push(")");
+        sql.push(" AND state IN ").bind_list(&filter.states);
     }
     if let Some(since) = filter.since_ms {
         sql.push(" AND creation_time_ms >= ").bind(since);

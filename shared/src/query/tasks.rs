@@ -1,12 +1,17 @@
 //! `/api/clusters`, `/api/summary`, `/api/tasks` and `/api/tasks/{task_id}`.
 
+use std::path::PathBuf;
+
 use duckdb::types::Value;
 use serde_json::{Map, Value as Json, json};
 
 use super::json::{JsonRow, query_as, query_rows};
 use super::params::{Cursor, Params, Scope, TaskFilter, parse_hex};
-use super::snapshot::{Needs, session_stats};
-use super::sql::{Relation, Sql, SupersededRead, keyset_after, newest_rows, task_conditions};
+use super::rollups;
+use super::snapshot::{Needs, Snapshot, session_stats};
+use super::sql::{
+    Relation, Sql, SupersededRead, keyset_after, newest_rows, read_parquet, task_conditions,
+};
 use super::{QueryEngine, QueryError};
 use crate::tables::task_attempts::status_columns;
 
@@ -50,14 +55,61 @@ pub(super) async fn attempts_relation(
             },
         )
         .await?;
+    Ok(newest_of(&snapshot))
+}
+
+/// The newest rows of the `task_attempts` files in `snapshot`.
+fn newest_of(snapshot: &Snapshot) -> Option<Relation> {
     let files = snapshot.task_attempts.files();
     if let Some(read) = SupersededRead::of(&files) {
-        return Ok(Some(Relation::over_superseded_read(
-            read,
-            snapshot.pins.clone(),
-        )));
+        return Some(Relation::over_superseded_read(read, snapshot.pins.clone()));
     }
-    Ok(newest_rows(&files).map(|text| Relation::over_files(text, snapshot.pins.clone())))
+    newest_rows(&files).map(|text| Relation::over_files(text, snapshot.pins.clone()))
+}
+
+/// What a counting route reads: the attempts `filter` selects and, when rollups answer the
+/// filter and every file has one, the rollups.
+pub(super) struct Counted {
+    /// The attempts (as [`filtered_relation`]).
+    pub attempts: Relation,
+    /// The rollups of their files (see [`super::rollups`]).
+    pub rollups: Option<Relation>,
+}
+
+/// See [`Counted`]; `None` when no session in scope has attempts.
+pub(super) async fn counted(
+    engine: &QueryEngine,
+    filter: &TaskFilter,
+) -> Result<Option<Counted>, QueryError> {
+    let snapshot = engine
+        .snapshot(
+            &filter.scope,
+            Needs {
+                attempts: true,
+                rollups: rollups::answer(filter),
+                ..Needs::default()
+            },
+        )
+        .await?;
+    let Some(attempts) = newest_of(&snapshot) else {
+        return Ok(None);
+    };
+    let rollups = snapshot
+        .rollups
+        .as_deref()
+        .filter(|paths| !paths.is_empty())
+        .map(|paths| {
+            let paths: Vec<&std::path::Path> = paths.iter().map(PathBuf::as_path).collect();
+            Relation::over_files(read_parquet(&paths, ""), snapshot.pins.clone())
+        });
+    Ok(Some(Counted {
+        attempts: if filter.latest_attempt {
+            attempts.latest_attempts()
+        } else {
+            attempts
+        },
+        rollups,
+    }))
 }
 
 /// The attempts a task filter reads: those of its sessions, or with `latest_attempt` each
@@ -110,17 +162,41 @@ pub(super) async fn summary(
 ) -> Result<Json, QueryError> {
     let params = Params::parse(params, &TaskFilter::PARAMS)?;
     let filter = TaskFilter::from_params(&params)?;
-    let Some(relation) = filtered_relation(engine, &filter).await? else {
+    let Some(counted) = counted(engine, &filter).await? else {
         return Ok(json!({"total": 0, "by_state": {}, "first_ms": null, "last_ms": null}));
     };
+    let summary = match rollups::summary(engine, &counted, &filter).await? {
+        Some(summary) => summary,
+        None => scanned_summary(engine, &counted.attempts, &filter).await?,
+    };
+    let mut by_state = Map::new();
+    let mut total = 0_i64;
+    for (state, n) in summary.by_state {
+        total += n;
+        if let Some(state) = state {
+            by_state.insert(state, n.into());
+        }
+    }
+    Ok(json!({
+        "total": total, "by_state": by_state,
+        "first_ms": summary.first_ms, "last_ms": summary.last_ms,
+    }))
+}
+
+/// The summary by scanning the attempts.
+async fn scanned_summary(
+    engine: &QueryEngine,
+    relation: &Relation,
+    filter: &TaskFilter,
+) -> Result<rollups::Summary, QueryError> {
     let mut sql = Sql::default();
     sql.push("SELECT state, count(*) AS n, min(creation_time_ms) AS first_ms, ")
         // The maximum of each column, not of a per-row `greatest`: the same value, one pass
         // over three columns instead of an expression per row.
         .push("greatest(max(creation_time_ms), max(start_time_ms), max(end_time_ms)) AS last_ms FROM ")
-        .relation(&relation)
+        .relation(relation)
         .push(" WHERE ")
-        .append(task_conditions(&filter))
+        .append(task_conditions(filter))
         .push(" GROUP BY state ORDER BY state");
     /// One state's attempts.
     #[derive(serde::Deserialize)]
@@ -133,22 +209,11 @@ pub(super) async fn summary(
     let rows: Vec<StateCount> = engine
         .run(move |connection| query_as(connection, &sql.text, &sql.params))
         .await?;
-    let mut by_state = Map::new();
-    let mut total = 0_i64;
-    let (mut first, mut last): (Option<i64>, Option<i64>) = (None, None);
-    for row in rows {
-        total += row.n;
-        if let Some(state) = row.state {
-            by_state.insert(state, row.n.into());
-        }
-        if let Some(ms) = row.first_ms {
-            first = Some(first.map_or(ms, |first| first.min(ms)));
-        }
-        if let Some(ms) = row.last_ms {
-            last = Some(last.map_or(ms, |last| last.max(ms)));
-        }
-    }
-    Ok(json!({"total": total, "by_state": by_state, "first_ms": first, "last_ms": last}))
+    Ok(rollups::Summary {
+        first_ms: rows.iter().filter_map(|row| row.first_ms).min(),
+        last_ms: rows.iter().filter_map(|row| row.last_ms).max(),
+        by_state: rows.into_iter().map(|row| (row.state, row.n)).collect(),
+    })
 }
 
 /// The orderings of the task table.

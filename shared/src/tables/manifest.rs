@@ -25,16 +25,24 @@ pub struct DataFile {
     /// before deletion vectors existed (a session with such a delta is read by key).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deletes: Option<Deletes>,
+    /// For a `task_attempts` base or delta: its rollup (see [`crate::tables::rollup`]). `None`
+    /// on entity files and on files written before rollups existed (a session with such a
+    /// file is counted by scanning it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollup: Option<ObjectKey>,
 }
 
 impl DataFile {
-    /// The objects this file consists of: its data, and its deletion vector if it has one.
+    /// The objects this file consists of: its data, and its deletion vector and rollup if it
+    /// has them.
     pub fn keys(&self) -> impl Iterator<Item = &ObjectKey> {
-        std::iter::once(&self.key).chain(
-            self.deletes
-                .as_ref()
-                .and_then(|deletes| deletes.key.as_ref()),
-        )
+        std::iter::once(&self.key)
+            .chain(
+                self.deletes
+                    .as_ref()
+                    .and_then(|deletes| deletes.key.as_ref()),
+            )
+            .chain(self.rollup.as_ref())
     }
 }
 
@@ -71,6 +79,11 @@ impl TableFiles {
     /// key join (see [`crate::tables::newest`]).
     pub fn has_deletion_vectors(&self) -> bool {
         self.deltas.iter().all(|delta| delta.deletes.is_some())
+    }
+
+    /// True when every file has a rollup (they then add up to the table's counts).
+    pub fn has_rollups(&self) -> bool {
+        self.all().all(|file| file.rollup.is_some())
     }
 }
 
@@ -149,9 +162,9 @@ pub struct Manifest {
 
 impl Manifest {
     /// Makes `base` the session's only `task_attempts` file, retiring every file it replaces
-    /// at `now_ms`; returns its key.
-    pub fn install_base(&mut self, base: DataFile, now_ms: i64) -> ObjectKey {
-        let installed = base.key.clone();
+    /// at `now_ms`; returns its keys (data and rollup).
+    pub fn install_base(&mut self, base: DataFile, now_ms: i64) -> Vec<ObjectKey> {
+        let installed = base.keys().cloned().collect();
         let replaced: Vec<RetiredFile> = self
             .task_attempts
             .all()

@@ -7,6 +7,7 @@ pub mod catalog;
 pub mod entities;
 pub mod manifest;
 pub mod newest;
+pub mod rollup;
 pub mod task_attempts;
 
 /// An in-memory DuckDB with nothing downloaded or auto-loaded: the one way compaction and

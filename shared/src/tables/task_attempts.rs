@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use duckdb::{Connection, params};
 
 use super::newest::{TableFiles, path_literal};
+use super::rollup::RowsByFile;
 
 use crate::event::common::{Language, TaskStatus, TaskType};
 use crate::event::encoding::Id;
@@ -362,21 +363,32 @@ pub fn read_attempts(
                     FROM read_parquet([{files}], hive_partitioning = false,
                                       file_row_number = true)),
               k AS (SELECT task_id, attempt_number FROM wanted_keys {unfinished})
-         SELECT file_index, file_row_number FROM t
+         SELECT file_index, file_row_number,
+                file_index = max(file_index) OVER (PARTITION BY task_id, attempt_number) AS live
+         FROM t
          WHERE EXISTS (SELECT 1 FROM k
                        WHERE k.task_id = t.task_id AND k.attempt_number = t.attempt_number)
          ORDER BY file_index, file_row_number",
         files = list.join(", ")
     );
     let mut rows_by_file: BTreeMap<usize, Vec<i64>> = BTreeMap::new();
+    let mut live_by_file: BTreeMap<usize, Vec<i64>> = BTreeMap::new();
     {
         let mut statement = connection.prepare(&locate)?;
-        let located =
-            statement.query_map([], |row| Ok((row.get::<_, i64>(0)?, row.get::<_, i64>(1)?)))?;
+        let located = statement.query_map([], |row| {
+            Ok((
+                row.get::<_, i64>(0)?,
+                row.get::<_, i64>(1)?,
+                row.get::<_, bool>(2)?,
+            ))
+        })?;
         for row in located {
-            let (file, number) = row?;
+            let (file, number, live) = row?;
             let file = usize::try_from(file).map_err(|err| TableError::Corrupt(err.to_string()))?;
             rows_by_file.entry(file).or_default().push(number);
+            if live {
+                live_by_file.entry(file).or_default().push(number);
+            }
         }
     }
     let columns: Vec<&str> = COLUMNS.iter().map(|(column, _)| *column).collect();
@@ -402,6 +414,11 @@ pub fn read_attempts(
             .positions
             .extend(numbers.iter().map(|&number| (*index as i64, number)));
     }
+    for (index, numbers) in live_by_file {
+        if let Some(file) = files.get(index) {
+            stored.live.push((file.clone(), numbers));
+        }
+    }
     Ok(stored)
 }
 
@@ -413,6 +430,9 @@ pub struct StoredRows {
     /// Those versions' `(file index, row number)`: the rows a delta holding the attempts'
     /// merges supersedes.
     pub positions: Vec<(i64, i64)>,
+    /// The versions among them that were live (each attempt's newest, the others being
+    /// superseded already): what the delta's rollup subtracts.
+    pub live: RowsByFile,
 }
 
 /// Writes the deletion vector of a delta: the `(file, row)` positions it supersedes, sorted,
