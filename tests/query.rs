@@ -1087,6 +1087,25 @@ async fn rollups_count_what_a_scan_counts() -> anyhow::Result<()> {
         engine.rollup_answers(),
         requests.len() + 1
     );
+    // Rollups are read without the attempts files (a cold Lambda would download the whole
+    // base for nothing).
+    let cache = shared::storage::FileCache::new(Arc::clone(&storage), dir.path().join("c"), 4);
+    let rolled_only = shared::query::snapshot::snapshot(
+        &storage,
+        &cache,
+        &shared::query::params::Scope::default(),
+        shared::query::snapshot::Needs {
+            rollups: true,
+            ..Default::default()
+        },
+    )
+    .await?;
+    ensure!(
+        rolled_only.rollups.as_ref().map(Vec::len) == Some(rollups)
+            && rolled_only.task_attempts.base.is_empty()
+            && rolled_only.task_attempts.deltas.is_empty(),
+        "a snapshot for rollups fetches them and nothing else"
+    );
 
     rewrite_manifests(&*storage, |manifest| {
         for file in manifest

@@ -16,7 +16,7 @@ use super::json::query_as;
 use super::params::{Cursor, Params, TaskFilter};
 use super::rollups;
 use super::sql::{Relation, Sql, task_conditions};
-use super::tasks::{counted, page_cursor};
+use super::tasks::{Counted, counted, page_cursor};
 use super::{QueryEngine, QueryError};
 use crate::tables::rollup::ROUNDED_DURATION;
 
@@ -154,12 +154,14 @@ pub(super) async fn aggregates(
         None => None,
         Some(cursor) => Some(group_position(&cursor.after)?),
     };
-    let Some(counted) = counted(engine, &filter).await? else {
-        return Ok(json!({"by": by, "groups": [], "next": null}));
-    };
-    let rows = match rollups::group_cells(engine, &counted, &filter, column).await? {
-        Some(rows) => rows,
-        None => scanned_cells(engine, &counted.attempts, &filter, column).await?,
+    let rows = match counted(engine, &filter, Some(column)).await? {
+        None => return Ok(json!({"by": by, "groups": [], "next": null})),
+        Some(Counted::Rollups(rollups)) => {
+            rollups::group_cells(engine, &rollups, &filter, column).await?
+        }
+        Some(Counted::Attempts(attempts)) => {
+            scanned_cells(engine, &attempts, &filter, column).await?
+        }
     };
 
     let mut by_key: std::collections::BTreeMap<String, Group> = Default::default();

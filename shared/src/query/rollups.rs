@@ -12,12 +12,13 @@ use super::aggregates::GroupRow;
 use super::json::query_as;
 use super::params::TaskFilter;
 use super::sql::{Relation, Sql, task_conditions};
-use super::tasks::Counted;
+use super::tasks::filtered_relation;
 use super::{QueryEngine, QueryError};
 use crate::tables::rollup::{GROUPINGS, TOTALS};
 
-/// True when rollups keep apart everything `filter` selects by.
-pub(super) fn answer(filter: &TaskFilter) -> bool {
+/// True when rollups keep apart everything `filter` selects by, and `grouping` (a column)
+/// if there is one.
+pub(super) fn answer(filter: &TaskFilter, grouping: Option<&str>) -> bool {
     let TaskFilter {
         scope: _,
         job_id: _,
@@ -41,7 +42,8 @@ pub(super) fn answer(filter: &TaskFilter) -> bool {
         min_wait_ms,
         latest_attempt,
     } = filter;
-    name.is_none()
+    grouping.is_none_or(|column| GROUPINGS.contains(&column))
+        && name.is_none()
         && func_or_class_name.is_none()
         && error_type.is_none()
         && node_id.is_none()
@@ -146,15 +148,12 @@ pub(super) struct Summary {
     pub last_ms: Option<i64>,
 }
 
-/// The summary from rollups, or `None` when they do not answer `filter`'s sessions.
+/// The summary from `rollups` (see [`super::tasks::counted`]).
 pub(super) async fn summary(
     engine: &QueryEngine,
-    counted: &Counted,
+    rollups: &Relation,
     filter: &TaskFilter,
-) -> Result<Option<Summary>, QueryError> {
-    let Some(rollups) = &counted.rollups else {
-        return Ok(None);
-    };
+) -> Result<Summary, QueryError> {
     let rows = rows_of(rollups, TOTALS, filter);
     let mut counts = Sql::default();
     counts
@@ -186,32 +185,26 @@ pub(super) async fn summary(
             known(ends.last_ms, ends.last_ms_live),
         ) {
             (Ok(first_ms), Ok(last_ms)) => (first_ms, last_ms),
-            _ => scanned_span(engine, counted, filter).await?,
+            _ => scanned_span(engine, filter).await?,
         },
     };
     engine.count_rollup_answer();
-    Ok(Some(Summary {
+    Ok(Summary {
         by_state: states.into_iter().map(|row| (row.state, row.n)).collect(),
         first_ms,
         last_ms,
-    }))
+    })
 }
 
-/// The cells of the aggregation by `column` from rollups, each carrying its group's shortest
-/// and longest duration, or `None` when rollups do not answer `filter`'s sessions.
+/// The cells of the aggregation by `column` (one of [`GROUPINGS`]) from `rollups` (see
+/// [`super::tasks::counted`]), each carrying its group's shortest and longest duration.
 pub(super) async fn group_cells(
     engine: &QueryEngine,
-    counted: &Counted,
+    rollups: &Relation,
     filter: &TaskFilter,
     column: &'static str,
-) -> Result<Option<Vec<GroupRow>>, QueryError> {
-    let Some(rollups) = &counted.rollups else {
-        return Ok(None);
-    };
-    let Some(grouping) = GROUPINGS.iter().copied().find(|name| *name == column) else {
-        return Ok(None);
-    };
-    let mut rows = rows_of(rollups, grouping, filter);
+) -> Result<Vec<GroupRow>, QueryError> {
+    let mut rows = rows_of(rollups, column, filter);
     // Rows without an error have no error type: they are not a group of errors.
     if column == "error_type" {
         let mut narrowed = Sql::default();
@@ -256,29 +249,31 @@ pub(super) async fn group_cells(
         }
     }
     if !unknown.is_empty() {
-        by_group.extend(scanned_durations(engine, counted, filter, column, unknown).await?);
+        by_group.extend(scanned_durations(engine, filter, column, unknown).await?);
     }
     for cell in &mut cells {
         (cell.min, cell.max) = by_group.get(&cell.group_key).copied().unwrap_or_default();
     }
     engine.count_rollup_answer();
-    Ok(Some(cells))
+    Ok(cells)
 }
 
 /// The earliest creation and latest time of the attempts `filter` selects, by a scan of
 /// those columns: for when every version at a rolled-up extreme was superseded.
 async fn scanned_span(
     engine: &QueryEngine,
-    counted: &Counted,
     filter: &TaskFilter,
 ) -> Result<(Option<i64>, Option<i64>), QueryError> {
     tracing::info!("every version at a time extreme was superseded; scanning for it");
+    let Some(attempts) = filtered_relation(engine, filter).await? else {
+        return Ok((None, None));
+    };
     let mut sql = Sql::default();
     sql.push(
         "SELECT min(creation_time_ms) AS first_ms, \
          greatest(max(creation_time_ms), max(start_time_ms), max(end_time_ms)) AS last_ms FROM ",
     )
-    .relation(&counted.attempts)
+    .relation(&attempts)
     .push(" WHERE ")
     .append(task_conditions(filter));
     /// The span.
@@ -299,7 +294,6 @@ async fn scanned_span(
 /// selects, by a scan: for groups where every version at a rolled-up extreme was superseded.
 async fn scanned_durations(
     engine: &QueryEngine,
-    counted: &Counted,
     filter: &TaskFilter,
     column: &'static str,
     groups: Vec<String>,
@@ -308,11 +302,14 @@ async fn scanned_durations(
         groups = groups.len(),
         "every version at a duration extreme was superseded; scanning for it"
     );
+    let Some(attempts) = filtered_relation(engine, filter).await? else {
+        return Ok(Vec::new());
+    };
     let mut sql = Sql::default();
     sql.push("SELECT coalesce(")
         .push(column)
         .push(", '') AS group_key, min(duration_ms) AS min, max(duration_ms) AS max FROM ")
-        .relation(&counted.attempts)
+        .relation(&attempts)
         .push(" WHERE ")
         .append(task_conditions(filter));
     if column == "error_type" {

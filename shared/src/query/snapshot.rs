@@ -33,8 +33,8 @@ pub struct SessionManifest {
 pub struct Snapshot {
     /// `task_attempts`.
     pub task_attempts: LocalFiles,
-    /// The rollups of every `task_attempts` file, when asked for and every file read has one
-    /// (see [`crate::tables::rollup`]); `None` to count by scanning.
+    /// The rollups of every `task_attempts` file in scope, when asked for and every file has
+    /// one (see [`crate::tables::rollup`]); `None` to count by scanning.
     pub rollups: Option<Vec<PathBuf>>,
     /// Entity tables: one file per session each.
     pub entities: BTreeMap<EntityKind, Vec<PathBuf>>,
@@ -98,7 +98,7 @@ pub struct Needs {
     pub attempts: bool,
     /// One entity table.
     pub entity: Option<EntityKind>,
-    /// With `attempts`, their rollups too.
+    /// The rollups of `task_attempts` (see [`Snapshot::rollups`]).
     pub rollups: bool,
 }
 
@@ -118,24 +118,19 @@ pub async fn snapshot(
     };
     for (ordinal, session) in sessions.iter().enumerate() {
         let manifest = &session.manifest;
+        let table = &manifest.task_attempts;
+        if needs.rollups {
+            for key in table.all().filter_map(|file| file.rollup.as_ref()) {
+                add(Slot::Rollup, key);
+            }
+        }
         if needs.attempts {
-            let table = &manifest.task_attempts;
             for (position, file) in table.base.iter().enumerate() {
                 add(Slot::Base { ordinal, position }, &file.key);
-                if needs.rollups
-                    && let Some(key) = &file.rollup
-                {
-                    add(Slot::Rollup, key);
-                }
             }
             for (offset, file) in table.deltas.iter().enumerate() {
                 let position = table.base.len() + offset;
                 add(Slot::Delta { ordinal, position }, &file.key);
-                if needs.rollups
-                    && let Some(key) = &file.rollup
-                {
-                    add(Slot::Rollup, key);
-                }
                 if let Some(deletes) = &file.deletes
                     && let Some(key) = &deletes.key
                 {
@@ -169,7 +164,7 @@ pub async fn snapshot(
     let mut vectors: Vec<(usize, usize, u64, PathBuf)> = Vec::new();
     let mut vectors_complete = true;
     let mut rollups = Vec::new();
-    let mut files_complete = true;
+    let mut rollups_complete = true;
     for (slot, index) in plan {
         let present = paths.get(index).cloned().flatten();
         match (slot, present) {
@@ -199,7 +194,7 @@ pub async fn snapshot(
             }
             (Slot::Deletes { .. }, None) => vectors_complete = false,
             (Slot::Rollup, Some(path)) => rollups.push(path),
-            (Slot::Base { .. } | Slot::Delta { .. } | Slot::Rollup, None) => files_complete = false,
+            (Slot::Rollup, None) => rollups_complete = false,
             (Slot::Entity(kind), Some(path)) => {
                 snapshot.entities.entry(kind).or_default().push(path);
             }
@@ -231,12 +226,11 @@ pub async fn snapshot(
                 .collect(),
         );
     }
-    // Rollups count every file's rows, so they answer only when every file and rollup is here
-    // (a scan of what is left counts what is left).
+    // Rollups add up to a session's counts only when every file has one, and all are here.
     let every_file_has_one = sessions
         .iter()
         .all(|session| session.manifest.task_attempts.has_rollups());
-    if needs.attempts && needs.rollups && files_complete && every_file_has_one {
+    if needs.rollups && rollups_complete && every_file_has_one {
         snapshot.rollups = Some(rollups);
     }
     snapshot.pins = Some(Arc::new(fetched));

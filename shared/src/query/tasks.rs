@@ -67,49 +67,47 @@ fn newest_of(snapshot: &Snapshot) -> Option<Relation> {
     newest_rows(&files).map(|text| Relation::over_files(text, snapshot.pins.clone()))
 }
 
-/// What a counting route reads: the attempts `filter` selects and, when rollups answer the
-/// filter and every file has one, the rollups.
-pub(super) struct Counted {
+/// What a counting route reads for `filter`: the rollups of its files when they answer it,
+/// else the attempts themselves.
+pub(super) enum Counted {
+    /// The rollups (see [`super::rollups`]); the attempts files are not even fetched.
+    Rollups(Relation),
     /// The attempts (as [`filtered_relation`]).
-    pub attempts: Relation,
-    /// The rollups of their files (see [`super::rollups`]).
-    pub rollups: Option<Relation>,
+    Attempts(Relation),
 }
 
-/// See [`Counted`]; `None` when no session in scope has attempts.
+/// See [`Counted`]: rollups when they keep apart what `filter` selects by and what the route
+/// groups by (`grouping`, a column, if any); `None` when no session in scope has attempts.
 pub(super) async fn counted(
     engine: &QueryEngine,
     filter: &TaskFilter,
+    grouping: Option<&str>,
 ) -> Result<Option<Counted>, QueryError> {
-    let snapshot = engine
-        .snapshot(
-            &filter.scope,
-            Needs {
-                attempts: true,
-                rollups: rollups::answer(filter),
-                ..Needs::default()
-            },
-        )
-        .await?;
-    let Some(attempts) = newest_of(&snapshot) else {
-        return Ok(None);
-    };
-    let rollups = snapshot
-        .rollups
-        .as_deref()
-        .filter(|paths| !paths.is_empty())
-        .map(|paths| {
+    if rollups::answer(filter, grouping) {
+        let snapshot = engine
+            .snapshot(
+                &filter.scope,
+                Needs {
+                    rollups: true,
+                    ..Needs::default()
+                },
+            )
+            .await?;
+        if let Some(paths) = snapshot
+            .rollups
+            .as_deref()
+            .filter(|paths| !paths.is_empty())
+        {
             let paths: Vec<&std::path::Path> = paths.iter().map(PathBuf::as_path).collect();
-            Relation::over_files(read_parquet(&paths, ""), snapshot.pins.clone())
-        });
-    Ok(Some(Counted {
-        attempts: if filter.latest_attempt {
-            attempts.latest_attempts()
-        } else {
-            attempts
-        },
-        rollups,
-    }))
+            return Ok(Some(Counted::Rollups(Relation::over_files(
+                read_parquet(&paths, ""),
+                snapshot.pins.clone(),
+            ))));
+        }
+    }
+    Ok(filtered_relation(engine, filter)
+        .await?
+        .map(Counted::Attempts))
 }
 
 /// The attempts a task filter reads: those of its sessions, or with `latest_attempt` each
@@ -162,12 +160,10 @@ pub(super) async fn summary(
 ) -> Result<Json, QueryError> {
     let params = Params::parse(params, &TaskFilter::PARAMS)?;
     let filter = TaskFilter::from_params(&params)?;
-    let Some(counted) = counted(engine, &filter).await? else {
-        return Ok(json!({"total": 0, "by_state": {}, "first_ms": null, "last_ms": null}));
-    };
-    let summary = match rollups::summary(engine, &counted, &filter).await? {
-        Some(summary) => summary,
-        None => scanned_summary(engine, &counted.attempts, &filter).await?,
+    let summary = match counted(engine, &filter, None).await? {
+        None => return Ok(json!({"total": 0, "by_state": {}, "first_ms": null, "last_ms": null})),
+        Some(Counted::Rollups(rollups)) => rollups::summary(engine, &rollups, &filter).await?,
+        Some(Counted::Attempts(attempts)) => scanned_summary(engine, &attempts, &filter).await?,
     };
     let mut by_state = Map::new();
     let mut total = 0_i64;
