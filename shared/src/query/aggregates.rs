@@ -1,7 +1,8 @@
 //! `/api/aggregates?by=…`: per group, counts by state and the duration distribution.
 //!
 //! One scan groups the rows by (group, state, duration rounded *up* to two significant digits)
-//! and counts them; everything else is computed from that small result. Rounding up keeps the
+//! and counts them (or the rollups hold those counts already, see `super::rollups`);
+//! everything else is computed from that small result. Rounding up keeps the
 //! histogram exact: its buckets are a fixed 1-2-5 series of inclusive upper bounds (1 ms …
 //! 50 000 s, then overflow), each a multiple of the rounding step of every duration below it,
 //! so a rounded duration is within a bound exactly when the duration is. Percentiles come from
@@ -18,21 +19,12 @@ use super::rollups;
 use super::sql::{Relation, Sql, task_conditions};
 use super::tasks::{Counted, counted, page_cursor};
 use super::{QueryEngine, QueryError};
-use crate::tables::rollup::ROUNDED_DURATION;
+use crate::tables::rollup::{GROUPINGS, ROUNDED_DURATION};
 
 /// Upper bounds (ms, inclusive) of the duration histogram's buckets; longer is overflow.
 pub const BUCKET_BOUNDS_MS: [i64; 24] = [
     1, 2, 5, 10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000, 20_000, 50_000, 100_000,
     200_000, 500_000, 1_000_000, 2_000_000, 5_000_000, 10_000_000, 20_000_000, 50_000_000,
-];
-
-/// The groupings offered: request value → column.
-const GROUPINGS: [(&str, &str); 5] = [
-    ("name", "name"),
-    ("func_or_class_name", "func_or_class_name"),
-    ("error_type", "error_type"),
-    ("job_id", "job_id"),
-    ("node_id", "node_id"),
 ];
 
 /// One group's numbers, built from its rows of the grouped scan.
@@ -141,21 +133,17 @@ pub(super) async fn aggregates(
     let mut allowed = TaskFilter::PARAMS.to_vec();
     allowed.extend(["by", "limit", "cursor"]);
     let params = Params::parse(params, &allowed)?;
-    let names: Vec<&str> = GROUPINGS.iter().map(|(name, _)| *name).collect();
-    let by = params.choice("by", &names, "name")?;
-    let column = GROUPINGS
-        .iter()
-        .find(|(name, _)| *name == by)
-        .map_or("name", |(_, column)| *column);
+    // The groupings offered are the columns rollups group by, named as they are.
+    let column = params.choice("by", &GROUPINGS, "name")?;
     let filter = TaskFilter::from_params(&params)?;
     let limit = params.limit()?;
-    let kind = format!("aggregates:{by}");
+    let kind = format!("aggregates:{column}");
     let after = match params.cursor(&kind)? {
         None => None,
         Some(cursor) => Some(group_position(&cursor.after)?),
     };
     let rows = match counted(engine, &filter, Some(column)).await? {
-        None => return Ok(json!({"by": by, "groups": [], "next": null})),
+        None => return Ok(json!({"by": column, "groups": [], "next": null})),
         Some(Counted::Rollups(rollups)) => {
             rollups::group_cells(engine, &rollups, &filter, column).await?
         }
@@ -210,7 +198,7 @@ pub(super) async fn aggregates(
     for group in &mut page {
         group.remove("group_key");
     }
-    Ok(json!({"by": by, "groups": page, "next": next}))
+    Ok(json!({"by": column, "groups": page, "next": next}))
 }
 
 /// A group cursor's values, checked: `[total, group key]`.

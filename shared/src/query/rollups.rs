@@ -11,8 +11,8 @@ use serde::Deserialize;
 use super::aggregates::GroupRow;
 use super::json::query_as;
 use super::params::TaskFilter;
-use super::sql::{Relation, Sql, task_conditions};
-use super::tasks::filtered_relation;
+use super::sql::{Relation, Sql, kind_conditions, task_conditions};
+use super::tasks::{Summary, filtered_relation};
 use super::{QueryEngine, QueryError};
 use crate::tables::rollup::{GROUPINGS, TOTALS};
 
@@ -67,23 +67,9 @@ fn rows_of(rollups: &Relation, grouping: &'static str, filter: &TaskFilter) -> S
         .relation(rollups)
         .push(" WHERE grouping = '")
         .push(grouping)
-        .push("'");
-    if let Some(job) = &filter.job_id {
-        sql.push(" AND job_id = ").bind(job.clone());
-    }
-    if !filter.states.is_empty() {
-        sql.push(" AND state IN ").bind_list(&filter.states);
-    }
-    if let Some(task_type) = &filter.task_type {
-        sql.push(" AND type = ").bind(task_type.clone());
-    }
-    if !filter.include_drivers {
-        sql.push(" AND type IS DISTINCT FROM 'DRIVER_TASK'");
-    }
-    if !filter.include_incomplete {
-        sql.push(" AND complete");
-    }
-    sql.push(")");
+        .push("'")
+        .append(kind_conditions(filter, "complete"))
+        .push(")");
     sql
 }
 
@@ -136,16 +122,6 @@ fn known(value: Option<i64>, live: Option<i64>) -> Result<Option<i64>, ()> {
         Some(value) if live.unwrap_or(0) > 0 => Ok(Some(value)),
         Some(_) => Err(()),
     }
-}
-
-/// The summary's numbers: attempts by state, first and last time.
-pub(super) struct Summary {
-    /// (state, attempts), states with none left out.
-    pub by_state: Vec<(Option<String>, i64)>,
-    /// Earliest creation time.
-    pub first_ms: Option<i64>,
-    /// Latest time of any attempt.
-    pub last_ms: Option<i64>,
 }
 
 /// The summary from `rollups` (see [`super::tasks::counted`]).

@@ -189,20 +189,41 @@ pub const ERROR_FINGERPRINT: &str = "substr(md5(regexp_replace(regexp_replace(\
 /// Milliseconds an attempt waited from submission to running.
 pub const WAIT_MS: &str = "(start_time_ms - creation_time_ms)";
 
+/// The conditions of `filter` on what rollups keep apart too (see `query::rollups`), each
+/// starting with ` AND `: job, states, type, drivers, and whether the definition was exported
+/// (`exported`, the expression that says so where they are read).
+pub fn kind_conditions(filter: &TaskFilter, exported: &'static str) -> Sql {
+    let mut sql = Sql::default();
+    if let Some(job) = &filter.job_id {
+        sql.push(" AND job_id = ").bind(job.clone());
+    }
+    if !filter.states.is_empty() {
+        sql.push(" AND state IN ").bind_list(&filter.states);
+    }
+    if let Some(task_type) = &filter.task_type {
+        sql.push(" AND type = ").bind(task_type.clone());
+    }
+    if !filter.include_drivers {
+        sql.push(" AND type IS DISTINCT FROM 'DRIVER_TASK'");
+    }
+    if !filter.include_incomplete {
+        sql.push(" AND ").push(exported);
+    }
+    sql
+}
+
 /// `WHERE` conditions (joined by `AND`, starting with `TRUE`) for `filter` over `task_attempts`.
 pub fn task_conditions(filter: &TaskFilter) -> Sql {
     let mut sql = Sql::default();
     sql.push("TRUE");
-    let exact: [(&str, &Option<String>); 11] = [
+    let exact: [(&str, &Option<String>); 9] = [
         (
             "cluster",
             &filter.scope.cluster.as_ref().map(|c| c.to_string()),
         ),
         ("session_name", &filter.scope.session),
-        ("job_id", &filter.job_id),
         ("name", &filter.name),
         ("func_or_class_name", &filter.func_or_class_name),
-        ("type", &filter.task_type),
         ("error_type", &filter.error_type),
         ("node_id", &filter.node_id),
         ("worker_id", &filter.worker_id),
@@ -217,9 +238,7 @@ pub fn task_conditions(filter: &TaskFilter) -> Sql {
                 .bind(value.clone());
         }
     }
-    if !filter.states.is_empty() {
-        sql.push(" AND state IN ").bind_list(&filter.states);
-    }
+    sql.append(kind_conditions(filter, "definition_at IS NOT NULL"));
     if let Some(since) = filter.since_ms {
         sql.push(" AND creation_time_ms >= ").bind(since);
     }
@@ -240,12 +259,6 @@ pub fn task_conditions(filter: &TaskFilter) -> Sql {
     }
     if let Some(wait) = filter.min_wait_ms {
         sql.push(" AND ").push(WAIT_MS).push(" >= ").bind(wait);
-    }
-    if !filter.include_drivers {
-        sql.push(" AND type IS DISTINCT FROM 'DRIVER_TASK'");
-    }
-    if !filter.include_incomplete {
-        sql.push(" AND definition_at IS NOT NULL");
     }
     if let Some(search) = &filter.search {
         let needle = search.to_lowercase();

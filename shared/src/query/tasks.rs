@@ -179,12 +179,22 @@ pub(super) async fn summary(
     }))
 }
 
+/// The summary's numbers: attempts by state, first and last time.
+pub(super) struct Summary {
+    /// (state, attempts), states with none left out.
+    pub by_state: Vec<(Option<String>, i64)>,
+    /// Earliest creation time.
+    pub first_ms: Option<i64>,
+    /// Latest time of any attempt.
+    pub last_ms: Option<i64>,
+}
+
 /// The summary by scanning the attempts.
 async fn scanned_summary(
     engine: &QueryEngine,
     relation: &Relation,
     filter: &TaskFilter,
-) -> Result<rollups::Summary, QueryError> {
+) -> Result<Summary, QueryError> {
     let mut sql = Sql::default();
     sql.push("SELECT state, count(*) AS n, min(creation_time_ms) AS first_ms, ")
         // The maximum of each column, not of a per-row `greatest`: the same value, one pass
@@ -205,7 +215,7 @@ async fn scanned_summary(
     let rows: Vec<StateCount> = engine
         .run(move |connection| query_as(connection, &sql.text, &sql.params))
         .await?;
-    Ok(rollups::Summary {
+    Ok(Summary {
         first_ms: rows.iter().filter_map(|row| row.first_ms).min(),
         last_ms: rows.iter().filter_map(|row| row.last_ms).max(),
         by_state: rows.into_iter().map(|row| (row.state, row.n)).collect(),

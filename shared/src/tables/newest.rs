@@ -30,6 +30,26 @@ pub fn read_parquet(paths: &[&Path], extra: &str) -> String {
     )
 }
 
+/// Row numbers named in one statement of [`rows_at`] (the SQL stays small).
+const ROW_NUMBERS_PER_READ: usize = 4096;
+
+/// Statements selecting `columns` of the rows at `numbers` in the Parquet file at `path`, a
+/// few thousand numbers each: literal row numbers let the reader skip row groups that hold
+/// none of them.
+pub fn rows_at(path: &Path, numbers: &[i64], columns: &str) -> Vec<String> {
+    numbers
+        .chunks(ROW_NUMBERS_PER_READ)
+        .map(|chunk| {
+            let numbers: Vec<String> = chunk.iter().map(i64::to_string).collect();
+            format!(
+                "SELECT {columns} FROM {} WHERE file_row_number IN ({})",
+                read_parquet(&[path], ", file_row_number = true"),
+                numbers.join(", ")
+            )
+        })
+        .collect()
+}
+
 /// The files of one table as a reader sees them.
 #[derive(Clone, Debug, Default)]
 pub struct TableFiles<'a> {

@@ -18,14 +18,14 @@
 //! cell's smallest (or above its largest), and the rows holding an extreme *now* are those
 //! counted at it by plus rows less those counted by minus rows. When none are left (every
 //! version holding the extreme was replaced by one with other values, say a synthesized
-//! failure later reported for real) the reader cannot tell the next one and scans instead
+//! failure later reported for real) the reader cannot tell the next one and scans for it
 //! (see `query::rollups`).
 
 use std::path::{Path, PathBuf};
 
 use duckdb::Connection;
 
-use super::newest::path_literal;
+use super::newest::{path_literal, rows_at};
 use super::task_attempts::TableError;
 
 /// The columns a rollup groups by, one grouping set each: `/api/aggregates`' groupings.
@@ -81,9 +81,6 @@ const CELL: [&str; 7] = [
     "sign",
 ];
 
-/// Row numbers named in one read of superseded rows (the SQL stays small).
-const ROW_NUMBERS_PER_READ: usize = 4096;
-
 /// Stored rows, by file: a file's path and row numbers in it.
 pub type RowsByFile = Vec<(PathBuf, Vec<i64>)>;
 
@@ -103,16 +100,8 @@ pub fn write_rollup(
         file = path_literal(file)
     ))?;
     for (stored, numbers) in superseded {
-        // Literal row numbers let the reader skip row groups that hold none of them.
-        for chunk in numbers.chunks(ROW_NUMBERS_PER_READ) {
-            let numbers: Vec<String> = chunk.iter().map(i64::to_string).collect();
-            connection.execute_batch(&format!(
-                "INSERT INTO rollup_minus SELECT {SOURCE}
-                 FROM read_parquet({stored}, file_row_number = true)
-                 WHERE file_row_number IN ({numbers})",
-                stored = path_literal(stored),
-                numbers = numbers.join(", "),
-            ))?;
+        for select in rows_at(stored, numbers, SOURCE) {
+            connection.execute_batch(&format!("INSERT INTO rollup_minus {select}"))?;
         }
     }
     let same: Vec<String> = ROLLED_UP

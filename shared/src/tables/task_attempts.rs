@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use duckdb::{Connection, params};
 
-use super::newest::{TableFiles, path_literal};
+use super::newest::{TableFiles, path_literal, rows_at};
 use super::rollup::RowsByFile;
 
 use crate::event::common::{Language, TaskStatus, TaskType};
@@ -120,9 +120,6 @@ const SORT_ORDER: &str = "job_id, creation_time_ms, task_id, attempt_number";
 /// How files are written.
 const PARQUET_OPTIONS: &str =
     "FORMAT parquet, COMPRESSION zstd, PARQUET_VERSION V2, ROW_GROUP_SIZE 122880";
-
-/// Row numbers named in one read of stored rows (the SQL stays small).
-const ROW_NUMBERS_PER_READ: usize = 4096;
 
 /// Why the table could not be written or read.
 #[derive(Debug, thiserror::Error)]
@@ -397,17 +394,7 @@ pub fn read_attempts(
         let Some(file) = files.get(*index) else {
             return Err(TableError::Corrupt(format!("no file number {index}")));
         };
-        // Literal row numbers let the reader skip row groups that hold none of them.
-        for chunk in numbers.chunks(ROW_NUMBERS_PER_READ) {
-            let numbers: Vec<String> = chunk.iter().map(i64::to_string).collect();
-            let sql = format!(
-                "SELECT {columns} FROM read_parquet([{file}], hive_partitioning = false,
-                                                    file_row_number = true)
-                 WHERE file_row_number IN ({numbers})",
-                columns = columns.join(", "),
-                file = path_literal(file),
-                numbers = numbers.join(", "),
-            );
+        for sql in rows_at(file, numbers, &columns.join(", ")) {
             stored.attempts.extend(query_attempts(connection, &sql)?);
         }
         stored
