@@ -10,6 +10,7 @@ use afterglow_tests::api::{Api, percent_encoded, serve_locally};
 use afterglow_tests::ray::{LOSSY_RUN, ray_millis};
 use anyhow::{Context as _, ensure};
 use serde_json::Value as Json;
+use shared::tables::rollup::{round_up, rounding_bound};
 
 /// A task attempt: its id and attempt number.
 type AttemptKey = (String, i64);
@@ -88,13 +89,20 @@ async fn listed(api: &Api, finding: &Json) -> anyhow::Result<BTreeSet<AttemptKey
         .collect()
 }
 
-/// The lower median, as DuckDB's `quantile_disc(…, 0.5)` picks it.
+/// The lower median (as DuckDB's `quantile_disc(…, 0.5)` picks it), rounded up to two
+/// significant digits as insights report it.
 fn median(mut values: Vec<i64>) -> anyhow::Result<i64> {
     values.sort_unstable();
     values
         .get((values.len().max(1) - 1) / 2)
-        .copied()
+        .map(|median| round_up(*median))
         .context("no values")
+}
+
+/// Where insights start counting a measure `factor` times `median` and `extra` above it:
+/// the first value at or above both at which rounded values split.
+fn threshold(median: i64, factor: i64, extra: i64) -> i64 {
+    rounding_bound((factor * median).max(median + extra))
 }
 
 /// Failed attempts in Ray's list whose error message contains `text`.
@@ -249,13 +257,13 @@ async fn each_detector_finds_the_problem_planted_in_a_real_run() -> anyhow::Resu
         "findings {kinds:?}, expected {expected_kinds:?}: {findings:#?}"
     );
 
-    // Stragglers: `steady` attempts that ran 3x the median and 1 s longer, by Ray's times; the
-    // two planted 3 s calls among them.
+    // Stragglers: `steady` attempts that ran 3x the median and 1 s longer (rounded as
+    // insights round), by Ray's times; the two planted 3 s calls among them.
     let steady: Vec<&RayAttempt> = ray.iter().filter(|a| a.function == "steady").collect();
     let p50 = median(steady.iter().filter_map(|a| a.ran_ms()).collect())?;
     let slow = keys_where(steady.iter().copied(), |a| {
         a.ran_ms()
-            .is_some_and(|ran| ran >= (3 * p50).max(p50 + 1_000))
+            .is_some_and(|ran| ran >= threshold(p50, 3, 1_000))
     });
     let planted_slow = steady
         .iter()
@@ -315,7 +323,7 @@ async fn each_detector_finds_the_problem_planted_in_a_real_run() -> anyhow::Resu
     let waits = median(ray.iter().filter_map(RayAttempt::waited_ms).collect())?;
     let waited = keys_where(&ray, |a| {
         a.waited_ms()
-            .is_some_and(|wait| wait >= (5 * waits).max(waits + 10_000))
+            .is_some_and(|wait| wait >= threshold(waits, 5, 10_000))
     });
     ensure!(
         tasks_of(&waited) == planted_tasks("waited")?,

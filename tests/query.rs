@@ -973,10 +973,10 @@ async fn rewrite_manifests(
 
 /// Every base and delta has a rollup (counts by grouping, job, state, type and rounded
 /// duration, with minus rows for the versions a delta supersedes), and the summary and the
-/// aggregates answered from them equal the answers of a scan: over two sessions of synthetic
-/// traffic with failures, retries and re-delivered bodies, compacted in small batches that fold
-/// into a base. The engine's count of rollup answers proves which path ran; with the rollups
-/// stripped from the manifests (as an earlier build wrote them) the same requests scan.
+/// aggregates and insights answered from them equal the answers of a scan: over two sessions of
+/// synthetic traffic with failures, retries and re-delivered bodies, compacted in small batches
+/// that fold into a base. The engine's count of rollup answers proves which path ran; with the
+/// rollups marked as the first format (as an earlier build wrote them) the same requests scan.
 #[tokio::test]
 async fn rollups_count_what_a_scan_counts() -> anyhow::Result<()> {
     use shared::compact::CompactSettings;
@@ -1064,6 +1064,7 @@ async fn rollups_count_what_a_scan_counts() -> anyhow::Result<()> {
                 .collect()
         };
         requests.push((ApiRoute::Summary, owned(&[])));
+        requests.push((ApiRoute::Insights, owned(&[])));
         for by in [
             "name",
             "func_or_class_name",
@@ -1114,7 +1115,7 @@ async fn rollups_count_what_a_scan_counts() -> anyhow::Result<()> {
             .iter_mut()
             .chain(&mut manifest.task_attempts.deltas)
         {
-            file.rollup = None;
+            file.rollup_format = None;
         }
     })
     .await?;
@@ -1129,9 +1130,19 @@ async fn rollups_count_what_a_scan_counts() -> anyhow::Result<()> {
             "{route:?} {params:?}: from rollups\n{rolled}\nscanned\n{scanned}"
         );
     }
-    ensure!(scanning.rollup_answers() == 0, "rollups were stripped");
+    ensure!(
+        scanning.rollup_answers() == 0,
+        "rollups of the first format were read"
+    );
+    let findings: usize = requests
+        .iter()
+        .zip(&rolled)
+        .filter(|((route, _), _)| *route == ApiRoute::Insights)
+        .map(|(_, answer)| answer["findings"].as_array().map_or(0, Vec::len))
+        .sum();
+    ensure!(findings > 0, "no insight to compare");
     println!(
-        "{} requests equal; {rollups} rollups, {minus_rows} minus rows",
+        "{} requests equal ({findings} findings); {rollups} rollups, {minus_rows} minus rows",
         requests.len()
     );
     Ok(())

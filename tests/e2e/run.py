@@ -62,13 +62,25 @@ def http_json(url, timeout=30, headers=None):
         return json.load(response)
 
 
+def emulator_error(status, body):
+    """True for an error `cargo lambda watch` itself answers (RFC 7807 problem JSON with an
+    httpstatuses.com type), never one of Afterglow's (`{"error": ...}`)."""
+    try:
+        problem = json.loads(body)
+    except ValueError:
+        return False
+    return (status >= 500 and isinstance(problem, dict)
+            and str(problem.get("type", "")).startswith("https://httpstatuses.com/"))
+
+
 class Api:
     """Afterglow's query API at `base`, with the bearer token when the deployment wants one.
 
-    With `retry_lost`, a GET that gets no answer at all is sent once more: `cargo lambda
+    With `retry_lost`, a GET that gets no answer at all, or the emulator's own 500 (its
+    problem+json body, which the function never writes), is sent once more: `cargo lambda
     watch`'s emulator has lost an invocation's large response about one run in three (the
     runtime had answered the request before and answers the retry), which real Lambda does
-    not do. Every retry is printed and counted in `lost`."""
+    not do. Every retry is printed, with what the emulator said, and counted in `lost`."""
 
     def __init__(self, base, token=None, retry_lost=False):
         self.base = base
@@ -82,10 +94,16 @@ class Api:
         except TimeoutError:
             if not self.retry_lost:
                 raise
-            self.lost += 1
-            log(f"no answer to GET {path[:80]} in {timeout} s; the emulator lost it, sending "
-                "it once more")
-            return http_json(self.base + path, timeout * 2, self.headers)
+            what = f"no answer in {timeout} s"
+        except urllib.error.HTTPError as err:
+            body = err.read()
+            print(f"GET {path[:120]} answered {err.code}: {body[:500]!r}")
+            if not (self.retry_lost and emulator_error(err.code, body)):
+                raise
+            what = f"the emulator's {err.code} ({body[:300]!r})"
+        self.lost += 1
+        log(f"{what} to GET {path[:80]}; the emulator lost it, sending it once more")
+        return http_json(self.base + path, timeout * 2, self.headers)
 
     def get_bytes(self, path, timeout=30):
         """(status, body) of a GET, errors included."""

@@ -596,6 +596,7 @@ impl Compactor {
                 bytes,
                 deletes: Some(deletes),
                 rollup: Some(rollup_key),
+                rollup_format: Some(rollup::FORMAT),
             });
         }
         let _ = tokio::fs::remove_file(&delta_path).await;
@@ -701,6 +702,7 @@ impl Compactor {
                     bytes,
                     deletes: None,
                     rollup: None,
+                    rollup_format: None,
                 },
             );
             if let Some(old) = replaced {
@@ -799,6 +801,7 @@ impl Compactor {
             bytes,
             deletes: None,
             rollup: Some(rollup_key),
+            rollup_format: Some(rollup::FORMAT),
         })
     }
 

@@ -226,7 +226,7 @@ async fn scanned_cells(
     sql.push("SELECT coalesce(")
         .push(column)
         .push(", '') AS group_key, state, ")
-        .push(ROUNDED_DURATION)
+        .push(&ROUNDED_DURATION)
         .push(" AS rounded, count(*) AS n, any_value(type) AS type, ")
         .push("min(duration_ms) AS min, max(duration_ms) AS max FROM ")
         .relation(relation)
@@ -261,7 +261,8 @@ mod tests {
         }
         let values: Vec<String> = durations.iter().map(|d| format!("({d})")).collect();
         let sql = format!(
-            "SELECT duration_ms, {ROUNDED_DURATION} FROM (VALUES {}) t(duration_ms)",
+            "SELECT duration_ms, {} FROM (VALUES {}) t(duration_ms)",
+            *ROUNDED_DURATION,
             values.join(", ")
         );
         let mut statement = connection.prepare(&sql)?;

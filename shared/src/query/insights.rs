@@ -2,16 +2,29 @@
 //!
 //! Each finding names the attempts behind it as `filter`, the `/api/tasks` parameters that list
 //! exactly its `count` attempts (the request's own filters included), so a click on a finding
-//! shows them. Every detector is one aggregate over the attempts in the request's filter.
+//! shows them.
+//!
+//! The detectors read rollup rows (see [`crate::tables::rollup`]): the rollups of the session's
+//! files when they keep apart what the request filters by, else the same rows computed by one
+//! scan of the attempts. Medians are of durations (and waits) rounded up to two significant
+//! digits, and thresholds fall where rounded values split
+//! ([`rollup::rounding_bound`]), so a count read from rounded values is exact.
 
+use std::collections::BTreeMap;
+use std::sync::LazyLock;
+
+use duckdb::types::Value;
 use serde::Deserialize;
+use serde::de::DeserializeOwned;
 use serde_json::{Map, Value as Json, json};
 
 use super::json::query_as;
 use super::params::{Params, TaskFilter};
-use super::sql::{ERROR_FINGERPRINT, Relation, Sql, WAIT_MS, task_conditions};
-use super::tasks::filtered_relation;
+use super::rollups::{Extremes, extremes, known};
+use super::sql::{Relation, Sql, kind_conditions, task_conditions};
+use super::tasks::{Counted, counted, filtered_relation};
 use super::{QueryEngine, QueryError};
+use crate::tables::rollup::{self, FAILURES, INSIGHTS, WAITS, WORKERS};
 
 /// Failure clusters reported at most.
 const MAX_CLUSTERS: usize = 10;
@@ -29,6 +42,20 @@ const MIN_SAMPLE: i64 = 20;
 /// Failures of one type on one node or worker before it can be a hot spot.
 const MIN_HOT_FAILURES: i64 = 3;
 
+/// Error types a task's own code or its caller causes; the others (a worker, node or actor
+/// dying, memory, disk, lost objects) point at a place.
+const APPLICATION_ERRORS: &str = "('TASK_EXECUTION_EXCEPTION', 'TASK_CANCELLED', 'ACTOR_CREATION_FAILED', \
+     'END_OF_STREAMING_GENERATOR')";
+
+/// The temporary table of rollup rows computed by a scan, when no stored rollups answer (one
+/// per connection, dropped after the request).
+const CELLS: &str = "insight_cells";
+
+/// The rollup rows of the insights' grouping sets over the relation `source` (newest
+/// attempts, [`rollup::SOURCE`] columns and `sign`).
+static SCANNED_CELLS: LazyLock<String> =
+    LazyLock::new(|| rollup::newest_cells("source", &INSIGHTS));
+
 /// `GET /api/insights`.
 pub(super) async fn insights(
     engine: &QueryEngine,
@@ -36,9 +63,6 @@ pub(super) async fn insights(
 ) -> Result<Json, QueryError> {
     let parsed = Params::parse(params, &TaskFilter::PARAMS)?;
     let filter = TaskFilter::from_params(&parsed)?;
-    let Some(relation) = filtered_relation(engine, &filter).await? else {
-        return Ok(json!({ "findings": [] }));
-    };
     // The request's own filters, carried into every finding's filter.
     let base: Map<String, Json> = params
         .iter()
@@ -46,31 +70,287 @@ pub(super) async fn insights(
         .map(|(name, value)| (name.clone(), Json::String(value.clone())))
         .collect();
     let scope = Scope {
-        engine,
-        relation: &relation,
         filter: &filter,
         base: &base,
     };
-    // One after another: side by side, each would build its own copy of the read's hash
-    // tables (measured: 2.2 GiB peak at 1 M attempts, against 1.2 GiB).
-    let mut findings = scope.failure_clusters().await?;
-    findings.extend(scope.stragglers().await?);
-    findings.extend(scope.retry_storms().await?);
-    findings.extend(scope.exhausted_retries().await?);
-    findings.extend(scope.scheduling_waits().await?);
-    for column in ["node_id", "worker_id"] {
-        findings.extend(scope.hot_spots(column).await?);
-    }
-    Ok(json!({ "findings": findings }))
+    let attempts = match counted(engine, &filter, None).await? {
+        None => None,
+        Some(Counted::Rollups(rollups)) => {
+            let kind = kind_conditions(&filter, "complete");
+            let found = read(engine, Cells::Stored(rollups, kind)).await?;
+            if let Ok(findings) = scope.findings(&found) {
+                engine.count_rollup_answer();
+                return scope.answer(engine, &found, findings).await;
+            }
+            tracing::info!("every version at an extreme was superseded; scanning");
+            filtered_relation(engine, &filter).await?
+        }
+        Some(Counted::Attempts(attempts)) => Some(attempts),
+    };
+    let Some(attempts) = attempts else {
+        return Ok(json!({ "findings": [] }));
+    };
+    let found = read(engine, Cells::Scanned(scanned_cells(&attempts, &filter))).await?;
+    let findings = scope.findings(&found).map_err(|Unknown| {
+        QueryError::Internal("a scan's rollup rows hold every extreme".into())
+    })?;
+    scope.answer(engine, &found, findings).await
 }
 
-/// What every detector reads: the attempts in the request's filter, and that filter as query
-/// parameters for the findings.
+/// What the detectors read: the request's filter, and that filter as query parameters for
+/// the findings.
 struct Scope<'a> {
-    engine: &'a QueryEngine,
-    relation: &'a Relation,
     filter: &'a TaskFilter,
     base: &'a Map<String, Json>,
+}
+
+/// An extreme no newest row holds any more (see [`known`]): the rollups cannot tell the next.
+#[derive(Debug)]
+struct Unknown;
+
+/// Where the detectors' rollup rows come from.
+enum Cells {
+    /// Stored rollups, and the request's filter on them.
+    Stored(Relation, Sql),
+    /// SQL computing them into [`CELLS`] by a scan.
+    Scanned(Sql),
+}
+
+impl Cells {
+    /// Appends the relation of rollup rows, and ` WHERE ` with the filter on them.
+    fn rows_where(&self, sql: &mut Sql) {
+        match self {
+            Self::Stored(rollups, kind) => {
+                sql.relation(rollups)
+                    .push(" WHERE TRUE")
+                    .append(kind.clone());
+            }
+            Self::Scanned(_) => {
+                sql.push(CELLS).push(" WHERE TRUE");
+            }
+        }
+    }
+}
+
+/// SQL creating [`CELLS`] by a scan of `attempts`.
+fn scanned_cells(attempts: &Relation, filter: &TaskFilter) -> Sql {
+    let mut sql = Sql::default();
+    sql.push("CREATE OR REPLACE TEMP TABLE ")
+        .push(CELLS)
+        .push(" AS WITH source AS (SELECT ")
+        .push(rollup::SOURCE)
+        .push(", 1 AS sign FROM ")
+        .relation(attempts)
+        .push(" WHERE ")
+        .append(task_conditions(filter))
+        .push(") ")
+        .push(&SCANNED_CELLS);
+    sql
+}
+
+/// One rounded measure of a group, and how many newest attempts have it.
+#[derive(Deserialize)]
+struct Bucket {
+    grouping: String,
+    group_key: String,
+    rounded: i64,
+    n: i64,
+}
+
+/// A function's attempts, retries and failures.
+#[derive(Deserialize)]
+struct FunctionCounts {
+    function: String,
+    n: i64,
+    retries: i64,
+    failed: i64,
+    failed_retries: i64,
+}
+
+/// Attempts at one place (node or worker), failed with one system error type or not.
+#[derive(Deserialize)]
+struct PlaceCount {
+    grouping: String,
+    place: String,
+    error_type: Option<String>,
+    n: i64,
+}
+
+/// A failure cluster: failed attempts of one error type and fingerprint.
+#[derive(Deserialize)]
+struct Cluster {
+    error_type: String,
+    fingerprint: String,
+    n: i64,
+    example: Option<String>,
+}
+
+/// The rollup rows the detectors read, summed over files.
+struct Found {
+    buckets: Vec<Bucket>,
+    functions: Vec<FunctionCounts>,
+    places: Vec<PlaceCount>,
+    clusters: Vec<Cluster>,
+    /// Extremes of the groups with a finding, by (grouping set, group).
+    extremes: BTreeMap<(String, String), Extremes>,
+}
+
+/// The grouping sets measured, with what makes an outlier there: `factor`× the median and
+/// `extra` above it, or more.
+const MEASURED: [(&str, i64, i64); 2] = [
+    (
+        "func_or_class_name",
+        STRAGGLER_FACTOR,
+        STRAGGLER_MIN_EXTRA_MS,
+    ),
+    (WAITS, WAIT_FACTOR, WAIT_MIN_EXTRA_MS),
+];
+
+/// Rollup rows summed over files, jobs and types: what the detectors count.
+const COUNTS: &str = "insight_counts";
+
+/// Reads what the detectors need from `cells`.
+async fn read(engine: &QueryEngine, cells: Cells) -> Result<Found, QueryError> {
+    engine
+        .run(move |connection| {
+            let found = read_cells(connection, &cells);
+            connection.execute_batch(&format!(
+                "DROP TABLE IF EXISTS {CELLS}; DROP TABLE IF EXISTS {COUNTS}"
+            ))?;
+            found
+        })
+        .await
+}
+
+/// Runs `sql` and reads its rows as `T`.
+fn rows<T: DeserializeOwned>(
+    connection: &duckdb::Connection,
+    sql: &Sql,
+) -> Result<Vec<T>, QueryError> {
+    query_as(connection, &sql.text, &sql.params)
+}
+
+/// Runs `text` (no parameters) and reads its rows as `T`.
+fn rows_of<T: DeserializeOwned>(
+    connection: &duckdb::Connection,
+    text: &str,
+) -> Result<Vec<T>, QueryError> {
+    query_as(connection, text, &[] as &[Value])
+}
+
+/// See [`read`]: the rollup rows summed into [`COUNTS`] (a few thousand rows), the detectors'
+/// counts from there, and the extremes of only the groups with a finding.
+fn read_cells(connection: &duckdb::Connection, cells: &Cells) -> Result<Found, QueryError> {
+    if let Cells::Scanned(create) = cells {
+        connection.execute(&create.text, duckdb::params_from_iter(create.params.iter()))?;
+    }
+    let sets: Vec<String> = INSIGHTS.iter().map(|set| (*set).to_owned()).collect();
+    let mut counts = Sql::default();
+    counts
+        .push("CREATE OR REPLACE TEMP TABLE ")
+        .push(COUNTS)
+        .push(
+            " AS SELECT grouping, group_key, state, error_type, retried, rounded, \
+             sum(sign * n)::BIGINT AS n, min(example) FILTER (WHERE sign > 0) AS example FROM ",
+        );
+    cells.rows_where(&mut counts);
+    counts
+        .push(" AND grouping IN ")
+        .bind_list(&sets)
+        .push(" GROUP BY ALL HAVING sum(sign * n) <> 0");
+    connection.execute(&counts.text, duckdb::params_from_iter(counts.params.iter()))?;
+    let measured = format!("'func_or_class_name', '{WAITS}'");
+    let buckets = rows_of(
+        connection,
+        &format!(
+            "SELECT grouping, group_key, rounded, sum(n)::BIGINT AS n FROM {COUNTS} \
+             WHERE grouping IN ({measured}) AND group_key IS NOT NULL AND rounded IS NOT NULL \
+             GROUP BY ALL HAVING sum(n) <> 0 ORDER BY grouping, group_key, rounded"
+        ),
+    )?;
+    let functions = rows_of(
+        connection,
+        &format!(
+            "SELECT group_key AS function, sum(n)::BIGINT AS n, \
+             coalesce(sum(n) FILTER (WHERE retried), 0)::BIGINT AS retries, \
+             coalesce(sum(n) FILTER (WHERE state = 'FAILED'), 0)::BIGINT AS failed, \
+             coalesce(sum(n) FILTER (WHERE retried AND state = 'FAILED'), 0)::BIGINT \
+                 AS failed_retries \
+             FROM {COUNTS} WHERE grouping = 'func_or_class_name' AND group_key IS NOT NULL \
+             GROUP BY 1 HAVING sum(n) <> 0 ORDER BY retries DESC, function"
+        ),
+    )?;
+    let places = rows_of(
+        connection,
+        &format!(
+            "SELECT grouping, group_key AS place, CASE WHEN state = 'FAILED' AND error_type \
+             NOT IN {APPLICATION_ERRORS} THEN error_type END AS error_type, \
+             sum(n)::BIGINT AS n FROM {COUNTS} \
+             WHERE grouping IN ('node_id', '{WORKERS}') AND group_key IS NOT NULL \
+             GROUP BY ALL HAVING sum(n) <> 0"
+        ),
+    )?;
+    let clusters: Vec<Cluster> = rows_of(
+        connection,
+        &format!(
+            "SELECT error_type, group_key AS fingerprint, sum(n)::BIGINT AS n, \
+             min(example) AS example FROM {COUNTS} \
+             WHERE grouping = '{FAILURES}' GROUP BY ALL HAVING sum(n) > 0 \
+             ORDER BY n DESC, error_type, fingerprint LIMIT {MAX_CLUSTERS}"
+        ),
+    )?;
+    let mut found = Found {
+        buckets,
+        functions,
+        places,
+        clusters,
+        extremes: BTreeMap::new(),
+    };
+    // Only the groups with a finding show an extreme: read those alone.
+    let mut wanted: Vec<(&'static str, &'static str, Vec<String>)> = MEASURED
+        .iter()
+        .map(|&(grouping, factor, extra)| {
+            let groups = found
+                .outliers(grouping, factor, extra)
+                .into_iter()
+                .map(|outliers| outliers.group.to_owned())
+                .collect();
+            (grouping, "group_key", groups)
+        })
+        .collect();
+    wanted.push((
+        FAILURES,
+        "error_type || '/' || group_key",
+        found
+            .clusters
+            .iter()
+            .map(|cluster| format!("{}/{}", cluster.error_type, cluster.fingerprint))
+            .collect(),
+    ));
+    for (grouping, level, groups) in wanted {
+        if groups.is_empty() {
+            continue;
+        }
+        let mut sql = Sql::default();
+        sql.push("WITH r AS (SELECT *, ")
+            .push(level)
+            .push(" AS insight_level FROM ");
+        cells.rows_where(&mut sql);
+        sql.push(" AND grouping = ")
+            .bind(grouping.to_owned())
+            .push(" AND ")
+            .push(level)
+            .push(" IN ")
+            .bind_list(&groups)
+            .push(") ")
+            .append(extremes("insight_level"));
+        for ends in rows::<Extremes>(connection, &sql)? {
+            if let Some(level) = ends.level.clone() {
+                found.extremes.insert((grouping.to_owned(), level), ends);
+            }
+        }
+    }
+    Ok(found)
 }
 
 /// `base` with `extra` set on top.
@@ -88,53 +368,126 @@ fn at_least(bound: i64, requested: Option<i64>) -> String {
     bound.max(requested.unwrap_or(i64::MIN)).to_string()
 }
 
-/// Runs `sql` and reads its rows as `T`.
-async fn rows<T: serde::de::DeserializeOwned + Send + 'static>(
-    engine: &QueryEngine,
-    sql: Sql,
-) -> Result<Vec<T>, QueryError> {
-    engine
-        .run(move |connection| query_as(connection, &sql.text, &sql.params))
-        .await
+/// Attempts of one group whose measure is far above the group's median.
+struct Outliers<'a> {
+    group: &'a str,
+    /// The group's attempts with a measure.
+    n: i64,
+    /// The median, rounded up to two significant digits.
+    p50: i64,
+    /// The measure from which an attempt counts.
+    threshold: i64,
+    /// Attempts at or above `threshold`.
+    count: i64,
+    /// The largest measure.
+    max: Option<i64>,
 }
 
-/// Error types a task's own code or its caller causes; the others (a worker, node or actor
-/// dying, memory, disk, lost objects) point at a place.
-const APPLICATION_ERRORS: &str = "('TASK_EXECUTION_EXCEPTION', 'TASK_CANCELLED', 'ACTOR_CREATION_FAILED', \
-     'END_OF_STREAMING_GENERATOR')";
+impl Found {
+    /// Per group of `grouping` with [`MIN_SAMPLE`] measures or more: those at `factor`× the
+    /// median and `extra` above it, or more, largest count first (`max` not yet known).
+    fn outliers(&self, grouping: &str, factor: i64, extra: i64) -> Vec<Outliers<'_>> {
+        let mut groups: BTreeMap<&str, Vec<&Bucket>> = BTreeMap::new();
+        for bucket in self.buckets.iter().filter(|b| b.grouping == grouping) {
+            groups.entry(&bucket.group_key).or_default().push(bucket);
+        }
+        let mut found = Vec::new();
+        for (group, buckets) in groups {
+            let n: i64 = buckets.iter().map(|bucket| bucket.n).sum();
+            if n < MIN_SAMPLE {
+                continue;
+            }
+            // The lower median, as `quantile_disc(…, 0.5)` picks it: the ((n - 1) / 2)-th value.
+            let middle = (n - 1) / 2;
+            let mut seen = 0;
+            let Some(p50) = buckets.iter().find_map(|bucket| {
+                seen += bucket.n;
+                (seen > middle).then_some(bucket.rounded)
+            }) else {
+                continue;
+            };
+            let threshold = rollup::rounding_bound((factor * p50).max(p50 + extra));
+            let from = rollup::round_up(threshold);
+            let count: i64 = buckets
+                .iter()
+                .filter(|bucket| bucket.rounded >= from)
+                .map(|bucket| bucket.n)
+                .sum();
+            if count > 0 {
+                found.push(Outliers {
+                    group,
+                    n,
+                    p50,
+                    threshold,
+                    count,
+                    max: None,
+                });
+            }
+        }
+        found.sort_by(|a, b| b.count.cmp(&a.count).then(a.group.cmp(b.group)));
+        found
+    }
+
+    /// [`Self::outliers`] with each group's largest measure.
+    fn outliers_with_max(
+        &self,
+        grouping: &str,
+        factor: i64,
+        extra: i64,
+    ) -> Result<Vec<Outliers<'_>>, Unknown> {
+        self.outliers(grouping, factor, extra)
+            .into_iter()
+            .map(|outliers| {
+                let ends = self
+                    .extremes
+                    .get(&(grouping.to_owned(), outliers.group.to_owned()))
+                    .ok_or(Unknown)?;
+                let max = known(ends.max, ends.max_live).map_err(|()| Unknown)?;
+                Ok(Outliers { max, ..outliers })
+            })
+            .collect()
+    }
+}
 
 impl Scope<'_> {
-    /// Failed attempts grouped by error type and fingerprint, largest first.
-    async fn failure_clusters(&self) -> Result<Vec<Json>, QueryError> {
-        #[derive(Deserialize)]
-        struct Cluster {
-            error_type: String,
-            fingerprint: String,
-            n: i64,
-            first_ms: Option<i64>,
-            last_ms: Option<i64>,
-            example: Option<String>,
+    /// The answer: `findings`, and the exhausted retries `found` points at.
+    async fn answer(
+        &self,
+        engine: &QueryEngine,
+        found: &Found,
+        mut findings: Vec<Json>,
+    ) -> Result<Json, QueryError> {
+        findings.extend(self.exhausted_retries(engine, &found.functions).await?);
+        Ok(json!({ "findings": findings }))
+    }
+
+    /// Every finding `found` shows, but exhausted retries (they need the attempts).
+    fn findings(&self, found: &Found) -> Result<Vec<Json>, Unknown> {
+        let mut findings = self.failure_clusters(found)?;
+        findings.extend(self.stragglers(found)?);
+        findings.extend(self.retry_storms(found));
+        findings.extend(self.scheduling_waits(found)?);
+        for (grouping, column) in [("node_id", "node_id"), (WORKERS, "worker_id")] {
+            findings.extend(self.hot_spots(found, grouping, column));
         }
-        let mut sql = Sql::default();
-        sql.push("SELECT error_type, ")
-            .push(ERROR_FINGERPRINT)
-            .push(
-                " AS fingerprint, count(*) AS n, min(coalesce(end_time_ms, creation_time_ms)) AS \
-             first_ms, max(coalesce(end_time_ms, creation_time_ms)) AS last_ms, \
-             min(error_message) AS example FROM ",
-            )
-            .relation(self.relation)
-            .push(" WHERE ")
-            .append(task_conditions(self.filter))
-            .push(
-                " AND state = 'FAILED' AND error_type IS NOT NULL GROUP BY ALL \
-             ORDER BY n DESC, error_type, fingerprint LIMIT ",
-            )
-            .number(MAX_CLUSTERS);
-        let clusters: Vec<Cluster> = rows(self.engine, sql).await?;
-        Ok(clusters
-            .into_iter()
+        Ok(findings)
+    }
+
+    /// Failed attempts grouped by error type and fingerprint, largest first, with when the
+    /// first of them was created and when the last was last seen.
+    fn failure_clusters(&self, found: &Found) -> Result<Vec<Json>, Unknown> {
+        found
+            .clusters
+            .iter()
             .map(|cluster| {
+                let level = format!("{}/{}", cluster.error_type, cluster.fingerprint);
+                let (first_ms, last_ms) = match found.extremes.get(&(FAILURES.to_owned(), level)) {
+                    Some(ends) => (
+                        known(ends.first_ms, ends.first_ms_live).map_err(|()| Unknown)?,
+                        known(ends.last_ms, ends.last_ms_live).map_err(|()| Unknown)?,
+                    ),
+                    None => (None, None),
+                };
                 let headline = cluster
                     .example
                     .as_deref()
@@ -144,7 +497,7 @@ impl Scope<'_> {
                     .chars()
                     .take(200)
                     .collect::<String>();
-                json!({
+                Ok(json!({
                     "kind": "failure_cluster",
                     "severity": "error",
                     "title": format!(
@@ -156,106 +509,59 @@ impl Scope<'_> {
                     "count": cluster.n,
                     "error_type": cluster.error_type,
                     "fingerprint": cluster.fingerprint,
-                    "first_ms": cluster.first_ms,
-                    "last_ms": cluster.last_ms,
+                    "first_ms": first_ms,
+                    "last_ms": last_ms,
                     "example": cluster.example,
                     "filter": with(self.base, &[
                         ("state", json!("FAILED")),
                         ("error_type", json!(cluster.error_type)),
                         ("error_fingerprint", json!(cluster.fingerprint)),
                     ]),
+                }))
+            })
+            .collect()
+    }
+
+    /// Per function: attempts that ran [`STRAGGLER_FACTOR`]× its median or longer.
+    fn stragglers(&self, found: &Found) -> Result<Vec<Json>, Unknown> {
+        let slow = found.outliers_with_max(
+            "func_or_class_name",
+            STRAGGLER_FACTOR,
+            STRAGGLER_MIN_EXTRA_MS,
+        )?;
+        Ok(slow
+            .into_iter()
+            .map(|slow| {
+                json!({
+                    "kind": "straggler",
+                    "severity": "warning",
+                    "title": format!(
+                        "{} of {} attempts of {} ran {} ms or longer ({STRAGGLER_FACTOR}x their \
+                         median of {} ms), up to {} ms",
+                        slow.count, slow.n, slow.group, slow.threshold, slow.p50,
+                        slow.max.unwrap_or_default()
+                    ),
+                    "count": slow.count,
+                    "func_or_class_name": slow.group,
+                    "median_ms": slow.p50,
+                    "factor": STRAGGLER_FACTOR,
+                    "threshold_ms": slow.threshold,
+                    "max_ms": slow.max,
+                    "filter": with(self.base, &[
+                        ("func_or_class_name", json!(slow.group)),
+                        ("min_duration_ms", json!(at_least(slow.threshold, self.filter.min_duration_ms))),
+                    ]),
                 })
             })
             .collect())
     }
 
-    /// Per function: attempts that ran [`STRAGGLER_FACTOR`]× its median or longer.
-    async fn stragglers(&self) -> Result<Vec<Json>, QueryError> {
-        #[derive(Deserialize)]
-        struct Slow {
-            function: String,
-            p50: i64,
-            n: i64,
-            threshold: i64,
-            slow: i64,
-            slowest: i64,
-        }
-        let mut sql = Sql::default();
-        sql.push("WITH scope AS (SELECT * FROM ")
-        .relation(self.relation)
-        .push(" WHERE ")
-        .append(task_conditions(self.filter))
-        .push(
-            " AND duration_ms IS NOT NULL AND func_or_class_name IS NOT NULL), \
-             typical AS (SELECT func_or_class_name AS function, \
-             quantile_disc(duration_ms, 0.5) AS p50, count(*) AS n FROM scope GROUP BY 1 \
-             HAVING count(*) >= ",
-        )
-        .number(MIN_SAMPLE)
-        .push("), bounds AS (SELECT *, greatest(")
-        .number(STRAGGLER_FACTOR)
-        .push(" * p50, p50 + ")
-        .number(STRAGGLER_MIN_EXTRA_MS)
-        .push(
-            ") AS threshold FROM typical) SELECT function, p50, n, threshold, count(*) AS slow, \
-             max(duration_ms) AS slowest FROM scope JOIN bounds \
-             ON scope.func_or_class_name = bounds.function \
-             WHERE duration_ms >= threshold GROUP BY ALL ORDER BY slow DESC, function",
-        );
-        let found: Vec<Slow> = rows(self.engine, sql).await?;
-        Ok(found
-        .into_iter()
-        .map(|slow| {
-            json!({
-                "kind": "straggler",
-                "severity": "warning",
-                "title": format!(
-                    "{} of {} attempts of {} ran {STRAGGLER_FACTOR}x their median ({} ms) or \
-                     longer, up to {} ms",
-                    slow.slow, slow.n, slow.function, slow.p50, slow.slowest
-                ),
-                "count": slow.slow,
-                "func_or_class_name": slow.function,
-                "median_ms": slow.p50,
-                "factor": STRAGGLER_FACTOR,
-                "threshold_ms": slow.threshold,
-                "max_ms": slow.slowest,
-                "filter": with(self.base, &[
-                    ("func_or_class_name", json!(slow.function)),
-                    ("min_duration_ms", json!(at_least(slow.threshold, self.filter.min_duration_ms))),
-                ]),
-            })
-        })
-        .collect())
-    }
-
     /// Functions whose attempts are mostly retries.
-    async fn retry_storms(&self) -> Result<Vec<Json>, QueryError> {
-        #[derive(Deserialize)]
-        struct Storm {
-            function: String,
-            n: i64,
-            retries: i64,
-            failed: i64,
-        }
-        let mut sql = Sql::default();
-        sql.push(
-            "SELECT func_or_class_name AS function, count(*) AS n, \
-         count(*) FILTER (WHERE attempt_number >= 1) AS retries, \
-         count(*) FILTER (WHERE state = 'FAILED') AS failed FROM ",
-        )
-        .relation(self.relation)
-        .push(" WHERE ")
-        .append(task_conditions(self.filter))
-        .push(" AND func_or_class_name IS NOT NULL GROUP BY 1 HAVING count(*) >= ")
-        .number(MIN_SAMPLE / 2)
-        .push(
-            " AND 2 * count(*) FILTER (WHERE attempt_number >= 1) >= count(*) \
-         ORDER BY retries DESC, function",
-        );
-        let found: Vec<Storm> = rows(self.engine, sql).await?;
-        Ok(found
-            .into_iter()
+    fn retry_storms(&self, found: &Found) -> Vec<Json> {
+        found
+            .functions
+            .iter()
+            .filter(|storm| storm.n >= MIN_SAMPLE / 2 && 2 * storm.retries >= storm.n)
             .map(|storm| {
                 json!({
                     "kind": "retry_storm",
@@ -274,22 +580,39 @@ impl Scope<'_> {
                     ]),
                 })
             })
-            .collect())
+            .collect()
     }
 
     /// Per function: tasks that were retried and whose latest attempt still failed. Ray's
     /// events do not carry `max_retries`, but Ray stops retrying only at the limit (or on an
-    /// error it does not retry), so a failed latest attempt after retries is a task that gave up.
-    async fn exhausted_retries(&self) -> Result<Vec<Json>, QueryError> {
+    /// error it does not retry), so a failed latest attempt after retries is a task that gave
+    /// up. Only functions with a failed retry can have one, and only they are read: a session
+    /// without failed retries reads no attempts for this.
+    async fn exhausted_retries(
+        &self,
+        engine: &QueryEngine,
+        functions: &[FunctionCounts],
+    ) -> Result<Vec<Json>, QueryError> {
         #[derive(Deserialize)]
         struct GaveUp {
             function: String,
             n: i64,
             most: i64,
         }
+        let suspects: Vec<String> = functions
+            .iter()
+            .filter(|function| function.failed_retries > 0)
+            .map(|function| function.function.clone())
+            .collect();
+        if suspects.is_empty() {
+            return Ok(Vec::new());
+        }
+        let Some(attempts) = filtered_relation(engine, self.filter).await? else {
+            return Ok(Vec::new());
+        };
         // A task that was retried has its latest attempt among its retries: choosing it there
         // spares a window over every attempt.
-        let latest = self.relation.clone().latest_retries();
+        let latest = attempts.latest_retries();
         let mut sql = Sql::default();
         sql.push(
             "SELECT func_or_class_name AS function, count(*) AS n, max(attempt_number) AS most \
@@ -298,12 +621,13 @@ impl Scope<'_> {
         .relation(&latest)
         .push(" WHERE ")
         .append(task_conditions(self.filter))
-        .push(
-            " AND state = 'FAILED' AND attempt_number >= 1 AND func_or_class_name IS NOT NULL \
-             GROUP BY 1 ORDER BY n DESC, function LIMIT ",
-        )
+        .push(" AND state = 'FAILED' AND attempt_number >= 1 AND func_or_class_name IN ")
+        .bind_list(&suspects)
+        .push(" GROUP BY 1 ORDER BY n DESC, function LIMIT ")
         .number(MAX_CLUSTERS);
-        let found: Vec<GaveUp> = rows(self.engine, sql).await?;
+        let found: Vec<GaveUp> = engine
+            .run(move |connection| query_as(connection, &sql.text, &sql.params))
+            .await?;
         Ok(found
             .into_iter()
             .map(|gave_up| {
@@ -334,42 +658,9 @@ impl Scope<'_> {
     }
 
     /// Per job: attempts that waited [`WAIT_FACTOR`]× its median wait to start, or longer.
-    async fn scheduling_waits(&self) -> Result<Vec<Json>, QueryError> {
-        #[derive(Deserialize)]
-        struct Wait {
-            job_id: String,
-            p50: i64,
-            n: i64,
-            threshold: i64,
-            waited: i64,
-            longest: i64,
-        }
-        let mut sql = Sql::default();
-        sql.push("WITH scope AS (SELECT *, ")
-            .push(WAIT_MS)
-            .push(" AS wait_ms FROM ")
-            .relation(self.relation)
-            .push(" WHERE ")
-            .append(task_conditions(self.filter))
-            .push(
-                " AND start_time_ms IS NOT NULL AND creation_time_ms IS NOT NULL \
-             AND job_id IS NOT NULL), \
-             typical AS (SELECT job_id AS job, quantile_disc(wait_ms, 0.5) AS p50, \
-             count(*) AS n FROM scope GROUP BY 1 HAVING count(*) >= ",
-            )
-            .number(MIN_SAMPLE)
-            .push("), bounds AS (SELECT *, greatest(")
-            .number(WAIT_FACTOR)
-            .push(" * p50, p50 + ")
-            .number(WAIT_MIN_EXTRA_MS)
-            .push(
-                ") AS threshold FROM typical) SELECT job AS job_id, p50, n, threshold, \
-             count(*) AS waited, max(wait_ms) AS longest FROM scope JOIN bounds \
-             ON scope.job_id = bounds.job WHERE wait_ms >= threshold GROUP BY ALL \
-             ORDER BY waited DESC, job_id",
-            );
-        let found: Vec<Wait> = rows(self.engine, sql).await?;
-        Ok(found
+    fn scheduling_waits(&self, found: &Found) -> Result<Vec<Json>, Unknown> {
+        let waits = found.outliers_with_max(WAITS, WAIT_FACTOR, WAIT_MIN_EXTRA_MS)?;
+        Ok(waits
             .into_iter()
             .map(|wait| {
                 json!({
@@ -378,15 +669,16 @@ impl Scope<'_> {
                     "title": format!(
                         "{} of {} attempts of job {} waited {} ms or more to start (the job's \
                          median wait is {} ms), up to {} ms",
-                        wait.waited, wait.n, wait.job_id, wait.threshold, wait.p50, wait.longest
+                        wait.count, wait.n, wait.group, wait.threshold, wait.p50,
+                        wait.max.unwrap_or_default()
                     ),
-                    "count": wait.waited,
-                    "job_id": wait.job_id,
+                    "count": wait.count,
+                    "job_id": wait.group,
                     "median_ms": wait.p50,
                     "threshold_ms": wait.threshold,
-                    "max_ms": wait.longest,
+                    "max_ms": wait.max,
                     "filter": with(self.base, &[
-                        ("job_id", json!(wait.job_id)),
+                        ("job_id", json!(wait.group)),
                         ("min_wait_ms", json!(at_least(wait.threshold, self.filter.min_wait_ms))),
                     ]),
                 })
@@ -396,47 +688,20 @@ impl Scope<'_> {
 
     /// A node or worker with most of the failures of one system error type (a worker or node that
     /// died, ran out of memory…), failing that way at twice the rate of the rest.
-    async fn hot_spots(&self, column: &'static str) -> Result<Vec<Json>, QueryError> {
-        #[derive(Deserialize)]
-        struct Place {
-            place: String,
-            error_type: Option<String>,
-            failed: i64,
-            n: i64,
-        }
-        // Every (place, error type) with its attempts: rows without a failure carry the place's
-        // attempt count (error type null).
-        let mut sql = Sql::default();
-        sql.push("SELECT ")
-            .push(column)
-            .push(" AS place, CASE WHEN state = 'FAILED' AND error_type NOT IN ")
-            .push(APPLICATION_ERRORS)
-            .push(
-                " THEN error_type END AS error_type, \
-             count(*) FILTER (WHERE state = 'FAILED' AND error_type NOT IN ",
-            )
-            .push(APPLICATION_ERRORS)
-            .push(") AS failed, count(*) AS n FROM ")
-            .relation(self.relation)
-            .push(" WHERE ")
-            .append(task_conditions(self.filter))
-            .push(" AND ")
-            .push(column)
-            .push(" IS NOT NULL GROUP BY ALL");
-        let rows: Vec<Place> = rows(self.engine, sql).await?;
-        let mut attempts: std::collections::BTreeMap<&str, i64> = Default::default();
-        let mut failures: std::collections::BTreeMap<&str, Vec<(&str, i64)>> = Default::default();
-        for row in &rows {
+    fn hot_spots(&self, found: &Found, grouping: &str, column: &'static str) -> Vec<Json> {
+        let mut attempts: BTreeMap<&str, i64> = BTreeMap::new();
+        let mut failures: BTreeMap<&str, Vec<(&str, i64)>> = BTreeMap::new();
+        for row in found.places.iter().filter(|row| row.grouping == grouping) {
             *attempts.entry(row.place.as_str()).or_default() += row.n;
             if let Some(error_type) = &row.error_type {
                 failures
                     .entry(error_type.as_str())
                     .or_default()
-                    .push((row.place.as_str(), row.failed));
+                    .push((row.place.as_str(), row.n));
             }
         }
         if attempts.len() < 2 {
-            return Ok(Vec::new());
+            return Vec::new();
         }
         let all: i64 = attempts.values().sum();
         let what = if column == "node_id" {
@@ -477,6 +742,6 @@ impl Scope<'_> {
                 }
             }
         }
-        Ok(found)
+        found
     }
 }

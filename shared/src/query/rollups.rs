@@ -77,7 +77,7 @@ fn rows_of(rollups: &Relation, grouping: &'static str, filter: &TaskFilter) -> S
 /// duration `min`, the largest `max`, the earliest creation `first_ms` and the latest time
 /// `last_ms` of every stored version, each with `…_live`, how many of the newest rows hold
 /// it (see [`crate::tables::rollup`]: plus rows counted at it less minus rows counted at it).
-fn extremes(level: &'static str) -> Sql {
+pub(super) fn extremes(level: &'static str) -> Sql {
     let mut sql = Sql::default();
     sql.push(
         "SELECT level, min, max, first_ms, last_ms, \
@@ -103,20 +103,29 @@ fn extremes(level: &'static str) -> Sql {
 
 /// One level's extremes, as [`extremes`] selects them.
 #[derive(Debug, Deserialize)]
-struct Extremes {
-    level: Option<String>,
-    min: Option<i64>,
-    min_live: Option<i64>,
-    max: Option<i64>,
-    max_live: Option<i64>,
-    first_ms: Option<i64>,
-    first_ms_live: Option<i64>,
-    last_ms: Option<i64>,
-    last_ms_live: Option<i64>,
+pub(super) struct Extremes {
+    /// The level's value.
+    pub level: Option<String>,
+    /// The smallest measure.
+    pub min: Option<i64>,
+    /// Newest rows holding it.
+    pub min_live: Option<i64>,
+    /// The largest measure.
+    pub max: Option<i64>,
+    /// Newest rows holding it.
+    pub max_live: Option<i64>,
+    /// The earliest creation.
+    pub first_ms: Option<i64>,
+    /// Newest rows holding it.
+    pub first_ms_live: Option<i64>,
+    /// The latest time.
+    pub last_ms: Option<i64>,
+    /// Newest rows holding it.
+    pub last_ms_live: Option<i64>,
 }
 
 /// `value` if a newest row still holds it; `Err(())` if none does (the next one is unknown).
-fn known(value: Option<i64>, live: Option<i64>) -> Result<Option<i64>, ()> {
+pub(super) fn known(value: Option<i64>, live: Option<i64>) -> Result<Option<i64>, ()> {
     match value {
         None => Ok(None),
         Some(value) if live.unwrap_or(0) > 0 => Ok(Some(value)),

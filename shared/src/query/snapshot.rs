@@ -14,7 +14,7 @@ use crate::layout::{self, ClusterName, SessionName};
 use crate::storage::{CachedFiles, FileCache, ObjectKey, Storage};
 use crate::tables::catalog::{self, Catalog};
 use crate::tables::entities::EntityKind;
-use crate::tables::manifest::{self, Manifest, SessionStats};
+use crate::tables::manifest::{self, DataFile, Manifest, SessionStats};
 use crate::tables::newest::{LocalDeletes, LocalFiles};
 
 /// One session's manifest.
@@ -120,7 +120,7 @@ pub async fn snapshot(
         let manifest = &session.manifest;
         let table = &manifest.task_attempts;
         if needs.rollups {
-            for key in table.all().filter_map(|file| file.rollup.as_ref()) {
+            for key in table.all().filter_map(DataFile::current_rollup) {
                 add(Slot::Rollup, key);
             }
         }

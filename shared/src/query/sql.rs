@@ -179,15 +179,7 @@ const SEARCHED_IDS: [&str; 6] = [
 /// most of these are dictionary-encoded or null (the error text exists only on failed rows).
 const SEARCHED_TEXT: [&str; 4] = ["name", "func_or_class_name", "error_type", "error_message"];
 
-/// An attempt's error, fingerprinted: the message (stack trace included) lower-cased, with
-/// hex addresses, long hex ids and every number masked, hashed to 16 hex digits. Attempts that
-/// failed the same way on other inputs, workers or retries share it.
-pub const ERROR_FINGERPRINT: &str = "substr(md5(regexp_replace(regexp_replace(\
-     lower(coalesce(error_message, '')), '0x[0-9a-f]+|[0-9a-f]{8,}', '#', 'g'), \
-     '[0-9]+', '#', 'g')), 1, 16)";
-
-/// Milliseconds an attempt waited from submission to running.
-pub const WAIT_MS: &str = "(start_time_ms - creation_time_ms)";
+pub use crate::tables::rollup::{ERROR_FINGERPRINT, WAIT_MS};
 
 /// The conditions of `filter` on what rollups keep apart too (see `query::rollups`), each
 /// starting with ` AND `: job, states, type, drivers, and whether the definition was exported

@@ -30,6 +30,10 @@ pub struct DataFile {
     /// file is counted by scanning it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollup: Option<ObjectKey>,
+    /// The format of `rollup` ([`crate::tables::rollup::FORMAT`] when this build wrote it);
+    /// absent for the first format.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollup_format: Option<u32>,
 }
 
 impl DataFile {
@@ -43,6 +47,13 @@ impl DataFile {
                     .and_then(|deletes| deletes.key.as_ref()),
             )
             .chain(self.rollup.as_ref())
+    }
+
+    /// Its rollup, if it has one in the format this build reads.
+    pub fn current_rollup(&self) -> Option<&ObjectKey> {
+        self.rollup
+            .as_ref()
+            .filter(|_| self.rollup_format == Some(crate::tables::rollup::FORMAT))
     }
 }
 
@@ -81,9 +92,10 @@ impl TableFiles {
         self.deltas.iter().all(|delta| delta.deletes.is_some())
     }
 
-    /// True when every file has a rollup (they then add up to the table's counts).
+    /// True when every file has a rollup this build reads (they then add up to the table's
+    /// counts).
     pub fn has_rollups(&self) -> bool {
-        self.all().all(|file| file.rollup.is_some())
+        self.all().all(|file| file.current_rollup().is_some())
     }
 }
 

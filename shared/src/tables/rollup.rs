@@ -1,9 +1,10 @@
 //! Rollups: beside each `task_attempts` base and delta, its attempts counted by grouping value,
-//! job, state, type and rounded duration, so the summary and the aggregates read thousands of
-//! rows instead of every attempt.
+//! job, state, type, error type, retry and rounded measure (duration, or for the waits the
+//! time to start), so the summary, the aggregates and the insights read thousands of rows
+//! instead of every attempt.
 //!
 //! `complete` is whether the attempt's definition was exported (Ray's lists omit those that
-//! were not, and so do ours by default).
+//! were not, and so do ours by default); `retried` whether it is a retry (attempt ≥ 1).
 //!
 //! A delta's rollup also holds a *minus* row (`sign = -1`) for each stored version it
 //! supersedes, so the rollups of a session's live files add up to the counts of its newest
@@ -11,7 +12,7 @@
 //! replacement has the same values in every rolled-up column (a re-delivered body, a late
 //! profile span) changes nothing, so neither row is written.
 //!
-//! Each row also keeps the smallest and largest duration, the earliest creation time and the
+//! Each row also keeps the smallest and largest measure, the earliest creation time and the
 //! latest time of its rows, each with how many rows hold it. Over files these are extremes of
 //! every stored version, not just the newest; but a version's minus row carries its own values
 //! in the same cell as its plus row, so a superseded version never holds a value below a
@@ -19,16 +20,23 @@
 //! counted at it by plus rows less those counted by minus rows. When none are left (every
 //! version holding the extreme was replaced by one with other values, say a synthesized
 //! failure later reported for real) the reader cannot tell the next one and scans for it
-//! (see `query::rollups`).
+//! (see `query::rollups`). Failure cells also keep one error message as an example (any
+//! stored version's: the messages of one fingerprint differ only in numbers and ids).
 
 use std::path::{Path, PathBuf};
+use std::sync::LazyLock;
 
 use duckdb::Connection;
 
 use super::newest::{path_literal, rows_at};
 use super::task_attempts::TableError;
 
-/// The columns a rollup groups by, one grouping set each: `/api/aggregates`' groupings.
+/// The format of the rollups this build writes. A session with a file whose rollup has
+/// another format (or none) is counted by scanning until its next base rewrites them all.
+pub const FORMAT: u32 = 2;
+
+/// The columns a rollup groups by with their durations, one grouping set each:
+/// `/api/aggregates`' groupings.
 pub const GROUPINGS: [&str; 5] = [
     "name",
     "func_or_class_name",
@@ -37,26 +45,79 @@ pub const GROUPINGS: [&str; 5] = [
     "node_id",
 ];
 
-/// The grouping set of the summary: no group and no duration (`group_key` and `rounded` are
+/// The grouping set of the summary: no group and no measure (`group_key` and `rounded` are
 /// null), so a session's counts by state are a few hundred rows.
 pub const TOTALS: &str = "totals";
 
-/// `duration_ms` rounded up to two significant digits (below 100 ms: itself). A step of
-/// 10^(digits − 2) divides every histogram bound at or above the duration, so rounding never
-/// moves a duration across a bound.
-pub const ROUNDED_DURATION: &str = "CASE WHEN duration_ms < 100 THEN duration_ms \
-     ELSE CAST(ceil(duration_ms / pow(10, floor(log10(duration_ms)) - 1)) \
-     * pow(10, floor(log10(duration_ms)) - 1) AS BIGINT) END";
+/// The grouping set of worker hot spots: by worker, no measure.
+pub const WORKERS: &str = "worker_id";
 
-/// What a rollup reads of a row: its key (to pair a superseded version with its replacement)
-/// and every value a rollup row depends on.
-const SOURCE: &str = "task_id, attempt_number, job_id, state, type, name, func_or_class_name, \
-     error_type, node_id, definition_at IS NOT NULL AS complete, duration_ms, creation_time_ms, \
-     greatest(creation_time_ms, start_time_ms, end_time_ms) AS last_ms";
+/// The grouping set of scheduling waits: by job, measured by [`WAIT_MS`].
+pub const WAITS: &str = "wait_by_job";
 
-/// The values of [`SOURCE`] a rollup row depends on: a replacement equal in all of them
-/// cancels its superseded version.
-const ROLLED_UP: [&str; 11] = [
+/// The grouping set of failure clusters: failed attempts with an error type, by
+/// [`ERROR_FINGERPRINT`], no measure, with an example message.
+pub const FAILURES: &str = "failure";
+
+/// The grouping sets insights read.
+pub const INSIGHTS: [&str; 5] = ["func_or_class_name", "node_id", WORKERS, WAITS, FAILURES];
+
+/// An attempt's error, fingerprinted: the message (stack trace included) lower-cased, with
+/// hex addresses, long hex ids and every number masked, hashed to 16 hex digits. Attempts that
+/// failed the same way on other inputs, workers or retries share it. Rollups store it, so a
+/// change here is a change of [`FORMAT`].
+pub const ERROR_FINGERPRINT: &str = "substr(md5(regexp_replace(regexp_replace(\
+     lower(coalesce(error_message, '')), '0x[0-9a-f]+|[0-9a-f]{8,}', '#', 'g'), \
+     '[0-9]+', '#', 'g')), 1, 16)";
+
+/// Milliseconds an attempt waited from submission to running.
+pub const WAIT_MS: &str = "(start_time_ms - creation_time_ms)";
+
+/// `value` (SQL) rounded up to two significant digits (below 100: itself). A step of
+/// 10^(digits − 2) divides every histogram bound at or above the value, so rounding never
+/// moves a value across a bound. [`round_up`] is the same in Rust.
+pub fn rounded(value: &str) -> String {
+    format!(
+        "CASE WHEN {value} < 100 THEN {value} \
+         ELSE CAST(ceil({value} / pow(10, floor(log10({value})) - 1)) \
+         * pow(10, floor(log10({value})) - 1) AS BIGINT) END"
+    )
+}
+
+/// `duration_ms`, [`rounded`].
+pub static ROUNDED_DURATION: LazyLock<String> = LazyLock::new(|| rounded("duration_ms"));
+
+/// [`rounded`], in Rust.
+pub fn round_up(value: i64) -> i64 {
+    if value < 100 {
+        return value;
+    }
+    // The step is 10^(digits − 2): 100..=999 by 10, 1000..=9999 by 100, …
+    let mut step = 1;
+    while value / step >= 100 {
+        step *= 10;
+    }
+    // `value` ≥ 100 here, so the quotient is positive and this is its ceiling.
+    (value + step - 1) / step * step
+}
+
+/// The smallest value `v ≥ at_least` at which rounded values split: every value rounds to at
+/// least `round_up(v)` exactly when it is `≥ v`, so a count of rounded values `≥ v` is a count
+/// of the values themselves.
+pub fn rounding_bound(at_least: i64) -> i64 {
+    round_up(at_least.saturating_sub(1)).saturating_add(1)
+}
+
+/// What a rollup reads of a `task_attempts` row: its key (to pair a superseded version with
+/// its replacement) and every value a rollup row depends on.
+pub const SOURCE: &str = "task_id, attempt_number, job_id, state, type, name, \
+     func_or_class_name, error_type, node_id, worker_id, definition_at IS NOT NULL AS complete, \
+     duration_ms, creation_time_ms, greatest(creation_time_ms, start_time_ms, end_time_ms) AS \
+     last_ms, start_time_ms, error_message";
+
+/// The values of a row a rollup row depends on: a replacement equal in all of them cancels
+/// its superseded version.
+const ROLLED_UP: [&str; 14] = [
     "job_id",
     "complete",
     "state",
@@ -65,21 +126,152 @@ const ROLLED_UP: [&str; 11] = [
     "func_or_class_name",
     "error_type",
     "node_id",
+    "worker_id",
     "duration_ms",
+    "wait_ms",
     "creation_time_ms",
     "last_ms",
+    "fingerprint",
 ];
 
-/// What a rollup row counts: rows alike in these (`group_key` being the grouping's column).
-const CELL: [&str; 7] = [
+/// What a rollup row counts: rows alike in these (`group_key` being the grouping's key and
+/// `rounded` its rounded measure).
+const CELL: [&str; 9] = [
     "group_key",
     "job_id",
     "state",
     "type",
     "complete",
+    "error_type",
+    "retried",
     "rounded",
     "sign",
 ];
+
+/// One grouping set: its name, its key and measure (SQL over the source rows, `NULL` for
+/// none), and which rows it counts.
+struct GroupingSet {
+    name: &'static str,
+    key: &'static str,
+    measure: &'static str,
+    keep: &'static str,
+}
+
+/// Every grouping set a rollup holds.
+fn grouping_sets() -> impl Iterator<Item = GroupingSet> {
+    GROUPINGS
+        .iter()
+        .map(|column| GroupingSet {
+            name: column,
+            key: column,
+            measure: "duration_ms",
+            keep: "TRUE",
+        })
+        .chain([
+            GroupingSet {
+                name: TOTALS,
+                key: "NULL::VARCHAR",
+                measure: "NULL::BIGINT",
+                keep: "TRUE",
+            },
+            GroupingSet {
+                name: WORKERS,
+                key: "worker_id",
+                measure: "NULL::BIGINT",
+                keep: "worker_id IS NOT NULL",
+            },
+            GroupingSet {
+                name: WAITS,
+                key: "job_id",
+                measure: "wait_ms",
+                keep: "wait_ms IS NOT NULL AND job_id IS NOT NULL",
+            },
+            GroupingSet {
+                name: FAILURES,
+                key: "fingerprint",
+                measure: "NULL::BIGINT",
+                keep: "fingerprint IS NOT NULL",
+            },
+        ])
+}
+
+/// The rows of `source`, a relation of [`SOURCE`] columns plus `sign`, as a rollup's rows
+/// (sets named in `only`, or all). With `holders`, each extreme is counted by joining the rows
+/// to their cell; without, each count is 1 (for rows that are all newest versions, where
+/// only being held at all matters).
+fn cells(source: &str, only: Option<&[&str]>, holders: bool) -> String {
+    let grouped: Vec<String> = grouping_sets()
+        .filter(|set| only.is_none_or(|only| only.contains(&set.name)))
+        .map(|set| {
+            let GroupingSet {
+                name,
+                key,
+                measure,
+                keep,
+            } = set;
+            let example = if name == FAILURES {
+                "min(error_message)"
+            } else {
+                "NULL::VARCHAR"
+            };
+            let rows = format!(
+                "(SELECT {key} AS group_key, job_id, state, type, complete, error_type, \
+                     attempt_number >= 1 AS retried, {rounded} AS rounded, sign, \
+                     {measure} AS measure, creation_time_ms, last_ms, error_message \
+                 FROM {source} WHERE {keep})",
+                rounded = rounded(measure),
+            );
+            let cell = CELL.join(", ");
+            let aggregates = format!(
+                "count(*) AS n, min(measure) AS d_min, max(measure) AS d_max, \
+                 min(creation_time_ms) AS c_min, max(last_ms) AS l_max, {example} AS example"
+            );
+            if !holders {
+                return format!(
+                    "SELECT '{name}' AS grouping, {cell}, {aggregates}, 1 AS d_min_n, \
+                         1 AS d_max_n, 1 AS c_min_n, 1 AS l_max_n \
+                     FROM {rows} GROUP BY ALL"
+                );
+            }
+            let on: Vec<String> = CELL
+                .iter()
+                .map(|part| format!("s.{part} IS NOT DISTINCT FROM c.{part}"))
+                .collect();
+            format!(
+                "SELECT '{name}' AS grouping, c.*,
+                        count_if(s.measure = c.d_min) AS d_min_n,
+                        count_if(s.measure = c.d_max) AS d_max_n,
+                        count_if(s.creation_time_ms = c.c_min) AS c_min_n,
+                        count_if(s.last_ms = c.l_max) AS l_max_n
+                 FROM {rows} s JOIN (SELECT {cell}, {aggregates} FROM {rows} GROUP BY ALL) c
+                     ON {on}
+                 GROUP BY ALL",
+                on = on.join(" AND "),
+            )
+        })
+        .collect();
+    grouped.join(" UNION ALL ")
+}
+
+/// The rows of `row` (a relation with [`SOURCE`]'s columns) as rollups read them: with the
+/// wait and, on failures with an error type, the fingerprint and message.
+fn derived(row: &str) -> String {
+    format!(
+        "(SELECT * EXCLUDE (start_time_ms, error_message), {WAIT_MS} AS wait_ms, \
+             CASE WHEN state = 'FAILED' AND error_type IS NOT NULL \
+                 THEN {ERROR_FINGERPRINT} END AS fingerprint, \
+             CASE WHEN state = 'FAILED' AND error_type IS NOT NULL \
+                 THEN error_message END AS error_message \
+         FROM {row})"
+    )
+}
+
+/// A query of the rollup rows of `source` (a relation of [`SOURCE`] columns and `sign = 1`:
+/// newest versions only) for the grouping sets named in `only`: what stored rollups hold for
+/// them, computed by a scan.
+pub fn newest_cells(source: &str, only: &[&str]) -> String {
+    cells(&derived(source), Some(only), false)
+}
 
 /// Stored rows, by file: a file's path and row numbers in it.
 pub type RowsByFile = Vec<(PathBuf, Vec<i64>)>;
@@ -93,74 +285,109 @@ pub fn write_rollup(
     superseded: &RowsByFile,
     path: &Path,
 ) -> Result<u64, TableError> {
+    let plus = derived(&format!(
+        "(SELECT {SOURCE} FROM read_parquet({}))",
+        path_literal(file)
+    ));
     connection.execute_batch(&format!(
         "DROP TABLE IF EXISTS rollup_minus;
-         CREATE TEMP TABLE rollup_minus AS
-             SELECT {SOURCE} FROM read_parquet({file}) LIMIT 0;",
-        file = path_literal(file)
+         CREATE TEMP TABLE rollup_minus AS SELECT * FROM {plus} LIMIT 0;"
     ))?;
     for (stored, numbers) in superseded {
         for select in rows_at(stored, numbers, SOURCE) {
-            connection.execute_batch(&format!("INSERT INTO rollup_minus {select}"))?;
+            connection.execute_batch(&format!(
+                "INSERT INTO rollup_minus SELECT * FROM {}",
+                derived(&format!("({select})"))
+            ))?;
         }
     }
     let same: Vec<String> = ROLLED_UP
         .iter()
         .map(|column| format!("p.{column} IS NOT DISTINCT FROM m.{column}"))
         .collect();
-    // Per cell: its count, and each extreme with how many rows hold it (the extremes found
-    // first, then counted by joining the rows to their cell).
-    let sets = GROUPINGS
-        .iter()
-        .map(|column| (*column, *column, "rounded"))
-        .chain([(TOTALS, "NULL::VARCHAR", "NULL::BIGINT")]);
-    let grouped: Vec<String> = sets
-        .map(|(grouping, column, rounded)| {
-            let cells = format!(
-                "(SELECT {column} AS group_key, * REPLACE ({rounded} AS rounded) FROM source)"
-            );
-            let on: Vec<String> = CELL
-                .iter()
-                .map(|part| format!("s.{part} IS NOT DISTINCT FROM c.{part}"))
-                .collect();
-            format!(
-                "SELECT '{grouping}' AS grouping, c.*,
-                        count_if(s.duration_ms = c.d_min) AS d_min_n,
-                        count_if(s.duration_ms = c.d_max) AS d_max_n,
-                        count_if(s.creation_time_ms = c.c_min) AS c_min_n,
-                        count_if(s.last_ms = c.l_max) AS l_max_n
-                 FROM {cells} s JOIN (
-                     SELECT {cell}, count(*) AS n,
-                            min(duration_ms) AS d_min, max(duration_ms) AS d_max,
-                            min(creation_time_ms) AS c_min, max(last_ms) AS l_max
-                     FROM {cells} GROUP BY ALL) c ON {on}
-                 GROUP BY ALL",
-                cell = CELL.join(", "),
-                on = on.join(" AND "),
-            )
-        })
-        .collect();
     let copy = format!(
         "COPY (
-             WITH plus AS (SELECT {SOURCE} FROM read_parquet({file})),
+             WITH plus AS {plus},
              unchanged AS (
                  SELECT p.task_id, p.attempt_number FROM plus p JOIN rollup_minus m
                      ON p.task_id = m.task_id AND p.attempt_number = m.attempt_number
                  WHERE {same}),
              source AS MATERIALIZED (
-                 SELECT *, {ROUNDED_DURATION} AS rounded FROM (
-                     SELECT *, 1 AS sign FROM plus ANTI JOIN unchanged USING (task_id, attempt_number)
-                     UNION ALL
-                     SELECT *, -1 AS sign FROM rollup_minus
-                         ANTI JOIN unchanged USING (task_id, attempt_number)))
-             {grouped}
+                 SELECT *, 1 AS sign FROM plus ANTI JOIN unchanged USING (task_id, attempt_number)
+                 UNION ALL
+                 SELECT *, -1 AS sign FROM rollup_minus
+                     ANTI JOIN unchanged USING (task_id, attempt_number))
+             {cells}
          ) TO {path} (FORMAT parquet, COMPRESSION zstd)",
-        file = path_literal(file),
         same = same.join(" AND "),
-        grouped = grouped.join(" UNION ALL "),
+        cells = cells("source", None, true),
         path = path_literal(path),
     );
     let written = connection.execute(&copy, [])? as u64;
     connection.execute_batch("DROP TABLE rollup_minus")?;
     Ok(written)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Values around every power of ten and a spread between.
+    fn samples() -> Vec<i64> {
+        let mut values: Vec<i64> = vec![-7, 0, 1, 42];
+        let mut power = 10;
+        while power <= 10_000_000_000 {
+            values.extend([power - 1, power, power + 1, power * 3 - 1, power * 3 + 1]);
+            power *= 10;
+        }
+        values.extend((0..2_000).map(|i| i * 97 + 3));
+        values
+    }
+
+    #[test]
+    fn rounding_in_rust_is_rounding_in_sql() -> Result<(), Box<dyn std::error::Error>> {
+        let connection = crate::tables::open_duckdb()?;
+        let values = samples();
+        let rows: Vec<String> = values.iter().map(|value| format!("({value})")).collect();
+        let sql = format!(
+            "SELECT v, {} FROM (VALUES {}) t(v)",
+            rounded("v"),
+            rows.join(", ")
+        );
+        let mut statement = connection.prepare(&sql)?;
+        let rows =
+            statement.query_map([], |row| Ok((row.get::<_, i64>(0)?, row.get::<_, i64>(1)?)))?;
+        let mut compared = 0;
+        for row in rows {
+            let (value, in_sql) = row?;
+            assert_eq!(round_up(value), in_sql, "{value}");
+            compared += 1;
+        }
+        assert_eq!(compared, values.len());
+        Ok(())
+    }
+
+    #[test]
+    fn a_rounding_bound_splits_rounded_values_where_the_values_split() {
+        let values = samples();
+        for at_least in [
+            1, 99, 100, 101, 150, 999, 1_000, 1_001, 2_950, 3_000, 12_345,
+        ] {
+            let bound = rounding_bound(at_least);
+            assert!(bound >= at_least, "{at_least} → {bound}");
+            // No smaller bound would do: values between at_least and bound share a rounding
+            // with values below at_least.
+            assert!(
+                bound == at_least || round_up(at_least - 1) == round_up(bound - 1),
+                "{at_least} → {bound}"
+            );
+            for &value in &values {
+                assert_eq!(
+                    value >= bound,
+                    round_up(value) >= round_up(bound),
+                    "{value} against bound {bound} (at least {at_least})"
+                );
+            }
+        }
+    }
 }
