@@ -5,16 +5,22 @@
 //! and the Lambda handler decodes SQS/S3 notifications.
 
 use std::sync::Arc;
+use std::time::Duration;
 
+use afterglow::compact::CompactFunction;
 use afterglow_tests::faults::LosesConditionalResponses;
+use afterglow_tests::moto::Moto;
 use afterglow_tests::ray::{LOSSY_RUN, OurRows, check};
 use afterglow_tests::{
     FixtureRun, TestServer, bodies, compacting_settings, compactor, local_storage, post_all,
     raw_events, shuffled, stored_entities, stored_spans, stored_task_rows,
 };
 use anyhow::{Context as _, ensure};
-use shared::compact::CompactSettings;
 use shared::compact::batch::BatchLimits;
+use shared::compact::check_queue::CheckQueue;
+use shared::compact::fold::{FoldPolicy, QuietCheck};
+use shared::compact::queue::CompactionQueue;
+use shared::compact::{CompactSettings, Compactor};
 use shared::storage::{ObjectKey, Storage};
 
 /// Posts `bodies` for `cluster` through a compacting server and returns the stored rows.
@@ -270,7 +276,10 @@ async fn deltas_fold_into_a_base_without_changing_rows() -> anyhow::Result<()> {
     post_all(&format!("{}/v1/events/fold", server.url), &bodies(&run)?).await?;
     server.stop().await?;
     let settings = CompactSettings {
-        max_deltas: 3,
+        fold: FoldPolicy {
+            max_deltas: 3,
+            ..FoldPolicy::default()
+        },
         ..CompactSettings::default()
     };
     let (compactor, _scratch) = compactor(Arc::clone(&storage), settings)?;
@@ -336,6 +345,309 @@ async fn fold_turns_every_delta_into_one_base() -> anyhow::Result<()> {
         "folded on request",
     )?;
     Ok(())
+}
+
+/// Deltas fold once they hold half the base's rows, however few they are: compacted one raw
+/// object at a time with a delta limit never reached, the session still gets a base, and after
+/// every run its deltas hold less than half of it (or fewer rows than the minimum).
+#[tokio::test]
+async fn deltas_fold_once_they_hold_a_share_of_the_base() -> anyhow::Result<()> {
+    let (run, _guard, storage) = uncompacted("tiers").await?;
+    let policy = FoldPolicy {
+        max_deltas: 1_000,
+        delta_share_percent: 50,
+        min_delta_rows: 10,
+        ..FoldPolicy::default()
+    };
+    let settings = CompactSettings {
+        fold: policy.clone(),
+        ..CompactSettings::default()
+    };
+    let (compactor, _scratch) = compactor(Arc::clone(&storage), settings)?;
+    let mut bases = std::collections::BTreeSet::new();
+    for key in compactor.raw_keys().await? {
+        compactor.compact(&[key]).await?;
+        let manifest = only_manifest(&*storage, "tiers").await?;
+        let table = &manifest.task_attempts;
+        ensure!(
+            policy.due(table).is_none(),
+            "left due for a fold: {table:?}"
+        );
+        bases.extend(table.base.iter().map(|file| file.key.clone()));
+    }
+    ensure!(
+        bases.len() >= 2,
+        "the base was rewritten {} time(s)",
+        bases.len()
+    );
+    check(
+        &run,
+        &stored_task_rows(&*storage, "tiers").await?,
+        "folded by share",
+    )?;
+    Ok(())
+}
+
+/// The manifest of `cluster`'s one session.
+async fn only_manifest(
+    storage: &dyn Storage,
+    cluster: &str,
+) -> anyhow::Result<shared::tables::manifest::Manifest> {
+    let manifests = storage
+        .list(&format!("tables/manifests/cluster={cluster}/"))
+        .await?;
+    let [meta] = manifests.as_slice() else {
+        anyhow::bail!("expected one session, found {}", manifests.len());
+    };
+    Ok(shared::tables::manifest::load(storage, &meta.key)
+        .await?
+        .manifest)
+}
+
+/// Each commit of the compact function queues a quiet check of the session as it left it, on
+/// its own queue (moto's SQS) and delayed by the quiet period. A check whose session changed
+/// since does nothing; the newest folds the deltas into one base, whose rows still agree with
+/// Ray, and queues one more check for the replaced files it keeps through their grace period.
+#[tokio::test]
+async fn quiet_checks_on_the_queue_fold_a_session_no_run_changed() -> anyhow::Result<()> {
+    let Some(moto) = Moto::start("quiet_checks_on_the_queue_fold_a_session_no_run_changed").await?
+    else {
+        return Ok(());
+    };
+    let queue_url = moto.create_queue("afterglow-compact").await?;
+    let (run, _guard, storage, messages) = uncompacted_batch("hushed").await?;
+    let delay = Duration::from_secs(5);
+    let (compactor, _scratch) = compactor(Arc::clone(&storage), CompactSettings::default())?;
+    let function = CompactFunction {
+        checks: Some(CheckQueue::new(moto.sqs(), queue_url.clone(), delay)),
+        ..function(compactor, BatchLimits::default())
+    };
+    let records: Vec<serde_json::Value> =
+        messages.into_iter().map(|(_, record, _)| record).collect();
+    let (first, second) = records.split_at(records.len() / 2);
+    ensure!(
+        invoke(&function, first).await?.is_empty(),
+        "first half failed"
+    );
+    // Delayed, not yet delivered.
+    ensure!(
+        queued(&moto, &queue_url, "ApproximateNumberOfMessagesDelayed").await? == 1,
+        "one delayed check after one commit"
+    );
+    ensure!(
+        receive(&moto, &queue_url, 0, Duration::ZERO)
+            .await?
+            .is_empty(),
+        "a check was delivered before its delay"
+    );
+    ensure!(
+        invoke(&function, second).await?.is_empty(),
+        "second half failed"
+    );
+    let checks = receive(&moto, &queue_url, 2, Duration::from_secs(30)).await?;
+    let mut sequences: Vec<(u64, String)> = checks
+        .iter()
+        .map(|body| {
+            QuietCheck::from_message(body)?
+                .map(|check| (check.sequence, body.clone()))
+                .context("not a quiet check")
+        })
+        .collect::<anyhow::Result<_>>()?;
+    sequences.sort();
+    let [(stale_sequence, stale), (newest_sequence, newest)] = sequences.as_slice() else {
+        anyhow::bail!("expected two checks, got {checks:?}");
+    };
+    let before = only_manifest(&*storage, "hushed").await?;
+    ensure!(before.sequence == *newest_sequence && stale_sequence < newest_sequence);
+    ensure!(before.task_attempts.deltas.len() == 2, "{before:?}");
+
+    ensure!(
+        invoke(&function, &[check_record("stale", stale)])
+            .await?
+            .is_empty()
+    );
+    ensure!(
+        only_manifest(&*storage, "hushed").await? == before,
+        "a check of an older commit changed the session"
+    );
+    ensure!(
+        invoke(&function, &[check_record("newest", newest)])
+            .await?
+            .is_empty()
+    );
+    let after = only_manifest(&*storage, "hushed").await?;
+    ensure!(after.task_attempts.deltas.is_empty(), "{after:?}");
+    ensure!(after.task_attempts.base.len() == 1, "{after:?}");
+    ensure!(
+        !after.retired.is_empty(),
+        "the replaced deltas wait out their grace"
+    );
+    check(
+        &run,
+        &stored_task_rows(&*storage, "hushed").await?,
+        "folded by a quiet check",
+    )?;
+    let again = receive(&moto, &queue_url, 1, Duration::from_secs(30)).await?;
+    let follow_up = again
+        .first()
+        .map(|body| QuietCheck::from_message(body))
+        .transpose()?
+        .flatten();
+    ensure!(
+        follow_up.as_ref().map(|check| check.sequence) == Some(after.sequence),
+        "expected a check of the folded session for its retired files: {again:?}"
+    );
+    Ok(())
+}
+
+/// In `serve`, the compaction queue stands in for the delayed checks: a session no run has
+/// changed for the quiet period is folded into one base, and with no grace period the files it
+/// replaced are deleted at once. Rows still agree with Ray.
+#[tokio::test]
+async fn serve_folds_a_session_once_it_goes_quiet() -> anyhow::Result<()> {
+    let (run, _guard, storage) = uncompacted("idle").await?;
+    let quiet = Duration::from_secs(3);
+    let settings = CompactSettings {
+        fold: FoldPolicy {
+            quiet,
+            ..FoldPolicy::default()
+        },
+        retire_grace: Duration::ZERO,
+        ..CompactSettings::default()
+    };
+    let (compactor, _scratch) = compactor(Arc::clone(&storage), settings)?;
+    let keys = compactor.raw_keys().await?;
+    let queue = CompactionQueue::spawn(compactor);
+    let started = tokio::time::Instant::now();
+    for key in keys {
+        queue.notify(key);
+    }
+    queue.idle().await;
+    let compacted = only_manifest(&*storage, "idle").await?;
+    ensure!(
+        started.elapsed() < quiet,
+        "compaction took longer than the quiet period; the test cannot tell"
+    );
+    ensure!(!compacted.task_attempts.deltas.is_empty(), "{compacted:?}");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let folded = loop {
+        let manifest = only_manifest(&*storage, "idle").await?;
+        if manifest.task_attempts.deltas.is_empty() {
+            break manifest;
+        }
+        ensure!(
+            tokio::time::Instant::now() < deadline,
+            "not folded a minute after going quiet: {manifest:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    ensure!(folded.task_attempts.base.len() == 1, "{folded:?}");
+    ensure!(folded.retired.is_empty(), "{folded:?}");
+    for delta in &compacted.task_attempts.deltas {
+        for key in delta.keys() {
+            ensure!(
+                storage.get(key).await.is_err(),
+                "{key} was replaced but is still stored"
+            );
+        }
+    }
+    check(
+        &run,
+        &stored_task_rows(&*storage, "idle").await?,
+        "folded once quiet in serve",
+    )?;
+    Ok(())
+}
+
+/// Runs the compact function on SQS `records`; returns the ids it asks to redeliver.
+async fn invoke(
+    function: &CompactFunction,
+    records: &[serde_json::Value],
+) -> anyhow::Result<Vec<String>> {
+    invoke_in(function, records, lambda_runtime::Context::default()).await
+}
+
+/// [`invoke`] with an invocation `context` (its deadline).
+async fn invoke_in(
+    function: &CompactFunction,
+    records: &[serde_json::Value],
+    context: lambda_runtime::Context,
+) -> anyhow::Result<Vec<String>> {
+    let event =
+        lambda_runtime::LambdaEvent::new(serde_json::json!({ "Records": records }), context);
+    let response = afterglow::compact::handle(function, event)
+        .await
+        .map_err(|err| anyhow::anyhow!("{err}"))?;
+    Ok(response["batchItemFailures"]
+        .as_array()
+        .context("batchItemFailures")?
+        .iter()
+        .filter_map(|failure| failure["itemIdentifier"].as_str().map(str::to_owned))
+        .collect())
+}
+
+/// A queue message as Lambda delivers it from SQS.
+fn check_record(id: &str, body: &str) -> serde_json::Value {
+    serde_json::json!({
+        "messageId": id, "eventSource": "aws:sqs", "body": body,
+        "attributes": {}, "messageAttributes": {}
+    })
+}
+
+/// One of the queue's approximate counts.
+async fn queued(moto: &Moto, queue_url: &str, attribute: &str) -> anyhow::Result<u64> {
+    let name = aws_sdk_sqs::types::QueueAttributeName::from(attribute);
+    let answer = moto
+        .sqs()
+        .get_queue_attributes()
+        .queue_url(queue_url)
+        .attribute_names(name.clone())
+        .send()
+        .await
+        .context("GetQueueAttributes")?;
+    let value = answer
+        .attributes()
+        .and_then(|attributes| attributes.get(&name))
+        .context("no such attribute")?;
+    Ok(value.parse()?)
+}
+
+/// Receives (and deletes) messages until `count` have arrived or `within` has passed; the
+/// bodies.
+async fn receive(
+    moto: &Moto,
+    queue_url: &str,
+    count: usize,
+    within: Duration,
+) -> anyhow::Result<Vec<String>> {
+    let deadline = tokio::time::Instant::now() + within;
+    let mut bodies = Vec::new();
+    loop {
+        let answer = moto
+            .sqs()
+            .receive_message()
+            .queue_url(queue_url)
+            .max_number_of_messages(10)
+            .send()
+            .await
+            .context("ReceiveMessage")?;
+        for message in answer.messages() {
+            bodies.extend(message.body().map(str::to_owned));
+            if let Some(handle) = message.receipt_handle() {
+                moto.sqs()
+                    .delete_message()
+                    .queue_url(queue_url)
+                    .receipt_handle(handle)
+                    .send()
+                    .await
+                    .context("DeleteMessage")?;
+            }
+        }
+        if bodies.len() >= count || tokio::time::Instant::now() >= deadline {
+            return Ok(bodies);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// A line that is not a readable event goes to a quarantine object with its reason; the other
@@ -413,7 +725,7 @@ async fn lambda_handler_compacts_notified_keys_and_reports_failures_per_message(
         lambda_runtime::Context::default(),
     );
     let (compactor, _scratch) = compactor(Arc::clone(&storage), CompactSettings::default())?;
-    let response = afterglow::compact::handle(&compactor, "", &BatchLimits::default(), event)
+    let response = afterglow::compact::handle(&function(compactor, BatchLimits::default()), event)
         .await
         .map_err(|err| anyhow::anyhow!("{err}"))?;
     let failures = response["batchItemFailures"]
@@ -431,6 +743,16 @@ async fn lambda_handler_compacts_notified_keys_and_reports_failures_per_message(
         "via the compact handler",
     )?;
     Ok(())
+}
+
+/// The compact function as Lambda runs it over `compactor`, queueing no quiet checks.
+fn function(compactor: Compactor, limits: BatchLimits) -> CompactFunction {
+    CompactFunction {
+        compactor,
+        checks: None,
+        prefix: String::new(),
+        limits,
+    }
 }
 
 /// An S3 `ObjectCreated` notification in the shape S3 sends (keys form-URL-encoded).
@@ -483,7 +805,7 @@ async fn lambda_handler_compacts_a_direct_s3_event() -> anyhow::Result<()> {
         lambda_runtime::Context::default(),
     );
     let (compactor, _scratch) = compactor(Arc::clone(&storage), CompactSettings::default())?;
-    afterglow::compact::handle(&compactor, "", &BatchLimits::default(), event)
+    afterglow::compact::handle(&function(compactor, BatchLimits::default()), event)
         .await
         .map_err(|err| anyhow::anyhow!("{err}"))?;
     check(
@@ -716,18 +1038,8 @@ async fn handle_batch(
     limits: &BatchLimits,
     context: lambda_runtime::Context,
 ) -> anyhow::Result<Vec<String>> {
-    let event =
-        lambda_runtime::LambdaEvent::new(serde_json::json!({ "Records": records }), context);
     let (compactor, _scratch) = compactor(Arc::clone(storage), CompactSettings::default())?;
-    let response = afterglow::compact::handle(&compactor, "", limits, event)
-        .await
-        .map_err(|err| anyhow::anyhow!("{err}"))?;
-    Ok(response["batchItemFailures"]
-        .as_array()
-        .context("batchItemFailures")?
-        .iter()
-        .filter_map(|failure| failure["itemIdentifier"].as_str().map(str::to_owned))
-        .collect())
+    invoke_in(&function(compactor, limits.clone()), records, context).await
 }
 
 /// A local store holding basic-workload's raw objects for `cluster`, not compacted, and one SQS
@@ -735,12 +1047,20 @@ async fn handle_batch(
 async fn uncompacted_batch(
     cluster: &str,
 ) -> anyhow::Result<(FixtureRun, tempfile::TempDir, Arc<dyn Storage>, Vec<Sqs>)> {
+    let (run, guard, storage) = uncompacted(cluster).await?;
+    let messages = sqs_messages_for(&*storage, cluster).await?;
+    Ok((run, guard, storage, messages))
+}
+
+/// A local store holding basic-workload's raw objects for `cluster`, not compacted.
+async fn uncompacted(
+    cluster: &str,
+) -> anyhow::Result<(FixtureRun, tempfile::TempDir, Arc<dyn Storage>)> {
     let run = FixtureRun::named("basic-workload")?;
     let (guard, local) = local_storage()?;
     let storage: Arc<dyn Storage> = Arc::new(local);
     store_raw(&storage, &run, cluster).await?;
-    let messages = sqs_messages_for(&*storage, cluster).await?;
-    Ok((run, guard, storage, messages))
+    Ok((run, guard, storage))
 }
 
 /// Milliseconds since the epoch, now.

@@ -19,6 +19,7 @@ use afterglow_tests::{
 use anyhow::{Context as _, ensure};
 use serde_json::Value as Json;
 use shared::auth::AccessToken;
+use shared::compact::fold::FoldPolicy;
 use shared::config::Config;
 use shared::storage::Storage;
 
@@ -708,7 +709,10 @@ async fn synthetic_traffic_is_counted_as_generated() -> anyhow::Result<()> {
     ensure!(truth.redeliveries > 0, "some bodies are sent twice");
 
     let settings = CompactSettings {
-        max_deltas: 3,
+        fold: FoldPolicy {
+            max_deltas: 3,
+            ..FoldPolicy::default()
+        },
         ..CompactSettings::default()
     };
     let (compactor, _scratch) = afterglow_tests::compactor(Arc::clone(&storage), settings)?;
@@ -840,7 +844,10 @@ async fn reading_without_superseded_rows_equals_reading_by_key() -> anyhow::Resu
     let (compactor, _scratch) = afterglow_tests::compactor(
         Arc::clone(&storage),
         CompactSettings {
-            max_deltas: 100,
+            fold: FoldPolicy {
+                max_deltas: 100,
+                ..FoldPolicy::default()
+            },
             ..CompactSettings::default()
         },
     )?;
@@ -1000,7 +1007,10 @@ async fn rollups_count_what_a_scan_counts() -> anyhow::Result<()> {
     let (compactor, _scratch) = afterglow_tests::compactor(
         Arc::clone(&storage),
         CompactSettings {
-            max_deltas: 4,
+            fold: FoldPolicy {
+                max_deltas: 4,
+                ..FoldPolicy::default()
+            },
             ..CompactSettings::default()
         },
     )?;

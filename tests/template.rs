@@ -259,6 +259,22 @@ fn logs_expire_and_never_hold_the_query_string() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The resources a function's inline policy statements allow one `action` on (statements
+/// naming that action alone).
+fn allowed<'a>(
+    function: &'a Value,
+    action: &'a str,
+) -> anyhow::Result<impl Iterator<Item = &'a Value>> {
+    Ok(at(function, &["Policies"])?
+        .as_sequence()
+        .into_iter()
+        .flatten()
+        .filter_map(|policy| policy.get("Statement")?.as_sequence())
+        .flatten()
+        .filter(move |statement| statement.get("Action").and_then(Value::as_str) == Some(action))
+        .filter_map(|statement| statement.get("Resource")))
+}
+
 /// The logical id a `!Ref` or `!GetAtt ID.Attr` names.
 fn ref_or_getatt(value: &Value) -> Option<&str> {
     match value {
@@ -401,24 +417,46 @@ fn the_ingest_secret_is_read_at_run_time_and_outlives_the_stack() -> anyhow::Res
     ensure!(secret.get("DeletionPolicy").and_then(Value::as_str) == Some("Retain"));
     ensure!(secret.get("UpdateReplacePolicy").and_then(Value::as_str) == Some("Retain"));
 
-    let statements = at(
-        &template,
-        &["Resources", "IngestFunction", "Properties", "Policies"],
-    )?;
-    let readable = statements
-        .as_sequence()
-        .into_iter()
-        .flatten()
-        .filter_map(|policy| policy.get("Statement")?.as_sequence())
-        .flatten()
-        .filter(|statement| {
-            statement.get("Action").and_then(Value::as_str) == Some("secretsmanager:GetSecretValue")
-        })
-        .filter_map(|statement| statement.get("Resource"))
+    let ingest = at(&template, &["Resources", "IngestFunction", "Properties"])?;
+    let readable = allowed(ingest, "secretsmanager:GetSecretValue")?
         .any(|resource| Some(resource) == variables.get("AFTERGLOW_INGEST_SECRET_ARN"));
     ensure!(
         readable,
         "the ingest role cannot read the secret its variable names"
     );
+    Ok(())
+}
+
+/// The compact function queues each session's quiet check on the queue it reads (a delayed
+/// message; see `shared::compact::fold`): without the variable the function does not start,
+/// without the permission every check is refused and no quiet session is ever folded.
+#[test]
+fn the_compact_function_may_queue_quiet_checks_on_its_own_queue() -> anyhow::Result<()> {
+    let template = template()?;
+    let compact = at(&template, &["Resources", "CompactFunction", "Properties"])?;
+    let read = at(compact, &["Events", "RawObjects", "Properties", "Queue"])?;
+    let read = ref_or_getatt(read).context("the event source names no queue")?;
+    let queued = at(
+        compact,
+        &["Environment", "Variables", "AFTERGLOW_COMPACT_QUEUE_URL"],
+    )?;
+    ensure!(
+        ref_name(queued) == Some(read),
+        "quiet checks go to {queued:?}, not to the queue the function reads ({read})"
+    );
+    let quiet = number(
+        &template,
+        at(
+            compact,
+            &["Environment", "Variables", "AFTERGLOW_FOLD_QUIET_SECONDS"],
+        )?,
+    )?;
+    ensure!(
+        (1..=900).contains(&quiet),
+        "SQS cannot delay a message {quiet} s"
+    );
+    let may_send =
+        allowed(compact, "sqs:SendMessage")?.any(|resource| ref_or_getatt(resource) == Some(read));
+    ensure!(may_send, "the compact role may not send to {read}");
     Ok(())
 }

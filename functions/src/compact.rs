@@ -1,6 +1,9 @@
 //! The compact function on Lambda: S3 `ObjectCreated` notifications, delivered through SQS (or
 //! directly), onto the library's batch compaction. Reports SQS partial batch failures, so one
 //! bad message is retried (and eventually dead-lettered) without failing the others.
+//!
+//! The same queue carries the quiet checks this function queues for itself after each commit
+//! (delayed messages, see `shared::compact::fold`): it runs them, and queues the next ones.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -9,6 +12,8 @@ use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent
 use lambda_runtime::{Context, Error, LambdaEvent};
 use shared::compact::Compactor;
 use shared::compact::batch::{BatchLimits, Message};
+use shared::compact::check_queue::CheckQueue;
+use shared::compact::fold::QuietCheck;
 use shared::compact::notification::raw_key_from_notification;
 use shared::storage::ObjectKey;
 use tracing::Instrument as _;
@@ -85,16 +90,51 @@ fn deadline_of(context: &Context) -> Option<tokio::time::Instant> {
     Some(tokio::time::Instant::now() + left)
 }
 
-/// Handles one invocation: an SQS batch of S3 notifications, or a direct S3 event. `limits`
-/// caps a batch's raw bytes; the deadline comes from the invocation.
+/// What the compact function holds between invocations.
+#[derive(Debug)]
+pub struct CompactFunction {
+    /// Compacts and tidies.
+    pub compactor: Compactor,
+    /// Where quiet checks are queued; `None` queues none (sessions are then folded by the
+    /// fold policy alone; the deployed function always has a queue).
+    pub checks: Option<CheckQueue>,
+    /// The store's key prefix (notifications name full keys).
+    pub prefix: String,
+    /// Caps on one batch; the deadline comes from each invocation.
+    pub limits: BatchLimits,
+}
+
+/// What one SQS record asks for.
+enum Record {
+    /// Compact the raw objects an S3 notification names.
+    Notification(Message),
+    /// Tidy a session if it went quiet.
+    Check(String, QuietCheck),
+}
+
+/// Reads one SQS record's body.
+fn record_of(id: String, body: &str, prefix: &str) -> Result<Record, String> {
+    if let Some(check) = QuietCheck::from_message(body).map_err(|err| err.to_string())? {
+        return Ok(Record::Check(id, check));
+    }
+    let objects = objects_of_message(body, prefix)?;
+    Ok(Record::Notification(Message { id, objects }))
+}
+
+/// Handles one invocation: an SQS batch of S3 notifications and quiet checks, or a direct S3
+/// event.
 pub async fn handle(
-    compactor: &Compactor,
-    prefix: &str,
-    limits: &BatchLimits,
+    function: &CompactFunction,
     event: LambdaEvent<serde_json::Value>,
 ) -> Result<serde_json::Value, Error> {
     let span = tracing::info_span!("invocation", request_id = %event.context.request_id, function = "compact");
     async move {
+        let CompactFunction {
+            compactor,
+            checks,
+            prefix,
+            limits,
+        } = function;
         let limits = BatchLimits {
             deadline: deadline_of(&event.context),
             ..limits.clone()
@@ -111,31 +151,54 @@ pub async fn handle(
                 .into_iter()
                 .map(|(key, _)| key)
                 .collect();
-            compactor.compact(&keys).await?;
+            let report = compactor.compact(&keys).await?;
+            queue_checks(checks.as_ref(), &report.committed).await;
             return Ok(serde_json::Value::Null);
         }
         let sqs: SqsEvent = serde_json::from_value(payload)?;
         let mut messages = Vec::new();
+        let mut quiet = Vec::new();
         let mut failures = Vec::new();
         for message in &sqs.records {
             let id = message.message_id.clone().unwrap_or_default();
-            match objects_of_message(message.body.as_deref().unwrap_or_default(), prefix) {
-                Ok(objects) => messages.push(Message { id, objects }),
+            let body = message.body.as_deref().unwrap_or_default();
+            match record_of(id.clone(), body, prefix) {
+                Ok(Record::Notification(message)) => messages.push(message),
+                Ok(Record::Check(id, check)) => quiet.push((id, check)),
                 Err(reason) => {
                     // Retrying cannot fix it: after maxReceiveCount it lands in the DLQ.
-                    tracing::error!(message_id = %id, %reason, "unreadable notification");
+                    tracing::error!(message_id = %id, %reason, "unreadable message");
                     failures.push(failure(&id));
                 }
             }
         }
-        let outcome = compactor.compact_messages(&messages, &limits).await;
-        failures.extend(outcome.failed.iter().map(|id| failure(id)));
+        let mut next_checks = Vec::new();
+        if !messages.is_empty() {
+            let outcome = compactor.compact_messages(&messages, &limits).await;
+            failures.extend(outcome.failed.iter().map(|id| failure(id)));
+            next_checks.extend(outcome.report.committed);
+        }
+        let (failed, again) = compactor.tidy_messages(&quiet, &limits).await;
+        failures.extend(failed.iter().map(|id| failure(id)));
+        next_checks.extend(again);
+        queue_checks(checks.as_ref(), &next_checks).await;
         let mut response = SqsBatchResponse::default();
         response.batch_item_failures = failures;
         Ok(serde_json::to_value(response)?)
     }
     .instrument(span)
     .await
+}
+
+/// Queues quiet checks of `committed`. A check that cannot be queued costs only speed: the
+/// session keeps its deltas until its next commit or fold, and reads stay correct.
+async fn queue_checks(checks: Option<&CheckQueue>, committed: &[QuietCheck]) {
+    let Some(checks) = checks.filter(|_| !committed.is_empty()) else {
+        return;
+    };
+    if let Err(err) = checks.send(committed).await {
+        tracing::error!(error = %err, "quiet checks not queued; those sessions are tidied after their next commit");
+    }
 }
 
 #[cfg(test)]

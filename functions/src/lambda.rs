@@ -7,6 +7,8 @@ use std::time::Duration;
 use anyhow::Context as _;
 use shared::auth::ingest::{IngestKeys, RefreshPolicy};
 use shared::compact::batch::BatchLimits;
+use shared::compact::check_queue::CheckQueue;
+use shared::compact::fold::FoldPolicy;
 use shared::compact::{CompactSettings, Compactor};
 use shared::config::{Config, ConfigError, LambdaFunction};
 use shared::ingest::{IngestAccess, Ingestor};
@@ -69,18 +71,37 @@ pub async fn run(function: LambdaFunction, config: Config) -> anyhow::Result<()>
                 memory_limit_mib: config.lambda_memory_mib.map(|memory| memory * 6 / 10),
                 retention: config.tables_retention,
                 cache_bytes: config.cache_bytes,
+                fold: FoldPolicy {
+                    quiet: config.fold_quiet,
+                    ..FoldPolicy::default()
+                },
                 ..CompactSettings::default()
             };
             let compactor = Compactor::new(storage, settings, scratch);
+            let queue_url = config
+                .compact_queue_url
+                .clone()
+                .ok_or(ConfigError::Missing {
+                    variable: "AFTERGLOW_COMPACT_QUEUE_URL",
+                    reason: "the compact function queues each session's quiet check on its own \
+                             queue (the template sets it)",
+                })?;
+            let checks = CheckQueue::connect(queue_url, config.fold_quiet).await;
             let limits = BatchLimits {
                 max_bytes: config
                     .lambda_memory_mib
                     .map(BatchLimits::max_bytes_for_memory),
                 ..BatchLimits::default()
             };
-            let (compactor, limits, prefix) = (&compactor, &limits, prefix.as_str());
+            let function = crate::compact::CompactFunction {
+                compactor,
+                checks: Some(checks),
+                prefix,
+                limits,
+            };
+            let function = &function;
             lambda_runtime::run(lambda_runtime::service_fn(move |event| {
-                crate::compact::handle(compactor, prefix, limits, event)
+                crate::compact::handle(function, event)
             }))
             .await
             .map_err(|err| anyhow::anyhow!(err))

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use shared::auth::ingest::{IngestKeys, RefreshPolicy};
+use shared::compact::fold::FoldPolicy;
 use shared::compact::{CompactSettings, Compactor};
 use shared::config::{Config, StorageConfig};
 use shared::storage::{LocalDirStorage, S3Storage, Storage};
@@ -39,6 +40,10 @@ pub fn compactor_with_scratch(
         .context("cannot create a scratch directory")?;
     let settings = CompactSettings {
         retention: config.tables_retention,
+        fold: FoldPolicy {
+            quiet: config.fold_quiet,
+            ..FoldPolicy::default()
+        },
         ..CompactSettings::default()
     };
     let compactor = Compactor::new(storage, settings, scratch.path().to_path_buf());

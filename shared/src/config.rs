@@ -14,6 +14,8 @@
 //! | `AFTERGLOW_MAX_EVENTS_PER_REQUEST` | most events in one ingest body | 10000 |
 //! | `AFTERGLOW_CACHE_MIB` | most MiB of table files the query and compact functions keep in their local cache (least recently used go first) | no limit |
 //! | `AFTERGLOW_TABLES_RETENTION_DAYS` | compaction removes sessions whose newest event is older (whole: manifest, files, catalog entry) | `0`: keep forever |
+//! | `AFTERGLOW_FOLD_QUIET_SECONDS` | a session no compaction has changed for this long is tidied: its deltas folded into one base, its replaced files deleted (1–900) | `300` |
+//! | `AFTERGLOW_COMPACT_QUEUE_URL` | the compact function's own SQS queue, where it queues each session's quiet check (delayed by the quiet period); required by the compact function | unset |
 //! | `AFTERGLOW_GRAFANA_URL` | a Grafana dashboard (e.g. `https://grafana.example.com/d/rayDefaultDashboard`, Ray's default): the page links node and worker ids to it, with `var-SessionName`, `var-NodeId` or `var-WorkerId` and the attempt's time range | unset: no links |
 //! | `AFTERGLOW_LOG` | log filter (`info`, `afterglow=debug`, …) | `info` (`warn` for `generate` and `bench`) |
 //! | `AWS_LAMBDA_RUNTIME_API`, `_HANDLER` | set by Lambda: run as the function named by `_HANDLER` | unset: CLI |
@@ -109,11 +111,18 @@ pub struct Config {
     pub cache_bytes: Option<u64>,
     /// The Grafana dashboard the page links node and worker ids to, if configured.
     pub grafana_url: Option<GrafanaUrl>,
+    /// How long a session goes unchanged before it is tidied (see `compact::fold`).
+    pub fold_quiet: Duration,
+    /// The compact function's queue, for quiet checks (the compact function requires it).
+    pub compact_queue_url: Option<String>,
     /// Log filter directive (`AFTERGLOW_LOG`), when set.
     pub log_filter: Option<String>,
     /// `Some` when running inside AWS Lambda.
     pub lambda: Option<LambdaFunction>,
 }
+
+/// How long a session goes unchanged before it is tidied, unless configured.
+pub const DEFAULT_FOLD_QUIET: Duration = Duration::from_secs(300);
 
 /// True inside AWS Lambda (`AWS_LAMBDA_RUNTIME_API` is set), even when the rest of the
 /// configuration is invalid: the binary then reports the error instead of parsing a command line.
@@ -227,10 +236,28 @@ impl Config {
             })
             .transpose()?;
 
+        let fold_quiet = match get("AFTERGLOW_FOLD_QUIET_SECONDS") {
+            None => DEFAULT_FOLD_QUIET,
+            Some(text) => match text.trim().parse::<u64>() {
+                Ok(seconds @ 1..=900) => Duration::from_secs(seconds),
+                _ => {
+                    return Err(ConfigError::Invalid {
+                        variable: "AFTERGLOW_FOLD_QUIET_SECONDS",
+                        shown: text,
+                        reason: "expected whole seconds from 1 to 900 (SQS delays a message \
+                                 15 minutes at most)"
+                            .to_owned(),
+                    });
+                }
+            },
+        };
+
         Ok(Self {
             storage,
             cache_bytes,
             grafana_url,
+            fold_quiet,
+            compact_queue_url: get("AFTERGLOW_COMPACT_QUEUE_URL"),
             ingest_secret,
             query_token,
             lambda_memory_mib,
@@ -383,6 +410,23 @@ mod tests {
         assert!(config.ingest_secret.is_none());
         assert_eq!(config.lambda, None);
         assert_eq!(config.ingest_limits, IngestLimits::default());
+        Ok(())
+    }
+
+    #[test]
+    fn the_quiet_period_is_whole_seconds_sqs_can_delay() -> Result<(), ConfigError> {
+        assert_eq!(config(&[])?.fold_quiet, DEFAULT_FOLD_QUIET);
+        let read = config(&[("AFTERGLOW_FOLD_QUIET_SECONDS", "900")])?;
+        assert_eq!(read.fold_quiet, Duration::from_secs(900));
+        for bad in ["0", "901", "5m", "-1"] {
+            let err = config(&[("AFTERGLOW_FOLD_QUIET_SECONDS", bad)]).err();
+            assert!(
+                err.is_some_and(|err| err
+                    .to_string()
+                    .contains(&format!("AFTERGLOW_FOLD_QUIET_SECONDS={bad}"))),
+                "{bad}"
+            );
+        }
         Ok(())
     }
 

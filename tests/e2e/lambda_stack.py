@@ -14,7 +14,10 @@ What each part stands in for:
   `ObjectCreated:Put` record inside an SQS message, invokes the compact function with SQS
   batches through the Lambda invoke API, and redelivers the messages the function reports in
   `batchItemFailures` (a message that fails `MAX_RECEIVES` times is dead-lettered and makes the
-  run fail).
+  run fail). The quiet checks the compact function queues for itself go to a real queue
+  (moto's SQS, which keeps each one out of sight for its delay); the relay receives them from
+  there and delivers them in its batches like the notifications.
+* moto's server is Secrets Manager (the ingest secret) and SQS (the compact queue).
 """
 import hashlib
 import hmac
@@ -38,6 +41,9 @@ from botocore.exceptions import BotoCoreError, ClientError
 BATCH_SIZE = 500
 # SQS redrive policy (template.yaml: maxReceiveCount).
 MAX_RECEIVES = 5
+# The compact function's quiet period (template.yaml: 300 s), short enough to see sessions
+# folded during the run.
+QUIET_SECONDS = 5
 # template.yaml's MemorySize per function (query: the QueryMemory default); the binary sizes
 # DuckDB from AWS_LAMBDA_FUNCTION_MEMORY_SIZE as on Lambda.
 MEMORY_MB = {"ingest": 256, "compact": 3008, "query": 2048}
@@ -126,9 +132,10 @@ class SeaweedFS:
             self.process.wait(timeout=30)
 
 
-class SecretsManager:
-    """moto's server on a free port, standing in for AWS Secrets Manager: the ingest function
-    reads its secret from it at run time (AFTERGLOW_INGEST_SECRET_ARN), as deployed."""
+class Moto:
+    """moto's server on a free port, standing in for AWS Secrets Manager (the ingest function
+    reads its secret from it at run time, AFTERGLOW_INGEST_SECRET_ARN, as deployed) and SQS
+    (the compact function's queue, where it queues quiet checks)."""
 
     def __init__(self, work, credentials):
         self.work, self.credentials, self.process, self.endpoint = work, credentials, None, None
@@ -161,6 +168,16 @@ class SecretsManager:
 
     def create(self, name, value):
         return self.client().create_secret(Name=name, SecretString=value)["ARN"]
+
+    def sqs(self):
+        return boto3.client(
+            "sqs", endpoint_url=self.endpoint, region_name=self.credentials["AWS_REGION"],
+            aws_access_key_id=self.credentials["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=self.credentials["AWS_SECRET_ACCESS_KEY"],
+            config=Config(retries={"max_attempts": 3}))
+
+    def create_queue(self, name):
+        return self.sqs().create_queue(QueueName=name)["QueueUrl"]
 
     def stop(self):
         if self.process and self.process.poll() is None:
@@ -267,14 +284,28 @@ def sqs_message(body, receive_count):
 class NotificationRelay(threading.Thread):
     """S3 → SQS → Lambda for the compact function (see the module doc)."""
 
-    def __init__(self, storage, prefix, invoke_url, log):
+    def __init__(self, storage, prefix, invoke_url, checks, log):
         super().__init__(daemon=True)
         self.storage, self.prefix, self.invoke_url, self.log = storage, prefix, invoke_url, log
         self.s3 = storage.client()
+        self.sqs, self.queue_url = checks
         self.seen = set()
         self.queue = []  # (body, receive count)
         self.stopping = threading.Event()
-        self.counts = {"objects": 0, "invocations": 0, "redelivered": 0, "dead_lettered": 0}
+        self.counts = {"objects": 0, "invocations": 0, "redelivered": 0, "dead_lettered": 0,
+                       "quiet_checks": 0}
+
+    def quiet_checks(self):
+        """The quiet checks whose delay is over, taken off the queue."""
+        while True:
+            answer = self.sqs.receive_message(QueueUrl=self.queue_url, MaxNumberOfMessages=10)
+            messages = answer.get("Messages", [])
+            if not messages:
+                return
+            for message in messages:
+                self.sqs.delete_message(QueueUrl=self.queue_url,
+                                        ReceiptHandle=message["ReceiptHandle"])
+                yield message["Body"]
 
     def new_objects(self):
         pages = self.s3.get_paginator("list_objects_v2").paginate(
@@ -328,6 +359,9 @@ class NotificationRelay(threading.Thread):
                                        item["ETag"])
                     self.queue.append((json.dumps({"Records": [record]}), 1))
                     self.counts["objects"] += 1
+                for body in self.quiet_checks():
+                    self.queue.append((body, 1))
+                    self.counts["quiet_checks"] += 1
                 self.deliver()
             except Exception as err:  # keep relaying: a listing error is retried
                 self.log(f"relay: {err!r}")
@@ -344,7 +378,7 @@ class LambdaStack:
         self.storage = SeaweedFS(work)
         # A prefix of its own, so that a shared bucket (scripts/test's) starts empty for us.
         self.prefix = f"e2e-{uuid.uuid4().hex[:8]}/"
-        self.secrets = SecretsManager(work, self.storage.credentials)
+        self.moto = Moto(work, self.storage.credentials)
         self.ingest_secret = uuid.uuid4().hex
         self.query_token = uuid.uuid4().hex
         self.functions = {}
@@ -352,17 +386,21 @@ class LambdaStack:
 
     def start(self):
         self.storage.start()
-        self.secrets.start()
-        secret_arn = self.secrets.create(f"afterglow-e2e/{uuid.uuid4().hex[:8]}",
-                                         self.ingest_secret)
+        self.moto.start()
+        secret_arn = self.moto.create(f"afterglow-e2e/{uuid.uuid4().hex[:8]}",
+                                      self.ingest_secret)
+        queue_url = self.moto.create_queue(f"afterglow-e2e-{uuid.uuid4().hex[:8]}")
         tmp = os.path.join(self.work, "lambda-tmp")
         common = dict(self.storage.credentials, AFTERGLOW_BUCKET=self.storage.bucket,
                       AFTERGLOW_PREFIX=self.prefix, AWS_ENDPOINT_URL_S3=self.storage.endpoint,
                       AFTERGLOW_LOG="info")
         per_function = {
             "ingest": {"AFTERGLOW_INGEST_SECRET_ARN": secret_arn,
-                       "AWS_ENDPOINT_URL_SECRETS_MANAGER": self.secrets.endpoint},
-            "compact": {},
+                       "AWS_ENDPOINT_URL_SECRETS_MANAGER": self.moto.endpoint},
+            # A short quiet period, so that sessions are folded while the run goes on.
+            "compact": {"AFTERGLOW_COMPACT_QUEUE_URL": queue_url,
+                        "AWS_ENDPOINT_URL_SQS": self.moto.endpoint,
+                        "AFTERGLOW_FOLD_QUIET_SECONDS": str(QUIET_SECONDS)},
             "query": {"AFTERGLOW_QUERY_TOKEN": self.query_token},
         }
         for handler, extra in per_function.items():
@@ -377,7 +415,8 @@ class LambdaStack:
             function.wait_ready(self.probe(handler), timeout=120)
             self.log(f"{handler} function is up on port {function.port}")
         self.relay = NotificationRelay(self.storage, self.prefix,
-                                       self.functions["compact"].invoke_url, self.log)
+                                       self.functions["compact"].invoke_url,
+                                       (self.moto.sqs(), queue_url), self.log)
         self.relay.start()
 
     def probe(self, handler):
@@ -406,6 +445,28 @@ class LambdaStack:
     def ingest_base(self):
         return self.functions["ingest"].url
 
+    def deltas(self, cluster):
+        """Delta files in the manifests of `cluster`'s sessions, by session."""
+        s3 = self.storage.client()
+        found = {}
+        pages = s3.get_paginator("list_objects_v2").paginate(
+            Bucket=self.storage.bucket, Prefix=f"{self.prefix}tables/manifests/cluster={cluster}/")
+        for page in pages:
+            for item in page.get("Contents", []):
+                body = s3.get_object(Bucket=self.storage.bucket, Key=item["Key"])["Body"].read()
+                found[item["Key"]] = len(json.loads(body)["task_attempts"]["deltas"])
+        return found
+
+    def wait_folded(self, cluster, timeout):
+        """Waits until a quiet check has folded every session of `cluster`; the sessions
+        still holding deltas when `timeout` runs out."""
+        deadline = time.time() + timeout
+        while True:
+            unfolded = {key: n for key, n in self.deltas(cluster).items() if n}
+            if not unfolded or time.time() >= deadline:
+                return unfolded
+            time.sleep(1)
+
     def ingest_token(self, cluster):
         return cluster_token(self.ingest_secret, cluster)
 
@@ -420,4 +481,4 @@ class LambdaStack:
         for function in self.functions.values():
             function.stop()
         self.storage.stop()
-        self.secrets.stop()
+        self.moto.stop()

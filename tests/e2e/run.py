@@ -790,7 +790,15 @@ def main():
             shutil.rmtree(os.path.join(env["RAY_TMPDIR"], name), ignore_errors=True)
         log(f"Ray and the log shipper (exit {shipped}) stopped, {len(sessions)} session "
             "directories removed; comparing")
-        problems = compare(ray, api) + dashboard_problems + (shipped != 0)
+        problems = 0
+        if args.variant == "lambda":
+            # Nothing is sent any more: each session's last quiet check folds it, and the
+            # comparisons below read the folded tables.
+            unfolded = deployment.wait_folded(CLUSTER, timeout=120)
+            print(f"quiet checks: {deployment.relay.counts['quiet_checks']} delivered; "
+                  f"sessions still holding deltas: {unfolded or 'none'}")
+            problems += len(unfolded)
+        problems += compare(ray, api) + dashboard_problems + (shipped != 0)
         problems += compare_logs(api, printed_path, ray_logs)
         if args.variant == "serve":
             problems += list_synthetic_session(args.afterglow, deployment, api, env, 50_000)

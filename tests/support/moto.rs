@@ -1,4 +1,4 @@
-//! moto's server on 127.0.0.1, standing in for AWS Secrets Manager.
+//! moto's server on 127.0.0.1, standing in for AWS Secrets Manager and SQS.
 //!
 //! Runs when `moto_server` is on PATH (`scripts/test` installs `moto[server]` and sets
 //! `AFTERGLOW_TEST_MOTO=1`, which turns a missing server into a failure instead of a skip).
@@ -64,6 +64,34 @@ impl Moto {
             .credentials_provider(Credentials::new("moto", "moto", None, None, "moto"))
             .build();
         aws_sdk_secretsmanager::Client::from_conf(config)
+    }
+
+    /// An SQS client of this server.
+    pub fn sqs(&self) -> aws_sdk_sqs::Client {
+        let config = aws_sdk_sqs::Config::builder()
+            .behavior_version(aws_sdk_sqs::config::BehaviorVersion::latest())
+            .endpoint_url(&self.endpoint)
+            .region(aws_sdk_sqs::config::Region::new("us-east-1"))
+            .credentials_provider(aws_sdk_sqs::config::Credentials::new(
+                "moto", "moto", None, None, "moto",
+            ))
+            .build();
+        aws_sdk_sqs::Client::from_conf(config)
+    }
+
+    /// Creates a queue; returns its URL.
+    pub async fn create_queue(&self, name: &str) -> anyhow::Result<String> {
+        let created = self
+            .sqs()
+            .create_queue()
+            .queue_name(name)
+            .send()
+            .await
+            .context("CreateQueue")?;
+        created
+            .queue_url()
+            .map(str::to_owned)
+            .context("no queue URL")
     }
 
     /// Creates a secret holding `value`; returns its ARN.

@@ -167,7 +167,11 @@ impl Compactor {
 
     /// Runs `work` until the deadline (less the margin); `None` if it did not finish. Dropping
     /// a run midway is safe: files it wrote without committing are named by no manifest.
-    async fn within<T>(&self, limits: &BatchLimits, work: impl Future<Output = T>) -> Option<T> {
+    pub(super) async fn within<T>(
+        &self,
+        limits: &BatchLimits,
+        work: impl Future<Output = T>,
+    ) -> Option<T> {
         match limits.remaining() {
             None => Some(work.await),
             Some(left) if left.is_zero() => None,

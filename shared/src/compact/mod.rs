@@ -12,7 +12,9 @@
 
 pub mod backlog;
 pub mod batch;
+pub mod check_queue;
 pub mod expiry;
+pub mod fold;
 pub mod notification;
 pub mod orphans;
 pub mod queue;
@@ -26,6 +28,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use ulid::Ulid;
 
+use self::fold::{FoldPolicy, QuietCheck};
 use self::raw::{QuarantinedLine, RawError, RawObject, read_raw};
 use crate::event::RayEvent;
 use crate::event::encoding::Id;
@@ -53,8 +56,8 @@ const READ_PARALLELISM: usize = 8;
 /// Tuning of compaction.
 #[derive(Clone, Debug)]
 pub struct CompactSettings {
-    /// Fold deltas into the base once there are more than this many.
-    pub max_deltas: usize,
+    /// When deltas are folded into a new base (see [`fold`]).
+    pub fold: FoldPolicy,
     /// Keep retired files this long, so queries that started before can finish.
     pub retire_grace: Duration,
     /// Give up after this many lost manifest races in a row.
@@ -78,7 +81,7 @@ pub struct CompactSettings {
 impl Default for CompactSettings {
     fn default() -> Self {
         Self {
-            max_deltas: 16,
+            fold: FoldPolicy::default(),
             retire_grace: Duration::from_secs(15 * 60),
             max_manifest_retries: 20,
             memory_limit_mib: None,
@@ -158,6 +161,9 @@ pub struct CompactReport {
     pub rows_written: u64,
     /// Manifest races lost and redone.
     pub retries: usize,
+    /// The sessions this run committed, as it left them: each is to be checked once it has
+    /// gone quiet ([`Compactor::tidy_if_quiet`]).
+    pub committed: Vec<QuietCheck>,
 }
 
 /// One raw object read, or its key and why it could not be.
@@ -192,6 +198,11 @@ impl Compactor {
     /// The store compacted into.
     pub fn storage(&self) -> &Arc<dyn Storage> {
         &self.storage
+    }
+
+    /// How it compacts.
+    pub fn settings(&self) -> &CompactSettings {
+        &self.settings
     }
 
     /// Compacts the given raw objects; fails if any of them cannot be read.
@@ -279,9 +290,14 @@ impl Compactor {
                 span: &span,
                 oldest_raw_ms: oldest_raw.get(&cluster).copied(),
             };
-            let (rows, retries) = self.compact_session(&cluster, &session, &batch).await?;
-            report.rows_written += rows;
-            report.retries += retries;
+            let landed = self.compact_session(&cluster, &session, &batch).await?;
+            report.rows_written += landed.rows;
+            report.retries += landed.retries;
+            report.committed.push(QuietCheck {
+                cluster: cluster.clone(),
+                session: session.clone(),
+                sequence: landed.sequence,
+            });
             // Costs a few listings of this session's folders; the next run tries again.
             if let Err(err) = self.collect_orphans(&cluster, &session).await {
                 tracing::warn!(%cluster, %session, error = %err, "could not collect orphan files");
@@ -299,43 +315,6 @@ impl Compactor {
             tracing::warn!(error = %err, "could not expire old sessions");
         }
         Ok((report, unreadable))
-    }
-
-    /// Folds every session's deltas into its base now, instead of waiting for the delta count
-    /// to pass [`CompactSettings::max_deltas`]: for a session that has gone quiet, so readers
-    /// stop paying for the deltas. Returns the number of sessions folded.
-    #[tracing::instrument(name = "fold", skip(self))]
-    pub async fn fold(&self) -> Result<usize, CompactError> {
-        let mut folded = 0;
-        for meta in self.storage.list(MANIFESTS_PREFIX).await? {
-            let current = manifest::load(&*self.storage, &meta.key).await?;
-            if current.manifest.task_attempts.deltas.is_empty() {
-                continue;
-            }
-            let Some((cluster, session)) = layout::manifest_session(&meta.key) else {
-                continue;
-            };
-            let base = self
-                .merge_base(&cluster, &session, &current.manifest)
-                .await?;
-            let mut next = current.manifest.clone();
-            next.sequence += 1;
-            let written = next.install_base(base, now_ms());
-            let commit = manifest::commit(
-                &*self.storage,
-                &meta.key,
-                &next,
-                current.etag.as_ref(),
-                &written,
-            )
-            .await?;
-            match commit {
-                Commit::Landed => folded += 1,
-                // A compaction got there first; its own merges keep the session in shape.
-                Commit::Lost => self.delete_unreferenced(&written).await,
-            }
-        }
-        Ok(folded)
     }
 
     /// Reads and parses `keys`, several at a time (fetches overlap, parses use every core),
@@ -434,14 +413,14 @@ impl Compactor {
         Ok(())
     }
 
-    /// Merges one session's new facts into its tables; returns rows written and races lost.
+    /// Merges one session's new facts into its tables.
     #[tracing::instrument(name = "compact_session", skip(self, batch), fields(cluster = %cluster, session = %session, attempts = batch.tasks.attempts.len()))]
     async fn compact_session(
         &self,
         cluster: &ClusterName,
         session: &SessionName,
         batch: &SessionBatch<'_>,
-    ) -> Result<(u64, usize), CompactError> {
+    ) -> Result<Landed, CompactError> {
         let manifest_key = layout::manifest_key(cluster, session)?;
         for attempt in 0..self.settings.max_manifest_retries {
             let current = manifest::load(&*self.storage, &manifest_key).await?;
@@ -472,7 +451,11 @@ impl Compactor {
                         batch.oldest_raw_ms,
                     )
                     .await?;
-                    return Ok((rows, attempt));
+                    return Ok(Landed {
+                        rows,
+                        retries: attempt,
+                        sequence: next.sequence,
+                    });
                 }
                 Commit::Lost => {
                     tracing::info!(attempt, "lost the manifest race; merging again");
@@ -604,14 +587,13 @@ impl Compactor {
         let _ = tokio::fs::remove_file(&rollup_path).await;
 
         let mut rows_written = rows;
-        if next.task_attempts.deltas.len() > self.settings.max_deltas {
+        if let Some(reason) = self.settings.fold.due(&next.task_attempts) {
+            tracing::info!(?reason, "folding the deltas into a new base");
             let base = self.merge_base(cluster, session, &next).await?;
             rows_written += base.rows;
             written.extend(next.install_base(base, now_ms()));
         }
-        let grace = i64::try_from(self.settings.retire_grace.as_millis()).unwrap_or(i64::MAX);
-        let cutoff = now_ms().saturating_sub(grace);
-        next.retired.retain(|file| file.retired_at_ms > cutoff);
+        self.prune_retired(&mut next);
         Ok((next, written, rows_written))
     }
 
@@ -860,21 +842,24 @@ impl Compactor {
         }
     }
 
-    /// Deletes files whose grace period ended (they left `previous.retired` in `next`).
+    /// Deletes the files `previous` named and the landed `next` no longer does: retired files
+    /// whose grace period ended (and, with no grace period, the files `next` replaced).
     async fn delete_expired(&self, next: &Manifest, previous: &Manifest) {
-        let still: BTreeSet<&ObjectKey> = next.retired.iter().map(|file| &file.key).collect();
-        for expired in previous
-            .retired
-            .iter()
-            .filter(|file| !still.contains(&file.key))
-        {
-            let key = &expired.key;
+        let still: BTreeSet<&ObjectKey> = next.keys().collect();
+        for key in previous.keys().filter(|key| !still.contains(key)) {
             self.cache.forget(key).await;
             if let Err(err) = self.storage.delete(key).await {
                 tracing::warn!(error = %err, "could not delete a retired file; it stays harmless");
             }
         }
     }
+}
+
+/// A session's commit: rows written, races lost first, and the manifest's new sequence.
+struct Landed {
+    rows: u64,
+    retries: usize,
+    sequence: u64,
 }
 
 /// One session's share of a compaction run.

@@ -3,12 +3,18 @@
 //! one run, so a burst of POSTs is one compaction. A failed run keeps its keys and retries.
 //! After each successful run the queue records which raw objects it compacted
 //! ([`super::backlog`]), so that a `serve` started after a crash compacts what this one could not.
+//! It also stands in for the compact queue's delayed quiet checks: a session a run committed is
+//! tidied ([`super::fold`]) once no run has changed it for the policy's quiet period.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
 
+use super::fold::QuietCheck;
 use super::{Compactor, backlog};
+use crate::layout::{ClusterName, SessionName};
 use crate::storage::{ObjectKey, Storage, StorageError};
 
 /// How long the queue waits for more keys after the first one before compacting.
@@ -82,15 +88,26 @@ async fn run(compactor: Compactor, mut receiver: mpsc::UnboundedReceiver<Command
     let mut pending: Vec<ObjectKey> = Vec::new();
     let mut waiters: Vec<oneshot::Sender<()>> = Vec::new();
     let mut failures = 0;
+    let mut quiet = QuietTimers::new(compactor.settings().fold.quiet);
     loop {
         if pending.is_empty() && waiters.is_empty() {
-            match receiver.recv().await {
+            let command = match quiet.next_due() {
+                None => receiver.recv().await,
+                Some(due) => match tokio::time::timeout_at(due, receiver.recv()).await {
+                    Ok(command) => command,
+                    Err(_) => {
+                        quiet.tidy_due(&compactor).await;
+                        continue;
+                    }
+                },
+            };
+            match command {
                 Some(command) => take(command, &mut pending, &mut waiters),
                 None => return,
             }
         }
         // Gather whatever else arrives within the window.
-        let deadline = tokio::time::Instant::now() + BATCH_WINDOW;
+        let deadline = Instant::now() + BATCH_WINDOW;
         while pending.len() < MAX_BATCH
             && let Ok(Some(command)) = tokio::time::timeout_at(deadline, receiver.recv()).await
         {
@@ -98,12 +115,13 @@ async fn run(compactor: Compactor, mut receiver: mpsc::UnboundedReceiver<Command
         }
         if !pending.is_empty() {
             match compactor.compact(&pending).await {
-                Ok(_) => {
+                Ok(report) => {
                     if let Err(err) = backlog::record(compactor.storage().as_ref(), &pending).await
                     {
                         // Only costs time: the next start compacts these again.
                         tracing::warn!(error = %err, "cannot record compaction progress");
                     }
+                    quiet.watch(report.committed);
                     pending.clear();
                     failures = 0;
                 }
@@ -127,6 +145,66 @@ async fn run(compactor: Compactor, mut receiver: mpsc::UnboundedReceiver<Command
         }
         for waiter in waiters.drain(..) {
             let _ = waiter.send(());
+        }
+    }
+}
+
+/// The quiet checks waiting for their time: one per session, its newest commit's.
+struct QuietTimers {
+    quiet: Duration,
+    checks: BTreeMap<(ClusterName, SessionName), (QuietCheck, Instant)>,
+}
+
+impl QuietTimers {
+    fn new(quiet: Duration) -> Self {
+        Self {
+            quiet,
+            checks: BTreeMap::new(),
+        }
+    }
+
+    /// Checks these commits once the quiet period has passed (a session's newer commit
+    /// replaces its older one's check, as its timer starts again).
+    fn watch(&mut self, committed: Vec<QuietCheck>) {
+        let due = Instant::now() + self.quiet;
+        for check in committed {
+            let session = (check.cluster.clone(), check.session.clone());
+            self.checks.insert(session, (check, due));
+        }
+    }
+
+    /// When the next check is due.
+    fn next_due(&self) -> Option<Instant> {
+        self.checks.values().map(|(_, due)| *due).min()
+    }
+
+    /// Runs the checks that are due; a session still holding retired files, or whose check
+    /// failed, is checked again a quiet period later.
+    async fn tidy_due(&mut self, compactor: &Compactor) {
+        let now = Instant::now();
+        let due: Vec<(ClusterName, SessionName)> = self
+            .checks
+            .iter()
+            .filter(|(_, (_, at))| *at <= now)
+            .map(|(session, _)| session.clone())
+            .collect();
+        for session in due {
+            let Some((check, _)) = self.checks.remove(&session) else {
+                continue;
+            };
+            let again = match compactor.tidy_if_quiet(&check).await {
+                Ok(tidied) => tidied.again.then_some(QuietCheck {
+                    sequence: tidied.sequence,
+                    ..check
+                }),
+                Err(err) => {
+                    tracing::warn!(error = %err, "could not tidy a quiet session; trying again later");
+                    Some(check)
+                }
+            };
+            if let Some(check) = again {
+                self.watch(vec![check]);
+            }
         }
     }
 }

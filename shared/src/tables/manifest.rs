@@ -196,15 +196,19 @@ impl Manifest {
         installed
     }
 
-    /// True when `key` is one of this manifest's files, live or retired.
-    pub fn names(&self, key: &ObjectKey) -> bool {
+    /// Every file this manifest names, live or retired.
+    pub fn keys(&self) -> impl Iterator<Item = &ObjectKey> {
         self.task_attempts
             .all()
             .chain(self.task_profile.all())
             .chain(self.entities.values())
             .flat_map(DataFile::keys)
-            .any(|file| file == key)
-            || self.retired.iter().any(|file| &file.key == key)
+            .chain(self.retired.iter().map(|file| &file.key))
+    }
+
+    /// True when `key` is one of this manifest's files, live or retired.
+    pub fn names(&self, key: &ObjectKey) -> bool {
+        self.keys().any(|file| file == key)
     }
 
     /// What failure synthesis knows so far.
