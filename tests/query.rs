@@ -322,26 +322,38 @@ async fn search_finds_a_task_by_a_word_of_its_stack_trace() -> anyhow::Result<()
     served.server.stop().await
 }
 
+/// Every order, paged by cursor in pages of 1 and 7 rows, lists every attempt once and in
+/// order, nulls included (the lossy run has attempts that never ran: no duration); each page
+/// first finds where its rows end by the sort column alone, so a page of 1 row has a bound
+/// shared by ties and nulls.
 #[tokio::test]
 async fn pagination_visits_every_row_exactly_once_in_every_order() -> anyhow::Result<()> {
     let run = FixtureRun::named("basic-workload")?;
-    let (served, api) = serve_locally(std::slice::from_ref(&run)).await?;
+    let lossy = FixtureRun::named(LOSSY_RUN)?;
+    let (served, api) = serve_locally(&[run, lossy]).await?;
     let total = api.ok("/api/summary").await?["total"]
         .as_u64()
         .context("total")?;
-    for sort in ["creation", "duration"] {
-        for order in ["desc", "asc"] {
+    let mut nulls = 0;
+    for (sort, order, limit) in ["creation", "duration"]
+        .into_iter()
+        .flat_map(|sort| ["desc", "asc"].map(|order| (sort, order)))
+        .flat_map(|(sort, order)| [1, 7].map(|limit| (sort, order, limit)))
+    {
+        {
             let rows = api
                 .all_pages(
                     "/api/tasks",
-                    &format!("sort={sort}&order={order}&limit=7"),
+                    &format!("sort={sort}&order={order}&limit={limit}"),
                     "tasks",
                 )
                 .await?;
-            let keys: BTreeSet<(String, i64)> = rows
+            // The runs replayed the same script: task ids repeat across clusters.
+            let keys: BTreeSet<(String, String, i64)> = rows
                 .iter()
                 .map(|row| {
                     (
+                        row["cluster"].as_str().unwrap_or_default().to_owned(),
                         row["task_id"].as_str().unwrap_or_default().to_owned(),
                         row["attempt_number"].as_i64().unwrap_or(-1),
                     )
@@ -358,10 +370,12 @@ async fn pagination_visits_every_row_exactly_once_in_every_order() -> anyhow::Re
             } else {
                 "duration_ms"
             };
+            // Nulls sort below every value.
             let values: Vec<i64> = rows
                 .iter()
-                .map(|row| row[field].as_i64().unwrap_or(-1))
+                .map(|row| row[field].as_i64().unwrap_or(i64::MIN))
                 .collect();
+            nulls += values.iter().filter(|value| **value == i64::MIN).count();
             let sorted = values.windows(2).all(|pair| {
                 if order == "desc" {
                     pair[0] >= pair[1]
@@ -369,9 +383,13 @@ async fn pagination_visits_every_row_exactly_once_in_every_order() -> anyhow::Re
                     pair[0] <= pair[1]
                 }
             });
-            ensure!(sorted, "{sort} {order}: rows out of order");
+            ensure!(sorted, "{sort} {order} by {limit}: rows out of order");
         }
     }
+    ensure!(
+        nulls > 0,
+        "no attempt without a time: the null orders went untried"
+    );
     // Filters page too: FAILED attempts only, every one of them.
     let failed = api
         .all_pages("/api/tasks", "state=FAILED&limit=3", "tasks")
@@ -929,9 +947,20 @@ async fn reading_without_superseded_rows_equals_reading_by_key() -> anyhow::Resu
         let second = ask(&[("limit", "200"), ("cursor", &cursor)]).await?;
         let oldest = ask(&[("limit", "50"), ("order", "asc"), ("sort", "duration")]).await?;
         let failed = ask(&[("limit", "100"), ("state", "FAILED")]).await?;
-        Ok(vec![first, second, oldest, failed])
+        // Small pages, whose first stored rows hold more superseded versions than newest
+        // rows: read again with more rows until enough are newest.
+        let mut small = Vec::new();
+        for limit in ["1", "2", "5"] {
+            small.push(ask(&[("limit", limit)]).await?);
+            small.push(ask(&[("limit", limit), ("sort", "duration")]).await?);
+        }
+        Ok([vec![first, second, oldest, failed], small].concat())
     }
     let pages_by_position = pages(&engine).await?;
+    ensure!(
+        engine.page_retakes() > 0,
+        "no page read more of the first rows: the test does not reach that path"
+    );
     rewrite_manifests(&*storage, |manifest| {
         for delta in &mut manifest.task_attempts.deltas {
             delta.deletes = None;

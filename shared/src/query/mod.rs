@@ -26,6 +26,7 @@ pub mod ray;
 mod rollups;
 pub mod snapshot;
 pub mod sql;
+mod task_page;
 mod tasks;
 mod timeline;
 
@@ -158,6 +159,8 @@ pub struct QueryEngine {
     settings: QuerySettings,
     /// Requests answered from rollups (see [`Self::rollup_answers`]).
     rollup_answers: AtomicU64,
+    /// Pages read again with more rows (see [`Self::page_retakes`]).
+    page_retakes: AtomicU64,
 }
 
 impl QueryEngine {
@@ -203,6 +206,7 @@ impl QueryEngine {
             database: Mutex::new(connection),
             settings,
             rollup_answers: AtomicU64::new(0),
+            page_retakes: AtomicU64::new(0),
         })
     }
 
@@ -234,6 +238,16 @@ impl QueryEngine {
 
     fn count_rollup_answer(&self) {
         self.rollup_answers.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// How many times a table page took more of the first stored rows because too few of
+    /// those it took were newest (see `sql::FirstRows::tries`), since the engine opened.
+    pub fn page_retakes(&self) -> u64 {
+        self.page_retakes.load(Ordering::Relaxed)
+    }
+
+    fn count_page_retake(&self) {
+        self.page_retakes.fetch_add(1, Ordering::Relaxed);
     }
 
     fn storage(&self) -> &Arc<dyn Storage> {

@@ -62,6 +62,7 @@ impl Relation {
         (parts.count() <= MOST_SUPERSEDED_FOR_FIRST_ROWS).then(|| FirstRows {
             stored: Self::over_files(parts.rows_with_positions(), self._pins.clone()),
             superseded: Self::over_files(parts.superseded(), self._pins.clone()),
+            limit,
             take: limit + parts.count(),
         })
     }
@@ -99,8 +100,28 @@ pub struct FirstRows {
     pub stored: Relation,
     /// The superseded positions.
     pub superseded: Relation,
-    /// How many of the first stored rows hold the first `limit` newest ones.
+    /// How many newest rows are wanted.
+    pub limit: u64,
+    /// How many of the first stored rows always hold the first `limit` newest ones: `limit`
+    /// and every superseded row.
     pub take: u64,
+}
+
+impl FirstRows {
+    /// How many first stored rows to take, in turn, until `limit` newest ones are among them:
+    /// twice `limit` first (few of the first rows are usually superseded, and a top-N of tens
+    /// of thousands of wide rows costs a second at 10 M attempts), then eight times more each
+    /// time, ending at [`Self::take`], which always holds them.
+    pub fn tries(&self) -> Vec<u64> {
+        let mut tries = Vec::new();
+        let mut take = self.limit.saturating_mul(2).max(1);
+        while take < self.take {
+            tries.push(take);
+            take = take.saturating_mul(8);
+        }
+        tries.push(self.take);
+        tries
+    }
 }
 
 impl Sql {

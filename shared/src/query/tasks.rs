@@ -9,9 +9,8 @@ use super::json::{JsonRow, query_as, query_rows};
 use super::params::{Cursor, Params, Scope, TaskFilter, parse_hex};
 use super::rollups;
 use super::snapshot::{Needs, Snapshot, session_stats};
-use super::sql::{
-    Relation, Sql, SupersededRead, keyset_after, newest_rows, read_parquet, task_conditions,
-};
+use super::sql::{Relation, Sql, SupersededRead, newest_rows, read_parquet, task_conditions};
+use super::task_page::{TIE_BREAK, TaskPage, TaskSort};
 use super::{QueryEngine, QueryError};
 use crate::tables::task_attempts::status_columns;
 
@@ -222,37 +221,6 @@ async fn scanned_summary(
     })
 }
 
-/// The orderings of the task table.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum TaskSort {
-    Creation,
-    Duration,
-}
-
-impl TaskSort {
-    /// The sort expression; never null, so keyset comparisons stay simple. Nulls stand in as
-    /// (almost) the smallest BIGINT, below every real value (durations can be negative under clock skew).
-    fn expression(self) -> &'static str {
-        match self {
-            Self::Creation => "coalesce(creation_time_ms, -9223372036854775807)",
-            Self::Duration => "coalesce(duration_ms, -9223372036854775807)",
-        }
-    }
-
-    /// The column the expression reads. Pages are ordered by it, with nulls where the
-    /// expression's stand-in value would put them (below every real value): the same order,
-    /// but one DuckDB's top-N can push into the scan as a filter on row-group statistics.
-    fn column(self) -> &'static str {
-        match self {
-            Self::Creation => "creation_time_ms",
-            Self::Duration => "duration_ms",
-        }
-    }
-}
-
-/// The columns after the sort value that make the order total.
-const TIE_BREAK: [&str; 4] = ["cluster", "session_name", "task_id", "attempt_number"];
-
 /// `GET /api/tasks`: one page of the task table.
 pub(super) async fn tasks(
     engine: &QueryEngine,
@@ -271,85 +239,30 @@ pub(super) async fn tasks(
     let with_error = params.flag("include_error_message")?;
     let kind = format!(
         "tasks:{}:{}",
-        if sort == TaskSort::Duration {
-            "duration"
-        } else {
-            "creation"
-        },
+        sort.name(),
         if descending { "desc" } else { "asc" }
     );
     let cursor = params.cursor(&kind)?;
     let Some(relation) = filtered_relation(engine, &filter).await? else {
         return Ok(json!({"tasks": [], "next": null}));
     };
-
-    let mut columns: Vec<&str> = ROW_COLUMNS.to_vec();
+    let mut columns: Vec<&'static str> = ROW_COLUMNS.to_vec();
     if with_error {
         columns.push("error_message");
     }
-    let direction = if descending { " DESC" } else { " ASC" };
-    let nulls = if descending {
-        " NULLS LAST"
-    } else {
-        " NULLS FIRST"
+    let after = cursor
+        .as_ref()
+        .map(|cursor| task_position(&cursor.after))
+        .transpose()?;
+    let page = TaskPage {
+        filter: &filter,
+        sort,
+        descending,
+        limit,
+        after,
+        columns: &columns,
     };
-    let order = |sql: &mut Sql| {
-        sql.push(" ORDER BY ")
-            .push(sort.column())
-            .push(direction)
-            .push(nulls);
-        for column in TIE_BREAK {
-            sql.push(", ").push(column).push(direction);
-        }
-    };
-    // The rows in order, from `relation`, narrowed by the filter and the cursor.
-    let ordered = |sql: &mut Sql, relation: &Relation| -> Result<(), QueryError> {
-        sql.push("SELECT * FROM (SELECT *, ")
-            .push(sort.expression())
-            .push(" AS sort_key FROM ")
-            .relation(relation)
-            .push(" WHERE ")
-            .append(task_conditions(&filter))
-            .push(")");
-        if let Some(cursor) = &cursor {
-            sql.push(" WHERE ").append(keyset_after(
-                &task_position(&cursor.after)?
-                    .iter()
-                    .map(|(column, value)| (*column, value.clone(), descending))
-                    .collect::<Vec<_>>(),
-            ));
-        }
-        Ok(())
-    };
-    let mut sql = Sql::default();
-    sql.push("SELECT ")
-        .columns(&columns)
-        .push(", sort_key FROM (");
-    match relation.first_rows(limit as u64 + 1) {
-        // The first rows of the stored ones, of which at most `take - limit - 1` can be
-        // superseded: DuckDB's top-N then skips row groups, which it cannot through a join.
-        Some(first) => {
-            ordered(&mut sql, &first.stored)?;
-            order(&mut sql);
-            sql.push(" LIMIT ")
-                .number(first.take)
-                .push(") page ANTI JOIN ")
-                .relation(&first.superseded)
-                .push(
-                    " d ON page.file_number = d.file_index \
-                     AND page.file_row_number = d.file_row_number",
-                );
-        }
-        None => {
-            ordered(&mut sql, &relation)?;
-            sql.push(")");
-        }
-    }
-    order(&mut sql);
-    sql.push(" LIMIT ").number(limit + 1);
-    let mut rows = engine
-        .run(move |connection| query_rows(connection, &sql.text, &sql.params))
-        .await?;
+    let mut rows = page.rows(engine, &relation).await?;
     let next = page_cursor(&mut rows, limit, |last| Cursor {
         kind: kind.clone(),
         after: std::iter::once("sort_key")
