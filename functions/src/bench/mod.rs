@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 use shared::compact::{CompactSettings, Compactor};
 use shared::ingest::{IngestAccess, IngestLimits, Ingestor};
 use shared::layout::{self, ClusterName, SessionName};
+use shared::query::ray::RayRequest;
 use shared::query::{ApiRoute, QueryEngine, QuerySettings};
 use shared::storage::{LocalDirStorage, ObjectKey, Storage};
 use shared::tables::manifest;
@@ -363,18 +364,41 @@ async fn storage_phase(
 /// One dashboard request of the benchmark.
 struct Probe {
     name: &'static str,
-    route: ApiRoute,
+    route: Route,
     params: Vec<(String, String)>,
+}
+
+/// Which API a probe asks.
+enum Route {
+    /// Afterglow's own.
+    Api(ApiRoute),
+    /// Ray's, as its dashboard and CLI ask it through Afterglow.
+    Ray(RayRequest),
 }
 
 fn probe(name: &'static str, route: ApiRoute, params: &[(&str, &str)]) -> Probe {
     Probe {
         name,
-        route,
+        route: Route::Api(route),
         params: params
             .iter()
             .map(|(key, value)| ((*key).to_owned(), (*value).to_owned()))
             .collect(),
+    }
+}
+
+impl Probe {
+    /// Asks `engine` once.
+    async fn ask(&self, engine: &QueryEngine) -> anyhow::Result<()> {
+        match &self.route {
+            Route::Api(route) => {
+                engine.answer(route, &self.params).await?;
+            }
+            Route::Ray(request) => {
+                engine.answer_ray(request, &self.params).await?;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -408,6 +432,24 @@ async fn query_phase(
         scoped.iter().chain(extra).copied().collect()
     };
     let job: &'static str = Box::leak(job_id.into_boxed_str());
+    // What Ray's own dashboard asks on a job's page, through Afterglow's Ray routes.
+    let ray_tasks = Probe {
+        route: Route::Ray(RayRequest::parse(
+            "GET",
+            &format!("{CLUSTER}/{session}/api/v0/tasks"),
+        )?),
+        ..probe(
+            "ray_job_tasks",
+            ApiRoute::Tasks,
+            &[
+                ("detail", "1"),
+                ("limit", "10000"),
+                ("filter_keys", "job_id"),
+                ("filter_predicates", "="),
+                ("filter_values", job),
+            ],
+        )
+    };
     let probes = vec![
         probe("summary", ApiRoute::Summary, &with_scope(&[])),
         probe(
@@ -442,6 +484,7 @@ async fn query_phase(
             ApiRoute::Entities(shared::tables::entities::EntityKind::Jobs),
             &with_scope(&[]),
         ),
+        ray_tasks,
     ];
     let bar = progress((probes.len() * (repeat + 1)) as u64, "query");
     let mut results = serde_json::Map::new();
@@ -449,7 +492,7 @@ async fn query_phase(
         // Cold: a new engine, so neither DuckDB's metadata cache nor a warm connection helps.
         let cold_engine = QueryEngine::open(Arc::clone(&storage), settings.clone())?;
         let timer = Instant::now();
-        cold_engine.answer(&probe.route, &probe.params).await?;
+        probe.ask(&cold_engine).await?;
         let cold = timer.elapsed();
         drop(cold_engine);
         bar.inc(1);
@@ -457,7 +500,7 @@ async fn query_phase(
         let rolled_before = engine.rollup_answers();
         for _ in 0..repeat {
             let timer = Instant::now();
-            engine.answer(&probe.route, &probe.params).await?;
+            probe.ask(&engine).await?;
             warm.push(timer.elapsed());
             bar.inc(1);
         }
@@ -572,6 +615,11 @@ fn print_table(report: &Value) {
             "search warm p50 (ms)",
             number("/query/routes/search/warm/p50_ms"),
             "<= 1000",
+        ),
+        (
+            "Ray's job page: api/v0/tasks, limit=10000 (ms)",
+            number("/query/routes/ray_job_tasks/warm/p50_ms"),
+            "<= 2000",
         ),
         (
             "query peak RSS (MiB)",
