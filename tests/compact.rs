@@ -650,6 +650,77 @@ async fn receive(
     }
 }
 
+/// A store an earlier build wrote (7ed31af, before report times were stored by reference: its
+/// files have no `…_ref` columns) is carried on by this build: a run writes a delta beside the
+/// old one, a fold merges the two kinds of file into one base, and later runs re-read and
+/// re-merge attempts from it; the rows agree with Ray's at each step.
+#[tokio::test]
+async fn a_session_an_earlier_build_began_is_carried_on() -> anyhow::Result<()> {
+    let run = FixtureRun::named("basic-workload")?;
+    let (guard, local) = local_storage()?;
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/stores/7ed31af-basic-workload-first-half/tables");
+    copy_dir(&fixture, &guard.path().join("data/tables"))?;
+    let storage: Arc<dyn Storage> = Arc::new(local);
+    let requests = run.requests()?;
+    let later: Vec<Vec<u8>> = requests[requests.len() / 2..]
+        .iter()
+        .map(|request| request.body.clone())
+        .collect();
+    let server = TestServer::start(afterglow_tests::open_settings(Arc::clone(&storage))).await?;
+    post_all(&format!("{}/v1/events/upgrade", server.url), &later).await?;
+    server.stop().await?;
+    let (compactor, _scratch) = compactor(Arc::clone(&storage), CompactSettings::default())?;
+    let keys = compactor.raw_keys().await?;
+    let (first, rest) = keys.split_at(keys.len() / 3);
+    compactor.compact(first).await?;
+
+    let manifest = only_manifest(&*storage, "upgrade").await?;
+    let connection = duckdb::Connection::open_in_memory()?;
+    let kinds = manifest
+        .task_attempts
+        .all()
+        .map(|file| {
+            let path = guard.path().join("data").join(file.key.as_str());
+            let count: i64 = connection.query_row(
+                "SELECT count(*) FROM parquet_schema(?) WHERE name = 'worker_id_at_ref'",
+                [path.display().to_string()],
+                |row| row.get(0),
+            )?;
+            Ok(count > 0)
+        })
+        .collect::<anyhow::Result<Vec<bool>>>()?;
+    ensure!(
+        kinds == [false, true],
+        "expected the earlier build's delta, then this build's: {kinds:?}"
+    );
+    ensure!(compactor.fold().await? == 1, "the session was not folded");
+    for key in rest {
+        compactor.compact(std::slice::from_ref(key)).await?;
+    }
+    check(
+        &run,
+        &stored_task_rows(&*storage, "upgrade").await?,
+        "begun by an earlier build, folded, carried on",
+    )?;
+    Ok(())
+}
+
+/// Copies the directory tree `from` to `to`.
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let target = to.join(entry.file_name());
+        if entry.file_type()?.is_dir() {
+            copy_dir(&entry.path(), &target)?;
+        } else {
+            std::fs::copy(entry.path(), target)?;
+        }
+    }
+    Ok(())
+}
+
 /// A line that is not a readable event goes to a quarantine object with its reason; the other
 /// events of the same object are compacted.
 #[tokio::test]

@@ -426,7 +426,7 @@ pub async fn stored_task_rows(
         .map(|path| format!("'{}'", path.display()))
         .collect();
     let sql = format!(
-        "SELECT task_id, {}, synthesized_failure, filename FROM read_parquet([{}], filename = true)          ORDER BY filename",
+        "SELECT task_id, {}, synthesized_failure, filename FROM read_parquet([{}], filename = true, union_by_name = true)          ORDER BY filename",
         fields.join(", "),
         list.join(", ")
     );

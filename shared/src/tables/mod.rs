@@ -7,6 +7,7 @@ pub mod catalog;
 pub mod entities;
 pub mod manifest;
 pub mod newest;
+pub mod report_times;
 pub mod rollup;
 pub mod task_attempts;
 

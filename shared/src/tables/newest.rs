@@ -21,11 +21,13 @@ pub fn path_literal(path: &Path) -> String {
 }
 
 /// `read_parquet([...])` over `paths`. Hive partitioning stays off: the key layout's
-/// `cluster=…/session=…` folders would otherwise add columns the files already have.
+/// `cluster=…/session=…` folders would otherwise add columns the files already have. Columns
+/// are matched by name, as files of different builds may hold different ones (a column a file
+/// lacks reads as null).
 pub fn read_parquet(paths: &[&Path], extra: &str) -> String {
     let list: Vec<String> = paths.iter().map(|path| path_literal(path)).collect();
     format!(
-        "read_parquet([{}], hive_partitioning = false{extra})",
+        "read_parquet([{}], hive_partitioning = false, union_by_name = true{extra})",
         list.join(", ")
     )
 }

@@ -2,12 +2,13 @@
 //! the state-API view (what queries read) and the merge state (what the next compaction merges
 //! into), so a row can always be turned back into the [`TaskAttempt`] it came from.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use duckdb::{Connection, params};
 
 use super::newest::{TableFiles, path_literal, rows_at};
+use super::report_times;
 use super::rollup::RowsByFile;
 
 use crate::event::common::{Language, TaskStatus, TaskType};
@@ -169,7 +170,8 @@ pub fn write_parquet(
         appender.flush()?;
     }
     let copy = format!(
-        "COPY (SELECT * FROM staged_attempts ORDER BY {SORT_ORDER}) TO {} ({PARQUET_OPTIONS})",
+        "COPY (SELECT {} FROM staged_attempts ORDER BY {SORT_ORDER}) TO {} ({PARQUET_OPTIONS})",
+        report_times::encoded_select(),
         path_literal(path)
     );
     connection.execute_batch(&copy)?;
@@ -358,7 +360,7 @@ pub fn read_attempts(
         "WITH t AS (SELECT task_id, attempt_number, state, synthesized_failure, job_id, worker_id,
                            file_index::BIGINT AS file_index, file_row_number
                     FROM read_parquet([{files}], hive_partitioning = false,
-                                      file_row_number = true)),
+                                      union_by_name = true, file_row_number = true)),
               k AS (SELECT task_id, attempt_number FROM wanted_keys {unfinished})
          SELECT file_index, file_row_number,
                 file_index = max(file_index) OVER (PARTITION BY task_id, attempt_number) AS live
@@ -388,13 +390,14 @@ pub fn read_attempts(
             }
         }
     }
-    let columns: Vec<&str> = COLUMNS.iter().map(|(column, _)| *column).collect();
     let mut stored = StoredRows::default();
     for (index, numbers) in &rows_by_file {
         let Some(file) = files.get(*index) else {
             return Err(TableError::Corrupt(format!("no file number {index}")));
         };
-        for sql in rows_at(file, numbers, &columns.join(", ")) {
+        // Every column, by name: files written before report times were stored by reference
+        // lack the `…_ref` columns.
+        for sql in rows_at(file, numbers, "*") {
             stored.attempts.extend(query_attempts(connection, &sql)?);
         }
         stored
@@ -491,22 +494,24 @@ pub fn column_bytes(
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
-/// Runs a query selecting [`COLUMNS`] and reads each row back as merge state.
+/// Runs a query selecting stored `task_attempts` columns and reads each row back as merge
+/// state.
 fn query_attempts(connection: &Connection, sql: &str) -> Result<Vec<TaskAttempt>, TableError> {
     let mut statement = connection.prepare(sql)?;
     let mut rows = statement.query([])?;
+    let columns: HashMap<String, usize> = rows
+        .as_ref()
+        .map(|statement| statement.column_names())
+        .unwrap_or_default()
+        .into_iter()
+        .enumerate()
+        .map(|(index, name)| (name, index))
+        .collect();
     let mut attempts = Vec::new();
     while let Some(row) = rows.next()? {
-        attempts.push(attempt_from_row(row)?);
+        attempts.push(attempt_from_row(row, &columns)?);
     }
     Ok(attempts)
-}
-
-fn column_index(name: &str) -> Result<usize, TableError> {
-    COLUMNS
-        .iter()
-        .position(|(column, _)| *column == name)
-        .ok_or_else(|| TableError::Corrupt(format!("no column {name}")))
 }
 
 /// A JSON map column; empty when null.
@@ -520,12 +525,40 @@ fn parse_json<T: serde::de::DeserializeOwned + Default>(
         .map(Option::unwrap_or_default)
 }
 
-fn attempt_from_row(row: &duckdb::Row<'_>) -> Result<TaskAttempt, TableError> {
+fn attempt_from_row(
+    row: &duckdb::Row<'_>,
+    columns: &HashMap<String, usize>,
+) -> Result<TaskAttempt, TableError> {
+    let column_index = |name: &str| -> Result<usize, TableError> {
+        columns
+            .get(name)
+            .copied()
+            .ok_or_else(|| TableError::Corrupt(format!("no column {name}")))
+    };
     let text = |name: &str| -> Result<Option<String>, TableError> {
         Ok(row.get::<_, Option<String>>(column_index(name)?)?)
     };
     let number = |name: &str| -> Result<Option<i64>, TableError> {
         Ok(row.get::<_, Option<i64>>(column_index(name)?)?)
+    };
+    // Report times, resolved from their references (see `report_times`).
+    let mut unreadable = None;
+    let times = report_times::decode(|name| match columns.get(name) {
+        None => None,
+        Some(index) => row.get::<_, Option<i64>>(*index).unwrap_or_else(|err| {
+            unreadable = Some(err);
+            None
+        }),
+    })
+    .map_err(|err| TableError::Corrupt(err.to_string()))?;
+    if let Some(err) = unreadable {
+        return Err(err.into());
+    }
+    let time = |name: &str| -> Option<i64> {
+        times
+            .iter()
+            .find(|(column, _)| *column == name)
+            .and_then(|(_, time)| *time)
     };
     let flag = |name: &str| -> Result<Option<bool>, TableError> {
         Ok(row.get::<_, Option<bool>>(column_index(name)?)?)
@@ -580,7 +613,7 @@ fn attempt_from_row(row: &duckdb::Row<'_>) -> Result<TaskAttempt, TableError> {
     let error = match (
         text("reported_error_type")?,
         text("reported_error_message")?,
-        number("reported_error_at")?,
+        time("reported_error_at"),
     ) {
         (Some(error_type), Some(message), Some(at)) => Some(Reported {
             at,
@@ -603,9 +636,9 @@ fn attempt_from_row(row: &duckdb::Row<'_>) -> Result<TaskAttempt, TableError> {
         job_id: id("job_id")?,
         definition,
         status_times,
-        node_id: reported(id("node_id")?, number("node_id_at")?),
-        worker_id: reported(id("worker_id")?, number("worker_id_at")?),
-        worker_pid: reported(worker_pid, number("worker_pid_at")?),
+        node_id: reported(id("node_id")?, time("node_id_at")),
+        worker_id: reported(id("worker_id")?, time("worker_id_at")),
+        worker_pid: reported(worker_pid, time("worker_pid_at")),
         error,
         actor_repr_name: reported(text("actor_repr_name")?, number("actor_repr_name_at")?),
         is_debugger_paused: reported(
@@ -613,12 +646,12 @@ fn attempt_from_row(row: &duckdb::Row<'_>) -> Result<TaskAttempt, TableError> {
             number("is_debugger_paused_at")?,
         ),
         log_info: LogInfo {
-            stdout_file: reported(text("stdout_file")?, number("stdout_file_at")?),
-            stderr_file: reported(text("stderr_file")?, number("stderr_file_at")?),
-            stdout_start: reported(number("stdout_start")?, number("stdout_start_at")?),
-            stdout_end: reported(number("stdout_end")?, number("stdout_end_at")?),
-            stderr_start: reported(number("stderr_start")?, number("stderr_start_at")?),
-            stderr_end: reported(number("stderr_end")?, number("stderr_end_at")?),
+            stdout_file: reported(text("stdout_file")?, time("stdout_file_at")),
+            stderr_file: reported(text("stderr_file")?, time("stderr_file_at")),
+            stdout_start: reported(number("stdout_start")?, time("stdout_start_at")),
+            stdout_end: reported(number("stdout_end")?, time("stdout_end_at")),
+            stderr_start: reported(number("stderr_start")?, time("stderr_start_at")),
+            stderr_end: reported(number("stderr_end")?, time("stderr_end_at")),
         },
         profile: parse_json("profile_events", text("profile_events")?)?,
     })
