@@ -703,6 +703,37 @@ async fn a_session_an_earlier_build_began_is_carried_on() -> anyhow::Result<()> 
         &stored_task_rows(&*storage, "upgrade").await?,
         "begun by an earlier build, folded, carried on",
     )?;
+    // The manifest now says its files may hold references, so the earlier build (which reads
+    // format 1 only) refuses it instead of taking referenced times for missing ones; and this
+    // build refuses a format newer than its own the same way.
+    let key = storage
+        .list("tables/manifests/cluster=upgrade/")
+        .await?
+        .into_iter()
+        .next()
+        .context("the manifest")?
+        .key;
+    let mut stored: serde_json::Value = serde_json::from_slice(&storage.get(&key).await?.body)?;
+    ensure!(
+        stored["format"] == 2,
+        "manifest format {}",
+        stored["format"]
+    );
+    stored["format"] = 3.into();
+    storage
+        .put(
+            &key,
+            serde_json::to_vec(&stored)?.into(),
+            shared::storage::PutMode::Overwrite,
+        )
+        .await?;
+    let refused = shared::tables::manifest::load(&*storage, &key).await;
+    ensure!(
+        refused
+            .as_ref()
+            .is_err_and(|err| err.to_string().contains("format 3")),
+        "a newer manifest was read: {refused:?}"
+    );
     Ok(())
 }
 

@@ -139,7 +139,8 @@ impl Compactor {
                         .instrument(span)
                         .await
                     {
-                        Some(Ok(_)) => {}
+                        // Its sessions are to be checked once quiet, as in a whole batch.
+                        Some(Ok(report)) => outcome.report.committed.extend(report.committed),
                         Some(Err(err)) => {
                             tracing::error!(message_id = %message.id, error = %err, "message failed");
                             outcome.failed.push(message.id.clone());

@@ -90,15 +90,15 @@ async fn run(compactor: Compactor, mut receiver: mpsc::UnboundedReceiver<Command
     let mut failures = 0;
     let mut quiet = QuietTimers::new(compactor.settings().fold.quiet);
     loop {
+        // Checks come first: under steady ingest a command is always waiting, and other
+        // sessions' checks would wait for ever.
+        quiet.tidy_due(&compactor);
         if pending.is_empty() && waiters.is_empty() {
             let command = match quiet.next_due() {
                 None => receiver.recv().await,
                 Some(due) => match tokio::time::timeout_at(due, receiver.recv()).await {
                     Ok(command) => command,
-                    Err(_) => {
-                        quiet.tidy_due(&compactor).await;
-                        continue;
-                    }
+                    Err(_) => continue,
                 },
             };
             match command {
@@ -178,9 +178,11 @@ impl QuietTimers {
         self.checks.values().map(|(_, due)| *due).min()
     }
 
-    /// Runs the checks that are due; a session still holding retired files, or whose check
-    /// failed, is checked again a quiet period later.
-    async fn tidy_due(&mut self, compactor: &Compactor) {
+    /// Starts the checks that are due, each in a task of its own (a fold can take a minute,
+    /// and compaction goes on meanwhile: the manifest's conditional writes keep the two
+    /// apart). A session still holding retired files, or whose check failed, is checked again
+    /// by that task a quiet period later, until it changes or is tidy.
+    fn tidy_due(&mut self, compactor: &Compactor) {
         let now = Instant::now();
         let due: Vec<(ClusterName, SessionName)> = self
             .checks
@@ -192,19 +194,21 @@ impl QuietTimers {
             let Some((check, _)) = self.checks.remove(&session) else {
                 continue;
             };
-            let again = match compactor.tidy_if_quiet(&check).await {
-                Ok(tidied) => tidied.again.then_some(QuietCheck {
-                    sequence: tidied.sequence,
-                    ..check
-                }),
-                Err(err) => {
-                    tracing::warn!(error = %err, "could not tidy a quiet session; trying again later");
-                    Some(check)
+            let compactor = compactor.clone();
+            let quiet = self.quiet;
+            tokio::spawn(async move {
+                let mut check = check;
+                loop {
+                    match compactor.tidy_if_quiet(&check).await {
+                        Ok(tidied) if tidied.again => check.sequence = tidied.sequence,
+                        Ok(_) => return,
+                        Err(err) => {
+                            tracing::warn!(error = %err, "could not tidy a quiet session; trying again later");
+                        }
+                    }
+                    tokio::time::sleep(quiet).await;
                 }
-            };
-            if let Some(check) = again {
-                self.watch(vec![check]);
-            }
+            });
         }
     }
 }

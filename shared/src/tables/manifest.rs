@@ -288,22 +288,39 @@ pub struct VersionedManifest {
 
 /// A small JSON document replaced by conditional writes (a manifest, the catalog).
 pub(crate) trait Document: Serialize + serde::de::DeserializeOwned {
-    /// The format this build reads and writes.
+    /// The format this build writes.
     const FORMAT: u32;
+    /// The oldest format this build still reads (those in between, too).
+    const OLDEST: u32;
     /// The document's format field.
     fn format(&self) -> u32;
+    /// The document as this build writes it: an older format it reads holds nothing this
+    /// format cannot, so it is carried on at `FORMAT`.
+    fn into_current(self) -> Self;
     /// The document before anything was written.
     fn empty() -> Self;
 }
 
-/// Implements [`Document`] for a `Default` struct with a `format: u32` field, at `FORMAT`.
+/// Implements [`Document`] for a `Default` struct with a `format: u32` field, written at
+/// `FORMAT` and read from `OLDEST` on.
 macro_rules! document {
     ($type:ty, $format:literal) => {
+        document!($type, $format, $format);
+    };
+    ($type:ty, $format:literal, $oldest:literal) => {
         impl $crate::tables::manifest::Document for $type {
             const FORMAT: u32 = $format;
+            const OLDEST: u32 = $oldest;
 
             fn format(&self) -> u32 {
                 self.format
+            }
+
+            fn into_current(self) -> Self {
+                Self {
+                    format: $format,
+                    ..self
+                }
             }
 
             fn empty() -> Self {
@@ -329,24 +346,29 @@ pub(crate) async fn load_document<T: Document>(
                     key: key.clone(),
                     reason: err.to_string(),
                 })?;
-            if document.format() != T::FORMAT {
+            if !(T::OLDEST..=T::FORMAT).contains(&document.format()) {
                 return Err(ManifestError::Unreadable {
                     key: key.clone(),
                     reason: format!(
-                        "format {} (this build reads {})",
+                        "format {} (this build reads {} to {})",
                         document.format(),
+                        T::OLDEST,
                         T::FORMAT
                     ),
                 });
             }
-            Ok((document, Some(stored.etag)))
+            Ok((document.into_current(), Some(stored.etag)))
         }
         Err(StorageError::NotFound { .. }) => Ok((T::empty(), None)),
         Err(err) => Err(err.into()),
     }
 }
 
-document!(Manifest, 1);
+// Format 2: its `task_attempts` files may store report times by reference
+// (`tables::report_times`), which a build reading format 1 would take for missing times and
+// merge away; such a build refuses format 2 instead (a deploy that overlaps or rolls back
+// fails loudly rather than losing facts). Format 1 manifests are read and rewritten as 2.
+document!(Manifest, 2, 1);
 
 /// Reads the manifest at `key`, or an empty one.
 pub async fn load(
