@@ -15,7 +15,7 @@
 
 pub mod entities;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -584,8 +584,9 @@ impl TaskAttempt {
 /// synthesis needs, folded from events in any order.
 #[derive(Clone, Debug, Default)]
 pub struct SessionTasks {
-    /// Attempts by key.
-    pub attempts: BTreeMap<AttemptKey, TaskAttempt>,
+    /// Attempts by key. Hashed, not ordered: a sorted map moves its (large) values around
+    /// on every insert and compares ids all the way down, which was most of folding's cost.
+    pub attempts: HashMap<AttemptKey, TaskAttempt, foldhash::fast::RandomState>,
     /// Job ends and worker deaths seen so far.
     pub failures: FailureContext,
 }
@@ -606,16 +607,24 @@ impl SessionTasks {
 
     /// Every attempt as the state API shows it, in key order.
     pub fn views(&self) -> impl Iterator<Item = (&AttemptKey, TaskView)> + '_ {
-        self.attempts
-            .iter()
+        let mut attempts: Vec<(&AttemptKey, &TaskAttempt)> = self.attempts.iter().collect();
+        attempts.sort_unstable_by_key(|(key, _)| *key);
+        attempts
+            .into_iter()
             .map(|(key, attempt)| (key, attempt.view(&self.failures)))
     }
 }
 
-/// Merges partial views of attempts (stored rows, new folds) into one per attempt, in key order.
-/// Views without a task id are dropped: they cannot be keyed.
+/// Merges partial views of attempts (stored rows, new folds) into one per attempt, in the order
+/// each attempt was first seen (writers sort rows themselves). Views without a task id are
+/// dropped: they cannot be keyed.
 pub fn merge_all(attempts: impl IntoIterator<Item = TaskAttempt>) -> Vec<TaskAttempt> {
-    let mut merged: BTreeMap<AttemptKey, TaskAttempt> = BTreeMap::new();
+    // Attempts stay where they were pushed and a map finds them: sorting large values, or
+    // keeping them in a sorted map, moves them far more than merging does.
+    let attempts = attempts.into_iter();
+    let mut merged: Vec<TaskAttempt> = Vec::with_capacity(attempts.size_hint().0);
+    let mut positions: HashMap<AttemptKey, usize, foldhash::fast::RandomState> =
+        HashMap::with_capacity_and_hasher(merged.capacity(), Default::default());
     for attempt in attempts {
         let Some(task_id) = attempt.task_id.clone() else {
             continue;
@@ -624,14 +633,61 @@ pub fn merge_all(attempts: impl IntoIterator<Item = TaskAttempt>) -> Vec<TaskAtt
             task_id,
             attempt_number: attempt.attempt_number,
         };
-        match merged.get_mut(&key) {
+        match positions
+            .get(&key)
+            .and_then(|&position| merged.get_mut(position))
+        {
             Some(existing) => existing.merge(attempt),
             None => {
-                merged.insert(key, attempt);
+                positions.insert(key, merged.len());
+                merged.push(attempt);
             }
         }
     }
-    merged.into_values().collect()
+    merged
+}
+
+/// Stored versions of attempts merged with a fold's attempts, without copying the fold.
+#[derive(Debug, Default)]
+pub struct Merged<'a> {
+    /// Attempts with stored versions, each merged with the fold's version if it has one.
+    pub stored: Vec<TaskAttempt>,
+    /// Attempts only the fold knows: new to the table.
+    pub new: Vec<&'a TaskAttempt>,
+}
+
+impl Merged<'_> {
+    /// Every merged attempt.
+    pub fn all(&self) -> Vec<&TaskAttempt> {
+        self.stored.iter().chain(self.new.iter().copied()).collect()
+    }
+}
+
+/// Merges `stored` versions (any number per attempt) with the attempts of `fold`, copying a
+/// fold attempt only when it has stored versions to merge with.
+pub fn merge_stored(stored: Vec<TaskAttempt>, fold: &SessionTasks) -> Merged<'_> {
+    let mut stored = merge_all(stored);
+    let mut updated: HashSet<&AttemptKey, foldhash::fast::RandomState> = HashSet::default();
+    for attempt in &mut stored {
+        let Some(task_id) = attempt.task_id.clone() else {
+            continue;
+        };
+        let key = AttemptKey {
+            task_id,
+            attempt_number: attempt.attempt_number,
+        };
+        if let Some((key, newer)) = fold.attempts.get_key_value(&key) {
+            attempt.merge(newer.clone());
+            updated.insert(key);
+        }
+    }
+    let new = fold
+        .attempts
+        .iter()
+        .filter(|(key, _)| !updated.contains(key))
+        .map(|(_, attempt)| attempt)
+        .collect();
+    Merged { stored, new }
 }
 
 /// The job id of a task id: its last 4 bytes.

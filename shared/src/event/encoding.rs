@@ -7,6 +7,7 @@
 //! no knowledge of which field uses which rule.
 
 use std::fmt;
+use std::sync::Arc;
 
 use base64::Engine as _;
 use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
@@ -24,9 +25,17 @@ const BASE64: GeneralPurpose = GeneralPurpose::new(
 ///
 /// Deserializes from the base64 the wire carries. An empty string means "not set" and is read as
 /// `None` by [`opt_id`]; a bare `Id` is never empty.
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-#[serde(transparent)]
-pub struct Id(Box<str>);
+///
+/// Shared, not owned: the merge keys maps and copies attempts by their ids many times per
+/// event, and clones that allocate and copy the text were a twentieth of compaction (perf).
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Id(Arc<str>);
+
+impl Serialize for Id {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.0)
+    }
+}
 
 impl Id {
     /// Decodes Ray's base64 form. Returns `None` for the empty string (an unset `bytes` field).
@@ -34,19 +43,38 @@ impl Id {
         if text.is_empty() {
             return Ok(None);
         }
-        let bytes = BASE64.decode(text)?;
-        Ok(Some(Self::from_bytes(&bytes)))
+        // Every Ray id is at most 28 bytes: decode on the stack.
+        let mut buffer = [0u8; 48];
+        match BASE64.decode_slice(text, &mut buffer) {
+            Ok(len) => Ok(Some(Self::from_bytes(
+                buffer.get(..len).unwrap_or_default(),
+            ))),
+            Err(base64::DecodeSliceError::OutputSliceTooSmall) => {
+                Ok(Some(Self::from_bytes(&BASE64.decode(text)?)))
+            }
+            Err(base64::DecodeSliceError::DecodeError(err)) => Err(err),
+        }
     }
 
     /// Builds an ID from raw bytes.
     pub fn from_bytes(bytes: &[u8]) -> Self {
         const DIGITS: &[u8; 16] = b"0123456789abcdef";
-        let mut hex = String::with_capacity(bytes.len() * 2);
-        for byte in bytes {
-            hex.push(char::from(DIGITS[usize::from(byte >> 4)]));
-            hex.push(char::from(DIGITS[usize::from(byte & 0x0f)]));
+        // Every Ray id is at most 28 bytes: the digits go on the stack.
+        let mut buffer = [0u8; 64];
+        let mut longer = Vec::new();
+        let hex = match buffer.get_mut(..bytes.len() * 2) {
+            Some(hex) => hex,
+            None => {
+                longer.resize(bytes.len() * 2, 0);
+                longer.as_mut_slice()
+            }
+        };
+        for (pair, byte) in hex.chunks_exact_mut(2).zip(bytes) {
+            pair[0] = DIGITS[usize::from(byte >> 4)];
+            pair[1] = DIGITS[usize::from(byte & 0x0f)];
         }
-        Self(hex.into_boxed_str())
+        // Hex digits are ASCII, so the conversion cannot fail.
+        Self(Arc::from(std::str::from_utf8(hex).unwrap_or_default()))
     }
 
     /// Reads the lowercase hex form back; `None` unless it is non-empty, even-length lowercase

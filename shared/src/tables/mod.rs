@@ -3,6 +3,7 @@
 //! log-structured read over a table's base and delta files; [`manifest`] and [`catalog`] are the
 //! commit protocol both sides share (compaction replaces them conditionally, queries read them).
 
+mod arrow_rows;
 pub mod catalog;
 pub mod entities;
 pub mod manifest;

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use duckdb::{Connection, params};
 
+use super::arrow_rows::ArrowRows;
 use super::newest::{TableFiles, path_literal, rows_at};
 use super::report_times;
 use super::rollup::RowsByFile;
@@ -15,6 +16,7 @@ use crate::event::common::{Language, TaskStatus, TaskType};
 use crate::event::encoding::Id;
 use crate::merge::{
     DefinitionSlot, FailureContext, LogInfo, Reported, ReportedError, TaskAttempt, TaskDefinition,
+    TaskView,
 };
 
 /// Every status whose time a row keeps, with its column name.
@@ -142,13 +144,17 @@ fn create_table(name: &str) -> String {
     format!("CREATE TEMP TABLE {name} ({})", columns.join(", "))
 }
 
-fn hex(id: Option<&Id>) -> Option<String> {
-    id.map(|id| id.as_hex().to_owned())
+fn hex(id: Option<&Id>) -> Option<&str> {
+    id.map(Id::as_hex)
 }
 
 fn at<T>(reported: Option<&Reported<T>>) -> Option<i64> {
     reported.map(|reported| reported.at)
 }
+
+/// Rows handed to DuckDB at a time: the write holds one batch as Arrow columns besides the
+/// staged table.
+const ROWS_PER_BATCH: usize = 122_880;
 
 /// Writes rows for `attempts` (viewed through `failures`) as one ZSTD Parquet file at `path`,
 /// sorted by job and creation time so row-group statistics prune. Returns the row count.
@@ -156,7 +162,7 @@ pub fn write_parquet(
     connection: &Connection,
     cluster: &str,
     session: &str,
-    attempts: &[TaskAttempt],
+    attempts: &[&TaskAttempt],
     failures: &FailureContext,
     path: &Path,
 ) -> Result<u64, TableError> {
@@ -164,8 +170,19 @@ pub fn write_parquet(
     connection.execute_batch(&create_table("staged_attempts"))?;
     {
         let mut appender = connection.appender("staged_attempts")?;
-        for attempt in attempts {
-            append(&mut appender, cluster, session, attempt, failures)?;
+        for chunk in attempts.chunks(ROWS_PER_BATCH) {
+            let mut rows = ArrowRows::new(COLUMNS, chunk.len())?;
+            for attempt in chunk {
+                append(
+                    &mut rows,
+                    cluster,
+                    session,
+                    &attempt.view(failures),
+                    attempt,
+                )?;
+            }
+            let batch = rows.finish()?;
+            appender.append_record_batch(batch)?;
         }
         appender.flush()?;
     }
@@ -179,20 +196,18 @@ pub fn write_parquet(
     Ok(attempts.len() as u64)
 }
 
+/// Appends the row of one attempt (and its view), its values in [`COLUMNS`] order.
 fn append(
-    appender: &mut duckdb::Appender<'_>,
+    rows: &mut ArrowRows,
     cluster: &str,
     session: &str,
+    view: &TaskView,
     attempt: &TaskAttempt,
-    failures: &FailureContext,
 ) -> Result<(), TableError> {
-    let view = attempt.view(failures);
     let definition = attempt
         .definition
         .as_ref()
         .map(|reported| &reported.value.0);
-    let status = |number: i32| attempt.status_times.get(&number).copied();
-    let json = |map: Option<String>| map;
     let required_resources = definition
         .map(|definition| serde_json::to_string(&definition.required_resources))
         .transpose()
@@ -213,87 +228,86 @@ fn append(
         (Some(start), Some(end)) => Some(end - start),
         _ => None,
     };
+    let worker_pid = view
+        .worker_pid
+        .map(i32::try_from)
+        .transpose()
+        .map_err(|_| TableError::Corrupt(format!("worker pid {:?}", view.worker_pid)))?;
     let log = &attempt.log_info;
     let error = attempt.error.as_ref();
-    appender.append_row(params![
-        cluster,
-        session,
-        hex(view.task_id.as_ref()),
-        view.attempt_number,
-        hex(view.job_id.as_ref()),
-        view.state.as_str(),
-        view.synthesized_failure,
-        view.name,
-        view.func_or_class_name,
-        view.task_type.as_ref().map(TaskType::as_str),
-        view.language.as_ref().map(Language::as_str),
-        hex(view.actor_id.as_ref()),
-        hex(view.parent_task_id.as_ref()),
-        hex(view.placement_group_id.as_ref()),
-        hex(view.node_id.as_ref()),
-        hex(view.worker_id.as_ref()),
-        view.worker_pid,
-        view.error_type,
-        view.error_message,
-        view.creation_time_ms,
-        view.start_time_ms,
-        view.end_time_ms,
-        duration_ms,
-        status(0),
-        status(1),
-        status(2),
-        status(3),
-        status(4),
-        status(5),
-        status(6),
-        status(7),
-        status(8),
-        status(9),
-        status(10),
-        status(11),
-        status(12),
-        status(13),
-        at(attempt.node_id.as_ref()),
-        at(attempt.worker_id.as_ref()),
-        at(attempt.worker_pid.as_ref()),
-        error.map(|error| error.value.error_type.as_str()),
-        error.map(|error| error.value.message.as_str()),
-        at(error),
+    rows.text(Some(cluster))?;
+    rows.text(Some(session))?;
+    rows.text(hex(view.task_id.as_ref()))?;
+    rows.integer(Some(view.attempt_number))?;
+    rows.text(hex(view.job_id.as_ref()))?;
+    rows.text(Some(view.state.as_str()))?;
+    rows.boolean(Some(view.synthesized_failure))?;
+    rows.text(view.name.as_deref())?;
+    rows.text(view.func_or_class_name.as_deref())?;
+    rows.text(view.task_type.as_ref().map(TaskType::as_str))?;
+    rows.text(view.language.as_ref().map(Language::as_str))?;
+    rows.text(hex(view.actor_id.as_ref()))?;
+    rows.text(hex(view.parent_task_id.as_ref()))?;
+    rows.text(hex(view.placement_group_id.as_ref()))?;
+    rows.text(hex(view.node_id.as_ref()))?;
+    rows.text(hex(view.worker_id.as_ref()))?;
+    rows.integer(worker_pid)?;
+    rows.text(view.error_type.as_deref())?;
+    rows.text(view.error_message.as_deref())?;
+    rows.big_int(view.creation_time_ms)?;
+    rows.big_int(view.start_time_ms)?;
+    rows.big_int(view.end_time_ms)?;
+    rows.big_int(duration_ms)?;
+    for (number, _) in STATUS_COLUMNS {
+        rows.big_int(attempt.status_times.get(&number).copied())?;
+    }
+    rows.big_int(at(attempt.node_id.as_ref()))?;
+    rows.big_int(at(attempt.worker_id.as_ref()))?;
+    rows.big_int(at(attempt.worker_pid.as_ref()))?;
+    rows.text(error.map(|error| error.value.error_type.as_str()))?;
+    rows.text(error.map(|error| error.value.message.as_str()))?;
+    rows.big_int(at(error))?;
+    rows.text(
         attempt
             .actor_repr_name
             .as_ref()
             .map(|repr| repr.value.as_str()),
-        at(attempt.actor_repr_name.as_ref()),
+    )?;
+    rows.big_int(at(attempt.actor_repr_name.as_ref()))?;
+    rows.boolean(
         attempt
             .is_debugger_paused
             .as_ref()
             .map(|paused| paused.value),
-        at(attempt.is_debugger_paused.as_ref()),
-        log.stdout_file.as_ref().map(|file| file.value.as_str()),
-        at(log.stdout_file.as_ref()),
-        log.stderr_file.as_ref().map(|file| file.value.as_str()),
-        at(log.stderr_file.as_ref()),
-        log.stdout_start.as_ref().map(|offset| offset.value),
-        at(log.stdout_start.as_ref()),
-        log.stdout_end.as_ref().map(|offset| offset.value),
-        at(log.stdout_end.as_ref()),
-        log.stderr_start.as_ref().map(|offset| offset.value),
-        at(log.stderr_start.as_ref()),
-        log.stderr_end.as_ref().map(|offset| offset.value),
-        at(log.stderr_end.as_ref()),
-        at(attempt.definition.as_ref()),
-        definition.map(|definition| definition.name.as_str()),
-        definition.map(|definition| definition.module_name.as_str()),
-        definition.map(|definition| definition.class_name.as_str()),
-        definition.map(|definition| definition.function_name.as_str()),
-        hex(definition.and_then(|definition| definition.actor_id.as_ref())),
-        json(required_resources),
-        definition.map(|definition| definition.serialized_runtime_env.as_str()),
-        definition.and_then(|definition| definition.call_site.as_deref()),
-        json(label_selector),
-        json(profile),
-    ])?;
-    Ok(())
+    )?;
+    rows.big_int(at(attempt.is_debugger_paused.as_ref()))?;
+    for file in [&log.stdout_file, &log.stderr_file] {
+        rows.text(file.as_ref().map(|file| file.value.as_str()))?;
+        rows.big_int(at(file.as_ref()))?;
+    }
+    for offset in [
+        &log.stdout_start,
+        &log.stdout_end,
+        &log.stderr_start,
+        &log.stderr_end,
+    ] {
+        rows.big_int(offset.as_ref().map(|offset| offset.value))?;
+        rows.big_int(at(offset.as_ref()))?;
+    }
+    rows.big_int(at(attempt.definition.as_ref()))?;
+    rows.text(definition.map(|definition| definition.name.as_str()))?;
+    rows.text(definition.map(|definition| definition.module_name.as_str()))?;
+    rows.text(definition.map(|definition| definition.class_name.as_str()))?;
+    rows.text(definition.map(|definition| definition.function_name.as_str()))?;
+    rows.text(hex(
+        definition.and_then(|definition| definition.actor_id.as_ref())
+    ))?;
+    rows.text(required_resources.as_deref())?;
+    rows.text(definition.map(|definition| definition.serialized_runtime_env.as_str()))?;
+    rows.text(definition.and_then(|definition| definition.call_site.as_deref()))?;
+    rows.text(label_selector.as_deref())?;
+    rows.text(profile.as_deref())?;
+    rows.end_row()
 }
 
 /// Which stored rows [`read_attempts`] returns.

@@ -1,0 +1,203 @@
+//! Rows for DuckDB as Arrow columns, filled one row at a time.
+//!
+//! DuckDB's row appender boxes every value of every row (75 per attempt) and converts each on
+//! its own; handing it whole Arrow columns costs one conversion per column, and text is copied
+//! once, from the borrowed `&str`, instead of into an owned value first. Compaction spent a
+//! sixth of its time appending rows the other way.
+
+use std::sync::Arc;
+
+use duckdb::arrow::array::{ArrayRef, BooleanBuilder, Int32Builder, Int64Builder, StringBuilder};
+use duckdb::arrow::datatypes::{DataType, Field, Schema};
+use duckdb::arrow::record_batch::RecordBatch;
+
+use super::task_attempts::TableError;
+
+/// One column being filled.
+enum Column {
+    Text(StringBuilder),
+    Integer(Int32Builder),
+    BigInt(Int64Builder),
+    Boolean(BooleanBuilder),
+}
+
+impl Column {
+    fn of(kind: &str, rows: usize) -> Result<Self, TableError> {
+        Ok(match kind {
+            "VARCHAR" => Self::Text(StringBuilder::with_capacity(rows, rows * 16)),
+            "INTEGER" => Self::Integer(Int32Builder::with_capacity(rows)),
+            "BIGINT" => Self::BigInt(Int64Builder::with_capacity(rows)),
+            "BOOLEAN" => Self::Boolean(BooleanBuilder::with_capacity(rows)),
+            other => {
+                return Err(TableError::Corrupt(format!(
+                    "no Arrow column for DuckDB type {other}"
+                )));
+            }
+        })
+    }
+
+    fn data_type(&self) -> DataType {
+        match self {
+            Self::Text(_) => DataType::Utf8,
+            Self::Integer(_) => DataType::Int32,
+            Self::BigInt(_) => DataType::Int64,
+            Self::Boolean(_) => DataType::Boolean,
+        }
+    }
+
+    fn finish(&mut self) -> ArrayRef {
+        match self {
+            Self::Text(builder) => Arc::new(builder.finish()),
+            Self::Integer(builder) => Arc::new(builder.finish()),
+            Self::BigInt(builder) => Arc::new(builder.finish()),
+            Self::Boolean(builder) => Arc::new(builder.finish()),
+        }
+    }
+}
+
+/// Rows of a table with the given columns, built column by column.
+///
+/// Each row is written as one call per column, in the table's column order; a value of the
+/// wrong type or a row with too few or too many values is an error, not a misplaced value.
+pub(crate) struct ArrowRows {
+    names: Vec<&'static str>,
+    columns: Vec<Column>,
+    /// The column the next value goes to.
+    next: usize,
+}
+
+impl ArrowRows {
+    /// Empty rows for `columns` (name, DuckDB type), with room for `rows` of them.
+    pub(crate) fn new(columns: &[(&'static str, &str)], rows: usize) -> Result<Self, TableError> {
+        Ok(Self {
+            names: columns.iter().map(|(name, _)| *name).collect(),
+            columns: columns
+                .iter()
+                .map(|(_, kind)| Column::of(kind, rows))
+                .collect::<Result<_, _>>()?,
+            next: 0,
+        })
+    }
+
+    /// The next column, which must be of the kind `kind` names.
+    fn column(&mut self, kind: &str) -> Result<&mut Column, TableError> {
+        let index = self.next;
+        self.next += 1;
+        let name = self
+            .names
+            .get(index)
+            .copied()
+            .unwrap_or("(past the last column)");
+        self.columns
+            .get_mut(index)
+            .ok_or_else(|| {
+                TableError::Corrupt(format!("a {kind} value past the table's last column"))
+            })
+            .and_then(|column| match column {
+                Column::Text(_) if kind == "VARCHAR" => Ok(column),
+                Column::Integer(_) if kind == "INTEGER" => Ok(column),
+                Column::BigInt(_) if kind == "BIGINT" => Ok(column),
+                Column::Boolean(_) if kind == "BOOLEAN" => Ok(column),
+                _ => Err(TableError::Corrupt(format!("column {name} is not {kind}"))),
+            })
+    }
+
+    /// Appends a `VARCHAR` value.
+    pub(crate) fn text(&mut self, value: Option<&str>) -> Result<(), TableError> {
+        if let Column::Text(builder) = self.column("VARCHAR")? {
+            builder.append_option(value);
+        }
+        Ok(())
+    }
+
+    /// Appends an `INTEGER` value.
+    pub(crate) fn integer(&mut self, value: Option<i32>) -> Result<(), TableError> {
+        if let Column::Integer(builder) = self.column("INTEGER")? {
+            builder.append_option(value);
+        }
+        Ok(())
+    }
+
+    /// Appends a `BIGINT` value.
+    pub(crate) fn big_int(&mut self, value: Option<i64>) -> Result<(), TableError> {
+        if let Column::BigInt(builder) = self.column("BIGINT")? {
+            builder.append_option(value);
+        }
+        Ok(())
+    }
+
+    /// Appends a `BOOLEAN` value.
+    pub(crate) fn boolean(&mut self, value: Option<bool>) -> Result<(), TableError> {
+        if let Column::Boolean(builder) = self.column("BOOLEAN")? {
+            builder.append_option(value);
+        }
+        Ok(())
+    }
+
+    /// Ends a row, which must have had a value for every column.
+    pub(crate) fn end_row(&mut self) -> Result<(), TableError> {
+        if self.next != self.columns.len() {
+            return Err(TableError::Corrupt(format!(
+                "a row of {} values for {} columns",
+                self.next,
+                self.columns.len()
+            )));
+        }
+        self.next = 0;
+        Ok(())
+    }
+
+    /// The rows so far as one record batch; the builders start over empty.
+    pub(crate) fn finish(&mut self) -> Result<RecordBatch, TableError> {
+        let fields: Vec<Field> = self
+            .names
+            .iter()
+            .zip(&self.columns)
+            .map(|(name, column)| Field::new(*name, column.data_type(), true))
+            .collect();
+        let arrays = self.columns.iter_mut().map(Column::finish).collect();
+        RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays)
+            .map_err(|err| TableError::Corrupt(format!("Arrow rows: {err}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const COLUMNS: &[(&str, &str)] = &[("a", "VARCHAR"), ("b", "BIGINT")];
+
+    #[test]
+    fn rows_fill_their_columns_in_order() -> Result<(), TableError> {
+        let mut rows = ArrowRows::new(COLUMNS, 2)?;
+        rows.text(Some("x"))?;
+        rows.big_int(None)?;
+        rows.end_row()?;
+        rows.text(None)?;
+        rows.big_int(Some(7))?;
+        rows.end_row()?;
+        let batch = rows.finish()?;
+        assert_eq!(batch.num_rows(), 2);
+        assert_eq!(batch.schema().field(1).name(), "b");
+        assert_eq!(batch.column(1).null_count(), 1);
+        Ok(())
+    }
+
+    #[test]
+    fn a_value_of_the_wrong_type_or_count_is_refused() -> Result<(), TableError> {
+        let mut rows = ArrowRows::new(COLUMNS, 1)?;
+        assert!(
+            rows.big_int(Some(1)).is_err(),
+            "a BIGINT went to a VARCHAR column"
+        );
+        let mut rows = ArrowRows::new(COLUMNS, 1)?;
+        rows.text(Some("x"))?;
+        assert!(rows.end_row().is_err(), "a short row was accepted");
+        rows.big_int(Some(1))?;
+        assert!(
+            rows.text(Some("y")).is_err(),
+            "a value past the last column"
+        );
+        Ok(())
+    }
+}
