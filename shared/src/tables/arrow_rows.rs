@@ -79,59 +79,61 @@ impl ArrowRows {
         })
     }
 
-    /// The next column, which must be of the kind `kind` names.
-    fn column(&mut self, kind: &str) -> Result<&mut Column, TableError> {
+    /// The next column and its name.
+    fn next_column(&mut self) -> Result<(&'static str, &mut Column), TableError> {
         let index = self.next;
         self.next += 1;
-        let name = self
-            .names
-            .get(index)
-            .copied()
-            .unwrap_or("(past the last column)");
-        self.columns
-            .get_mut(index)
-            .ok_or_else(|| {
-                TableError::Corrupt(format!("a {kind} value past the table's last column"))
-            })
-            .and_then(|column| match column {
-                Column::Text(_) if kind == "VARCHAR" => Ok(column),
-                Column::Integer(_) if kind == "INTEGER" => Ok(column),
-                Column::BigInt(_) if kind == "BIGINT" => Ok(column),
-                Column::Boolean(_) if kind == "BOOLEAN" => Ok(column),
-                _ => Err(TableError::Corrupt(format!("column {name} is not {kind}"))),
-            })
+        let count = self.columns.len();
+        match (self.names.get(index), self.columns.get_mut(index)) {
+            (Some(name), Some(column)) => Ok((name, column)),
+            _ => Err(TableError::Corrupt(format!(
+                "a value past the last of {count} columns"
+            ))),
+        }
     }
 
     /// Appends a `VARCHAR` value.
     pub(crate) fn text(&mut self, value: Option<&str>) -> Result<(), TableError> {
-        if let Column::Text(builder) = self.column("VARCHAR")? {
-            builder.append_option(value);
+        match self.next_column()? {
+            (_, Column::Text(builder)) => {
+                builder.append_option(value);
+                Ok(())
+            }
+            (name, _) => Err(not_of_type(name, "VARCHAR")),
         }
-        Ok(())
     }
 
     /// Appends an `INTEGER` value.
     pub(crate) fn integer(&mut self, value: Option<i32>) -> Result<(), TableError> {
-        if let Column::Integer(builder) = self.column("INTEGER")? {
-            builder.append_option(value);
+        match self.next_column()? {
+            (_, Column::Integer(builder)) => {
+                builder.append_option(value);
+                Ok(())
+            }
+            (name, _) => Err(not_of_type(name, "INTEGER")),
         }
-        Ok(())
     }
 
     /// Appends a `BIGINT` value.
     pub(crate) fn big_int(&mut self, value: Option<i64>) -> Result<(), TableError> {
-        if let Column::BigInt(builder) = self.column("BIGINT")? {
-            builder.append_option(value);
+        match self.next_column()? {
+            (_, Column::BigInt(builder)) => {
+                builder.append_option(value);
+                Ok(())
+            }
+            (name, _) => Err(not_of_type(name, "BIGINT")),
         }
-        Ok(())
     }
 
     /// Appends a `BOOLEAN` value.
     pub(crate) fn boolean(&mut self, value: Option<bool>) -> Result<(), TableError> {
-        if let Column::Boolean(builder) = self.column("BOOLEAN")? {
-            builder.append_option(value);
+        match self.next_column()? {
+            (_, Column::Boolean(builder)) => {
+                builder.append_option(value);
+                Ok(())
+            }
+            (name, _) => Err(not_of_type(name, "BOOLEAN")),
         }
-        Ok(())
     }
 
     /// Ends a row, which must have had a value for every column.
@@ -159,6 +161,10 @@ impl ArrowRows {
         RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays)
             .map_err(|err| TableError::Corrupt(format!("Arrow rows: {err}")))
     }
+}
+
+fn not_of_type(column: &str, kind: &str) -> TableError {
+    TableError::Corrupt(format!("column {column} is not {kind}"))
 }
 
 #[cfg(test)]
