@@ -410,22 +410,36 @@ def ray_env(export_addr, temp_dir):
     return env
 
 
-def ray_cli(env, *args, capture=True):
+def ray_cli(env, *args, capture=True, lost_to=None):
+    """Runs Ray's CLI; its output. With `lost_to` (an `Api` with `retry_lost`), a command that
+    got no answer from the server at all (Ray's "Failed to connect to API server" with no
+    response) is run once more and counted in `lost_to.lost`, as `Api.get` does for the
+    emulator's lost responses."""
     ray = os.path.join(os.path.dirname(sys.executable), "ray")
+    started = time.time()
     result = subprocess.run([ray, *args], env=env, capture_output=capture, text=True, timeout=300)
+    if (result.returncode != 0 and lost_to is not None and lost_to.retry_lost and capture
+            and "Failed to connect to API server" in result.stderr
+            and "Response(url=" not in result.stderr):
+        lost_to.lost += 1
+        log(f"ray {' '.join(args[:2])}: no answer after {time.time() - started:.1f} s; the "
+            "emulator lost it, running it once more")
+        result = subprocess.run([ray, *args], env=env, capture_output=capture, text=True,
+                                timeout=300)
     if result.returncode != 0:
         raise RuntimeError(f"ray {' '.join(args)} failed: {result.stderr[-2000:]}")
     return result.stdout
 
 
-def ray_answers(env, address, detail=True):
+def ray_answers(env, address, detail=True, lost_to=None):
     """Ray's own view, before the cluster stops (and the same commands pointed at Afterglow)."""
-    tasks = json.loads(ray_cli(env, "list", "tasks", *(["--detail"] if detail else []),
-                               "--format", "json", "--limit", "10000", "--address", address))
-    actors = json.loads(ray_cli(env, "list", "actors", "--format", "json", "--limit", "10000",
-                                "--address", address))
-    jobs = json.loads(ray_cli(env, "list", "jobs", "--format", "json", "--address", address))
-    nodes = json.loads(ray_cli(env, "list", "nodes", "--format", "json", "--address", address))
+    def cli(*args):
+        return json.loads(ray_cli(env, *args, "--address", address, lost_to=lost_to))
+    tasks = cli("list", "tasks", *(["--detail"] if detail else []), "--format", "json",
+                "--limit", "10000")
+    actors = cli("list", "actors", "--format", "json", "--limit", "10000")
+    jobs = cli("list", "jobs", "--format", "json")
+    nodes = cli("list", "nodes", "--format", "json")
     summary = json.loads(subprocess.run(
         [sys.executable, "-c",
          "import json, sys; from ray.util.state import summarize_tasks; "
@@ -587,7 +601,7 @@ def compare_ray_tools(env, ray, api, detail=True):
     session = api.get(f"/api/clusters?cluster={CLUSTER}")["clusters"][0]["sessions"][-1][
         "session_name"]
     address = f"{api.base}/ray/{CLUSTER}/{session}"
-    ours = ray_answers(env, address, detail)
+    ours = ray_answers(env, address, detail, lost_to=api)
     problems = 0
     theirs_tasks = {(t["task_id"], t["attempt_number"]): t for t in ray["tasks"]}
     mine_tasks = {(t["task_id"], t["attempt_number"]): t for t in ours["tasks"]}
@@ -633,7 +647,7 @@ def compare_ray_tools(env, ray, api, detail=True):
     failed = next(t for t in ray["tasks"] if t["state"] == "FAILED")
     import yaml  # Ray depends on PyYAML
     got = yaml.safe_load(ray_cli(env, "get", "tasks", failed["task_id"], "--address",
-                                 f"{api.base}/ray/{CLUSTER}/latest"))
+                                 f"{api.base}/ray/{CLUSTER}/latest", lost_to=api))
     got = got if isinstance(got, list) else [got]
     attempts = sorted(row["attempt_number"] for row in got)
     expected = sorted(t["attempt_number"] for t in ray["tasks"]
@@ -673,7 +687,7 @@ def list_synthetic_session(binary, deployment, api, env, attempts):
     started = time.time()
     rows = json.loads(ray_cli(dict(env, RAY_MAX_LIMIT_FROM_API_SERVER=str(attempts * 2)),
                               "list", "tasks", "--limit", str(attempts), "--format", "json",
-                              "--address", f"{api.base}/ray/synthetic/latest"))
+                              "--address", f"{api.base}/ray/synthetic/latest", lost_to=api))
     keys = {(row["task_id"], row["attempt_number"]) for row in rows}
     print(f"ray list tasks --limit {attempts} over a synthetic session: {len(rows)} rows, "
           f"{len(keys)} distinct attempts ({time.time() - started:.1f} s, the CLI's parsing "
