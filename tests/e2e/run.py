@@ -281,6 +281,8 @@ class AfterglowProxy:
         while time.time() < deadline:
             try:
                 proxied.get("/api/clusters", timeout=5)
+                # Behind the proxy is the same emulator, losing the same large responses.
+                proxied.retry_lost = self.api.retry_lost
                 return proxied
             except (urllib.error.URLError, ConnectionError, OSError):
                 time.sleep(0.2)
@@ -824,6 +826,7 @@ def main():
                 # cut there (tests/ray_routes.rs checks the cut and its warning).
                 problems += compare_ray_tools(env, ray, proxied, detail=False)
                 problems += compare_logs_through_rays_route(proxied, ray_logs)
+            api.lost += proxied.lost
         else:
             problems += compare_ray_tools(env, ray, api)
             problems += compare_logs_through_rays_route(api, ray_logs)
