@@ -1186,3 +1186,146 @@ async fn rollups_count_what_a_scan_counts() -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+/// A task lookup reads only the blocks its key indexes name and answers what a scan answers:
+/// over two sessions of synthetic traffic with failures, retries and re-delivered bodies,
+/// compacted into a base and deltas, for tasks whose attempts are stored in several of those
+/// files (some in different states: only the newest file's version is the task's), for tasks
+/// stored once, and for an id nobody has. The engine's count of indexed lookups proves which
+/// path ran; with the indexes gone from the manifests (as an earlier build wrote them) the
+/// same lookups scan.
+#[tokio::test]
+async fn a_lookup_through_key_indexes_equals_a_lookup_by_scan() -> anyhow::Result<()> {
+    use shared::compact::CompactSettings;
+    use shared::query::params::Scope;
+    use shared::query::snapshot::{Needs, snapshot};
+    use shared::query::sql::read_parquet;
+    use shared::query::{ApiRoute, QueryEngine, QueryError, QuerySettings};
+    use shared::storage::FileCache;
+    use synth::SynthSettings;
+
+    let (dir, local) = local_storage()?;
+    let storage: Arc<dyn Storage> = Arc::new(local);
+    for seed in [21, 22] {
+        let settings = SynthSettings {
+            attempts: 5_000,
+            jobs: 2,
+            nodes: 4,
+            failure_rate: 0.1,
+            duplicate_rate: 0.05,
+            seed,
+            ..SynthSettings::default()
+        };
+        ingest_synthetic(&storage, "indexed", settings).await?;
+    }
+    let (compactor, _scratch) = afterglow_tests::compactor(
+        Arc::clone(&storage),
+        CompactSettings {
+            fold: FoldPolicy {
+                max_deltas: 100,
+                ..FoldPolicy::default()
+            },
+            ..CompactSettings::default()
+        },
+    )?;
+    // Half the traffic folded into a base, the rest in deltas over it.
+    let keys = compactor.raw_keys().await?;
+    let (first, rest) = keys.split_at(keys.len() / 2);
+    for batch in first.chunks(3) {
+        compactor.compact(batch).await?;
+    }
+    ensure!(compactor.fold().await? > 0, "nothing folded");
+    for batch in rest.chunks(3) {
+        compactor.compact(batch).await?;
+    }
+
+    let cache = FileCache::new(Arc::clone(&storage), dir.path().join("cache"), 4);
+    let needs = Needs {
+        attempts: true,
+        key_indexes: true,
+        ..Needs::default()
+    };
+    let stored = snapshot(&storage, &cache, &Scope::default(), needs).await?;
+    ensure!(
+        stored.key_indexes.is_some(),
+        "every base and delta was written with its key index"
+    );
+    ensure!(!stored.task_attempts.base.is_empty() && !stored.task_attempts.deltas.is_empty());
+    // Tasks by how many files hold a version of them, and how many states those versions show.
+    let files = stored.task_attempts.files();
+    let all: Vec<&std::path::Path> = files.base.iter().chain(&files.deltas).copied().collect();
+    let connection = shared::tables::open_duckdb()?;
+    let sql = format!(
+        "SELECT task_id, count(DISTINCT file_index) AS files, count(DISTINCT state) AS states
+         FROM {} GROUP BY task_id ORDER BY files DESC, states DESC, task_id LIMIT 300",
+        read_parquet(&all, ", file_row_number = true")
+    );
+    let mut statement = connection.prepare(&sql)?;
+    let tasks: Vec<(String, i64, i64)> = statement
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?
+        .collect::<Result<_, _>>()?;
+    ensure!(
+        tasks
+            .iter()
+            .any(|(_, files, states)| *files > 1 && *states > 1),
+        "no task is stored in several files in different states: the test reaches nothing"
+    );
+    let sql = format!(
+        "SELECT task_id FROM {} GROUP BY task_id HAVING count(*) = 1 ORDER BY task_id LIMIT 100",
+        read_parquet(&all, "")
+    );
+    let mut statement = connection.prepare(&sql)?;
+    let once: Vec<String> = statement
+        .query_map([], |row| row.get(0))?
+        .collect::<Result<_, _>>()?;
+    ensure!(!once.is_empty());
+    let ids: Vec<String> = tasks.into_iter().map(|(id, _, _)| id).chain(once).collect();
+
+    let engine = QueryEngine::open(
+        Arc::clone(&storage),
+        QuerySettings::under(&dir.path().join("query")),
+    )?;
+    let lookup = |id: &str| {
+        let route = ApiRoute::Task(id.to_owned());
+        let engine = &engine;
+        async move { engine.answer(&route, &[]).await }
+    };
+    let mut indexed = Vec::new();
+    for id in &ids {
+        indexed.push(lookup(id).await?);
+    }
+    let nobody = "0123456789abcdef0123456789abcdef0123456789abcdef";
+    ensure!(matches!(lookup(nobody).await, Err(QueryError::NotFound(_))));
+    ensure!(
+        engine.key_index_lookups() == ids.len() as u64 + 1,
+        "{} of {} lookups read through key indexes",
+        engine.key_index_lookups(),
+        ids.len() + 1
+    );
+
+    rewrite_manifests(&*storage, |manifest| {
+        for file in manifest
+            .task_attempts
+            .base
+            .iter_mut()
+            .chain(&mut manifest.task_attempts.deltas)
+        {
+            file.key_index = None;
+        }
+    })
+    .await?;
+    let before = engine.key_index_lookups();
+    for (id, by_index) in ids.iter().zip(&indexed) {
+        let by_scan = lookup(id).await?;
+        ensure!(
+            &by_scan == by_index,
+            "{id}: the lookup through key indexes differs from the scan:\n{by_index}\n{by_scan}"
+        );
+    }
+    ensure!(matches!(lookup(nobody).await, Err(QueryError::NotFound(_))));
+    ensure!(
+        engine.key_index_lookups() == before,
+        "a lookup used a key index it no longer has"
+    );
+    Ok(())
+}

@@ -120,6 +120,8 @@ pub enum TableFile {
     Deletes,
     /// A base's or delta's counts by group, state and rounded duration (its rollup).
     Rollup,
+    /// A base's or delta's task-id keys and where their rows are (its key index).
+    KeyIndex,
 }
 
 /// Where one table's files of one session live: `tables/{table}/cluster={c}/session={s}/`.
@@ -144,6 +146,7 @@ pub fn table_file_key(
         TableFile::Whole => table.name(),
         TableFile::Deletes => "deletes",
         TableFile::Rollup => "rollup",
+        TableFile::KeyIndex => "keys",
     };
     ObjectKey::new(format!(
         "{}{kind}-{id}.parquet",

@@ -331,7 +331,21 @@ async fn storage_phase(
         .all()
         .map(|file| storage.root().join(file.key.as_str()))
         .collect();
-    let attempt_bytes: u64 = live.task_attempts.all().map(|file| file.bytes).sum();
+    // Key indexes are part of what an attempt costs to keep (the manifest records only the
+    // data files' sizes).
+    let mut key_index_bytes = 0;
+    for key in live
+        .task_attempts
+        .all()
+        .filter_map(|file| file.key_index.as_ref())
+    {
+        key_index_bytes += tokio::fs::metadata(storage.root().join(key.as_str()))
+            .await
+            .with_context(|| format!("key index {key}"))?
+            .len();
+    }
+    let attempt_bytes: u64 =
+        live.task_attempts.all().map(|file| file.bytes).sum::<u64>() + key_index_bytes;
     let entity_bytes: u64 = live.entities.values().map(|file| file.bytes).sum();
     let columns = tokio::task::spawn_blocking(move || -> anyhow::Result<Vec<(String, u64)>> {
         let connection = shared::tables::open_duckdb()?;
@@ -354,7 +368,9 @@ async fn storage_phase(
         "task_attempt_bytes": attempt_bytes,
         "entity_bytes": entity_bytes,
         "bytes_per_attempt": per(attempt_bytes),
-        "bytes_per_attempt_without_error_text": per(column_total.saturating_sub(error_bytes)),
+        "bytes_per_attempt_without_error_text":
+            per((column_total + key_index_bytes).saturating_sub(error_bytes)),
+        "key_index_bytes_per_attempt": per(key_index_bytes),
         "largest_columns_bytes_per_attempt": columns.iter().take(12)
             .map(|(column, bytes)| json!({"column": column, "bytes_per_attempt": per(*bytes)}))
             .collect::<Vec<_>>(),

@@ -163,7 +163,7 @@ impl QuietCheck {
 
 impl Compactor {
     /// Tidies a session if it is still as `check` saw it: folds its deltas (or a base whose
-    /// rollup an earlier build wrote) into a new base, and deletes retired files whose grace
+    /// rollup or missing key index an earlier build wrote) into a new base, and deletes retired files whose grace
     /// period is over. A commit in between wins: the check then does nothing.
     #[tracing::instrument(name = "tidy_if_quiet", skip(self), fields(cluster = %check.cluster, session = %check.session, sequence = check.sequence))]
     pub async fn tidy_if_quiet(&self, check: &QuietCheck) -> Result<Tidied, CompactError> {
@@ -208,8 +208,11 @@ impl Compactor {
         next.sequence += 1;
         let mut written = Vec::new();
         let table = &next.task_attempts;
-        let stale_rollups = !table.base.is_empty() && !table.has_rollups();
-        let folded = !table.deltas.is_empty() || stale_rollups;
+        // A base an earlier build wrote (its rollup in an older format, or no key index) is
+        // written again once, so every session ends up read the fast way.
+        let current_base = table.has_rollups() && table.has_key_indexes();
+        let stale_base = !table.base.is_empty() && !current_base;
+        let folded = !table.deltas.is_empty() || stale_base;
         if folded {
             let base = self.merge_base(cluster, session, &next).await?;
             written = next.install_base(base, now_ms());
@@ -303,6 +306,7 @@ mod tests {
             deletes: None,
             rollup: None,
             rollup_format: None,
+            key_index: None,
         }
     }
 

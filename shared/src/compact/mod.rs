@@ -41,6 +41,7 @@ use crate::storage::{
     CachedFiles, FileCache, InvalidKey, ObjectKey, PutMode, Storage, StorageError,
 };
 use crate::tables::entities::{self, EntityKind};
+use crate::tables::key_index;
 use crate::tables::manifest::{
     Commit, DataFile, Deletes, Document as _, Manifest, ManifestError, RetiredFile, SessionStats,
     VersionedManifest,
@@ -523,6 +524,8 @@ impl Compactor {
             self.new_attempts_file(cluster, session, TableFile::Deletes)?;
         let (rollup_key, rollup_path) =
             self.new_attempts_file(cluster, session, TableFile::Rollup)?;
+        let (index_key, index_path) =
+            self.new_attempts_file(cluster, session, TableFile::KeyIndex)?;
         let cluster_name = cluster.to_string();
         let session_name = session.to_string();
         let fold = Arc::clone(fold);
@@ -530,6 +533,7 @@ impl Compactor {
         let path = delta_path.clone();
         let superseded_path = deletes_path.clone();
         let write_rollup_path = rollup_path.clone();
+        let write_index_path = index_path.clone();
         let (rows, added, superseded) = run_blocking(move || -> Result<_, CompactError> {
             let connection = crate::tables::open_duckdb()?;
             let stored = task_attempts::read_attempts(&connection, files.files(), &filter)?;
@@ -550,6 +554,7 @@ impl Compactor {
             )?;
             if rows > 0 {
                 rollup::write_rollup(&connection, &path, &live, &write_rollup_path)?;
+                key_index::write_key_index(&connection, &path, &write_index_path)?;
             }
             Ok((rows, added, superseded))
         })
@@ -574,6 +579,8 @@ impl Compactor {
             };
             self.upload(&rollup_path, &rollup_key).await?;
             written.push(rollup_key.clone());
+            self.upload(&index_path, &index_key).await?;
+            written.push(index_key.clone());
             let bytes = self.upload(&delta_path, &delta_key).await?;
             written.push(delta_key.clone());
             next.task_attempts.deltas.push(DataFile {
@@ -583,11 +590,13 @@ impl Compactor {
                 deletes: Some(deletes),
                 rollup: Some(rollup_key),
                 rollup_format: Some(rollup::FORMAT),
+                key_index: Some(index_key),
             });
         }
         let _ = tokio::fs::remove_file(&delta_path).await;
         let _ = tokio::fs::remove_file(&deletes_path).await;
         let _ = tokio::fs::remove_file(&rollup_path).await;
+        let _ = tokio::fs::remove_file(&index_path).await;
 
         let mut rows_written = rows;
         if let Some(reason) = self.settings.fold.due(&next.task_attempts) {
@@ -688,6 +697,7 @@ impl Compactor {
                     deletes: None,
                     rollup: None,
                     rollup_format: None,
+                    key_index: None,
                 },
             );
             if let Some(old) = replaced {
@@ -753,6 +763,9 @@ impl Compactor {
         let (rollup_key, rollup_path) =
             self.new_attempts_file(cluster, session, TableFile::Rollup)?;
         let write_rollup_path = rollup_path.clone();
+        let (index_key, index_path) =
+            self.new_attempts_file(cluster, session, TableFile::KeyIndex)?;
+        let write_index_path = index_path.clone();
         let spill = self.scratch.join("duckdb-spill");
         let memory_limit = self.settings.memory_limit_mib;
         let rows = run_blocking(move || -> Result<u64, CompactError> {
@@ -772,12 +785,15 @@ impl Compactor {
                 &RowsByFile::new(),
                 &write_rollup_path,
             )?;
+            key_index::write_key_index(&connection, &write_path, &write_index_path)?;
             Ok(rows)
         })
         .await?;
-        // The rollup first: a base is only ever installed with it.
+        // The rollup and key index first: a base is only ever installed with them.
         self.upload(&rollup_path, &rollup_key).await?;
         let _ = tokio::fs::remove_file(&rollup_path).await;
+        self.upload(&index_path, &index_key).await?;
+        let _ = tokio::fs::remove_file(&index_path).await;
         let bytes = self.upload(&path, &key).await?;
         let _ = tokio::fs::remove_file(&path).await;
         Ok(DataFile {
@@ -787,6 +803,7 @@ impl Compactor {
             deletes: None,
             rollup: Some(rollup_key),
             rollup_format: Some(rollup::FORMAT),
+            key_index: Some(index_key),
         })
     }
 

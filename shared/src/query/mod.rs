@@ -161,6 +161,8 @@ pub struct QueryEngine {
     rollup_answers: AtomicU64,
     /// Pages read again with more rows (see [`Self::page_retakes`]).
     page_retakes: AtomicU64,
+    /// Task lookups read through key indexes (see [`Self::key_index_lookups`]).
+    key_index_lookups: AtomicU64,
 }
 
 impl QueryEngine {
@@ -207,6 +209,7 @@ impl QueryEngine {
             settings,
             rollup_answers: AtomicU64::new(0),
             page_retakes: AtomicU64::new(0),
+            key_index_lookups: AtomicU64::new(0),
         })
     }
 
@@ -248,6 +251,16 @@ impl QueryEngine {
 
     fn count_page_retake(&self) {
         self.page_retakes.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// How many task lookups read only the blocks their key indexes named instead of
+    /// scanning, since the engine opened.
+    pub fn key_index_lookups(&self) -> u64 {
+        self.key_index_lookups.load(Ordering::Relaxed)
+    }
+
+    fn count_key_index_lookup(&self) {
+        self.key_index_lookups.fetch_add(1, Ordering::Relaxed);
     }
 
     fn storage(&self) -> &Arc<dyn Storage> {

@@ -36,6 +36,10 @@ pub struct Snapshot {
     /// The rollups of every `task_attempts` file in scope, when asked for and every file has
     /// one (see [`crate::tables::rollup`]); `None` to count by scanning.
     pub rollups: Option<Vec<PathBuf>>,
+    /// The key index of every `task_attempts` file read, in the order of
+    /// [`crate::tables::newest::TableFiles`]' base files then deltas, when asked for and every
+    /// file has one (see [`crate::tables::key_index`]); `None` to look up by scanning.
+    pub key_indexes: Option<Vec<PathBuf>>,
     /// Entity tables: one file per session each.
     pub entities: BTreeMap<EntityKind, Vec<PathBuf>>,
     /// Keeps the files in the cache while a query may read them.
@@ -100,6 +104,8 @@ pub struct Needs {
     pub entity: Option<EntityKind>,
     /// The rollups of `task_attempts` (see [`Snapshot::rollups`]).
     pub rollups: bool,
+    /// The key indexes of `task_attempts` (see [`Snapshot::key_indexes`]), with the files.
+    pub key_indexes: bool,
 }
 
 /// Local copies of the files `needs` names, for every session in `scope`.
@@ -127,10 +133,20 @@ pub async fn snapshot(
         if needs.attempts {
             for (position, file) in table.base.iter().enumerate() {
                 add(Slot::Base { ordinal, position }, &file.key);
+                if needs.key_indexes
+                    && let Some(key) = &file.key_index
+                {
+                    add(Slot::KeyIndex { ordinal, position }, key);
+                }
             }
             for (offset, file) in table.deltas.iter().enumerate() {
                 let position = table.base.len() + offset;
                 add(Slot::Delta { ordinal, position }, &file.key);
+                if needs.key_indexes
+                    && let Some(key) = &file.key_index
+                {
+                    add(Slot::KeyIndex { ordinal, position }, key);
+                }
                 if let Some(deletes) = &file.deletes
                     && let Some(key) = &deletes.key
                 {
@@ -165,6 +181,7 @@ pub async fn snapshot(
     let mut vectors_complete = true;
     let mut rollups = Vec::new();
     let mut rollups_complete = true;
+    let mut key_indexes: BTreeMap<(usize, usize), PathBuf> = BTreeMap::new();
     for (slot, index) in plan {
         let present = paths.get(index).cloned().flatten();
         match (slot, present) {
@@ -195,6 +212,9 @@ pub async fn snapshot(
             (Slot::Deletes { .. }, None) => vectors_complete = false,
             (Slot::Rollup, Some(path)) => rollups.push(path),
             (Slot::Rollup, None) => rollups_complete = false,
+            (Slot::KeyIndex { ordinal, position }, Some(path)) => {
+                key_indexes.insert((ordinal, position), path);
+            }
             (Slot::Entity(kind), Some(path)) => {
                 snapshot.entities.entry(kind).or_default().push(path);
             }
@@ -206,10 +226,6 @@ pub async fn snapshot(
         .all(|session| session.manifest.task_attempts.has_deletion_vectors());
     if needs.attempts && vectors_complete && every_delta_has_one {
         let bases = snapshot.task_attempts.base.len();
-        let index = |file: &FileRead| match *file {
-            FileRead::Base(index) => index,
-            FileRead::Delta(index) => bases + index,
-        };
         snapshot.task_attempts.deletes = Some(
             vectors
                 .into_iter()
@@ -220,7 +236,7 @@ pub async fn snapshot(
                     path,
                     rows,
                     files: (0..position)
-                        .map(|earlier| read.get(&(ordinal, earlier)).map(index))
+                        .map(|earlier| read.get(&(ordinal, earlier)).map(|file| file.index(bases)))
                         .collect(),
                 })
                 .collect(),
@@ -233,6 +249,19 @@ pub async fn snapshot(
     if needs.rollups && rollups_complete && every_file_has_one {
         snapshot.rollups = Some(rollups);
     }
+    // Key indexes stand in for their files only when every file read has one.
+    let every_file_has_one = sessions
+        .iter()
+        .all(|session| session.manifest.task_attempts.has_key_indexes());
+    if needs.key_indexes && every_file_has_one {
+        let bases = snapshot.task_attempts.base.len();
+        let mut ordered: Vec<Option<PathBuf>> =
+            vec![None; bases + snapshot.task_attempts.deltas.len()];
+        for (place, file) in &read {
+            ordered[file.index(bases)] = key_indexes.remove(place);
+        }
+        snapshot.key_indexes = ordered.into_iter().collect();
+    }
     snapshot.pins = Some(Arc::new(fetched));
     Ok(snapshot)
 }
@@ -242,6 +271,16 @@ pub async fn snapshot(
 enum FileRead {
     Base(usize),
     Delta(usize),
+}
+
+impl FileRead {
+    /// Its index among every file read, base files first (`bases` of them).
+    fn index(self, bases: usize) -> usize {
+        match self {
+            Self::Base(index) => index,
+            Self::Delta(index) => bases + index,
+        }
+    }
 }
 
 /// The statistics of every session in `scope`, from the catalog alone.
@@ -275,5 +314,9 @@ enum Slot {
         rows: u64,
     },
     Rollup,
+    KeyIndex {
+        ordinal: usize,
+        position: usize,
+    },
     Entity(EntityKind),
 }

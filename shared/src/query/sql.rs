@@ -8,6 +8,7 @@ use duckdb::types::Value;
 
 use super::params::TaskFilter;
 use super::snapshot::Pins;
+use crate::tables::report_times;
 
 /// A SQL fragment and the values its `?` placeholders bind, in order.
 #[derive(Clone, Debug, Default)]
@@ -251,7 +252,7 @@ pub fn task_conditions(filter: &TaskFilter) -> Sql {
                 .bind(value.clone());
         }
     }
-    sql.append(kind_conditions(filter, "definition_at IS NOT NULL"));
+    sql.append(kind_conditions(filter, report_times::DEFINED));
     if let Some(since) = filter.since_ms {
         sql.push(" AND creation_time_ms >= ").bind(since);
     }

@@ -1,6 +1,6 @@
 //! `/api/clusters`, `/api/summary`, `/api/tasks` and `/api/tasks/{task_id}`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use duckdb::types::Value;
 use serde_json::{Map, Value as Json, json};
@@ -12,6 +12,7 @@ use super::snapshot::{Needs, Snapshot, session_stats};
 use super::sql::{Relation, Sql, SupersededRead, newest_rows, read_parquet, task_conditions};
 use super::task_page::{TIE_BREAK, TaskPage, TaskSort};
 use super::{QueryEngine, QueryError};
+use crate::tables::key_index;
 use crate::tables::task_attempts::status_columns;
 
 /// The fields of a task-table row (DESIGN §4), by Ray's state-API names.
@@ -344,27 +345,41 @@ pub(super) async fn task(
     let params = Params::parse(params, &Scope::PARAMS)?;
     let scope = Scope::from_params(&params)?;
     let task_id = parse_hex("task_id", task_id)?;
-    let Some(relation) = attempts_relation(engine, &scope).await? else {
-        return Err(QueryError::NotFound(format!("no task {task_id}")));
-    };
+    let snapshot = engine
+        .snapshot(
+            &scope,
+            Needs {
+                attempts: true,
+                key_indexes: true,
+                ..Needs::default()
+            },
+        )
+        .await?;
     let filter = TaskFilter {
         scope,
         include_drivers: true,
         include_incomplete: true,
         ..TaskFilter::default()
     };
-    let mut sql = Sql::default();
-    sql.push("SELECT * FROM ")
-        .relation(&relation)
-        .push(" WHERE ")
-        .append(task_conditions(&filter))
-        .push(" AND task_id = ")
-        .bind(task_id.clone());
-    // A task id ends with its job id: naming the job lets row groups of other jobs be skipped
-    // (files are sorted by job first).
-    if let Some(job_id) = job_of_task(&task_id) {
-        sql.push(" AND job_id = ").bind(job_id.to_owned());
-    }
+    let sql = match &snapshot.key_indexes {
+        Some(indexes) => {
+            let indexes = indexes.clone();
+            let id = task_id.clone();
+            let blocks = engine
+                .run(move |connection| {
+                    let paths: Vec<&Path> = indexes.iter().map(PathBuf::as_path).collect();
+                    key_index::blocks_of(connection, &paths, &id)
+                        .map_err(|err| QueryError::Internal(err.to_string()))
+                })
+                .await?;
+            engine.count_key_index_lookup();
+            task_in_blocks(&snapshot, &blocks, &task_id, &filter)
+        }
+        None => newest_of(&snapshot).map(|relation| task_by_scan(&relation, &task_id, &filter)),
+    };
+    let Some(mut sql) = sql else {
+        return Err(QueryError::NotFound(format!("no task {task_id}")));
+    };
     sql.push(" ORDER BY cluster, session_name, attempt_number");
     let rows = engine
         .run(move |connection| query_rows(connection, &sql.text, &sql.params))
@@ -374,6 +389,78 @@ pub(super) async fn task(
     }
     let attempts: Vec<Json> = rows.into_iter().map(attempt_detail).collect();
     Ok(json!({"task_id": task_id, "attempts": attempts}))
+}
+
+/// The attempts of `task_id` that `filter` selects among the newest rows of `relation`,
+/// compared row by row.
+fn task_by_scan(relation: &Relation, task_id: &str, filter: &TaskFilter) -> Sql {
+    let mut sql = Sql::default();
+    sql.push("SELECT * FROM ")
+        .relation(relation)
+        .push(" WHERE ")
+        .append(task_conditions(filter))
+        .push(" AND task_id = ")
+        .bind(task_id.to_owned());
+    // A task id ends with its job id: naming the job lets row groups of other jobs be skipped
+    // (files are sorted by job first).
+    if let Some(job_id) = job_of_task(task_id) {
+        sql.push(" AND job_id = ").bind(job_id.to_owned());
+    }
+    sql
+}
+
+/// The attempts of `task_id` that `filter` selects, read from the `blocks` (file index among
+/// every file of `snapshot`, block) its key index names: each attempt's version in the newest
+/// file that has it is its newest (see [`crate::tables::newest`]). `None` when no block may
+/// hold it.
+fn task_in_blocks(
+    snapshot: &Snapshot,
+    blocks: &[(usize, u32)],
+    task_id: &str,
+    filter: &TaskFilter,
+) -> Option<Sql> {
+    let files = snapshot.task_attempts.files();
+    let all: Vec<&Path> = files.base.iter().chain(&files.deltas).copied().collect();
+    let mut versions = Sql::default();
+    for (file, block) in blocks {
+        let path = all.get(*file)?;
+        let (first, last) = key_index::block_rows(*block);
+        if !versions.text.is_empty() {
+            versions.push(" UNION ALL BY NAME ");
+        }
+        let rows = Relation::over_files(
+            read_parquet(&[path], ", file_row_number = true"),
+            snapshot.pins.clone(),
+        );
+        versions
+            .push("SELECT * EXCLUDE (file_row_number), ")
+            .number(*file)
+            .push(" AS file_position FROM ")
+            .relation(&rows)
+            .push(" WHERE file_row_number BETWEEN ")
+            .number(first)
+            .push(" AND ")
+            .number(last)
+            .push(" AND task_id = ")
+            .bind(task_id.to_owned());
+    }
+    if versions.text.is_empty() {
+        return None;
+    }
+    let mut sql = Sql::default();
+    sql.push("SELECT * EXCLUDE (file_position) FROM (")
+        .append(versions)
+        .push(
+            ") WHERE TRUE QUALIFY file_position = max(file_position) \
+             OVER (PARTITION BY cluster, session_name, attempt_number)",
+        );
+    let mut filtered = Sql::default();
+    filtered
+        .push("SELECT * FROM (")
+        .append(sql)
+        .push(") WHERE ")
+        .append(task_conditions(filter));
+    Some(filtered)
 }
 
 /// The job id (last 4 bytes) of a 24-byte task id in hex.

@@ -34,11 +34,16 @@ pub struct DataFile {
     /// absent for the first format.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollup_format: Option<u32>,
+    /// For a `task_attempts` base or delta: its key index (see
+    /// [`crate::tables::key_index`]). `None` on entity files and on files written before key
+    /// indexes existed (a session with such a file is looked up by scanning).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_index: Option<ObjectKey>,
 }
 
 impl DataFile {
-    /// The objects this file consists of: its data, and its deletion vector and rollup if it
-    /// has them.
+    /// The objects this file consists of: its data, and its deletion vector, rollup and key
+    /// index if it has them.
     pub fn keys(&self) -> impl Iterator<Item = &ObjectKey> {
         std::iter::once(&self.key)
             .chain(
@@ -47,6 +52,7 @@ impl DataFile {
                     .and_then(|deletes| deletes.key.as_ref()),
             )
             .chain(self.rollup.as_ref())
+            .chain(self.key_index.as_ref())
     }
 
     /// Its rollup, if it has one in the format this build reads.
@@ -90,6 +96,11 @@ impl TableFiles {
     /// key join (see [`crate::tables::newest`]).
     pub fn has_deletion_vectors(&self) -> bool {
         self.deltas.iter().all(|delta| delta.deletes.is_some())
+    }
+
+    /// True when every file has a key index.
+    pub fn has_key_indexes(&self) -> bool {
+        self.all().all(|file| file.key_index.is_some())
     }
 
     /// True when every file has a rollup this build reads (they then add up to the table's

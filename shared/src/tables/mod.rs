@@ -6,6 +6,7 @@
 mod arrow_rows;
 pub mod catalog;
 pub mod entities;
+pub mod key_index;
 pub mod manifest;
 pub mod newest;
 pub mod report_times;

@@ -10,7 +10,14 @@
 //! referenced column's (decoded first: references only point at columns decoded before).
 //! Files written before this have no `…_ref` columns; read by name, their times are their own.
 //!
-//! Only compaction reads these columns (as merge state); queries never do.
+//! Only compaction reads these columns (as merge state); queries never do. The one fact they
+//! need from them, whether an attempt's definition arrived, is [`DEFINED`], which reads a
+//! column never stored by reference.
+
+/// SQL true for a stored `task_attempts` row whose definition arrived (Ray's lists show only
+/// those). `definition_at` may be stored by reference (NULL with a code), but the definition's
+/// name is written exactly when the definition is, by every build.
+pub const DEFINED: &str = "def_name IS NOT NULL";
 
 /// A column a reference may point at, by its code (the position here).
 const ANCHORS: [&str; 17] = [
@@ -36,7 +43,10 @@ const ANCHORS: [&str; 17] = [
 /// Each time stored by reference, with the codes of the columns it may equal, most likely
 /// first (as seen in Ray 2.60's captured runs). A code past [`ANCHORS`]' status columns names
 /// a time listed earlier here, so decoding in this order always finds it decoded.
-const REFERENCED: [(&str, &[u8]); 10] = [
+const REFERENCED: [(&str, &[u8]); 11] = [
+    // Ray stamps a task's definition event with the time of its PENDING_ARGS_AVAIL transition
+    // (equal in every captured Ray 2.60 run).
+    ("definition_at", &[1]),
     // The executor reports node and worker at FINISHED (or FAILED, or when it took the task).
     ("node_id_at", &[11, 12, 5, 8]),
     ("worker_id_at", &[14, 11, 12, 5, 8]),

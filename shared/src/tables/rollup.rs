@@ -109,9 +109,10 @@ pub fn rounding_bound(at_least: i64) -> i64 {
 }
 
 /// What a rollup reads of a `task_attempts` row: its key (to pair a superseded version with
-/// its replacement) and every value a rollup row depends on.
+/// its replacement) and every value a rollup row depends on. `complete` is
+/// [`super::report_times::DEFINED`].
 pub const SOURCE: &str = "task_id, attempt_number, job_id, state, type, name, \
-     func_or_class_name, error_type, node_id, worker_id, definition_at IS NOT NULL AS complete, \
+     func_or_class_name, error_type, node_id, worker_id, def_name IS NOT NULL AS complete, \
      duration_ms, creation_time_ms, greatest(creation_time_ms, start_time_ms, end_time_ms) AS \
      last_ms, start_time_ms, error_message";
 
@@ -331,6 +332,12 @@ pub fn write_rollup(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn completeness_is_read_as_every_other_reader_reads_it() {
+        let complete = format!("{} AS complete", super::super::report_times::DEFINED);
+        assert!(SOURCE.contains(&complete), "{SOURCE}");
+    }
 
     /// Values around every power of ten and a spread between.
     fn samples() -> Vec<i64> {

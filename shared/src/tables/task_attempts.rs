@@ -124,6 +124,10 @@ const SORT_ORDER: &str = "job_id, creation_time_ms, task_id, attempt_number";
 const PARQUET_OPTIONS: &str =
     "FORMAT parquet, COMPRESSION zstd, PARQUET_VERSION V2, ROW_GROUP_SIZE 122880";
 
+/// Rows per row group in [`PARQUET_OPTIONS`]: a key index names blocks of this many rows (see
+/// [`super::key_index`]).
+pub const ROW_GROUP_ROWS: u64 = 122_880;
+
 /// Why the table could not be written or read.
 #[derive(Debug, thiserror::Error)]
 pub enum TableError {
@@ -601,7 +605,7 @@ fn attempt_from_row(
     let attempt_number = row
         .get::<_, Option<i32>>(column_index("attempt_number")?)?
         .ok_or_else(|| TableError::Corrupt("attempt_number is null".to_owned()))?;
-    let definition = match number("definition_at")? {
+    let definition = match time("definition_at") {
         None => None,
         Some(definition_at) => Some(Reported {
             at: definition_at,
@@ -676,4 +680,17 @@ pub fn status_columns() -> impl Iterator<Item = (TaskStatus, &'static str)> {
     STATUS_COLUMNS
         .iter()
         .map(|(number, column)| (TaskStatus::from_number(i64::from(*number)), *column))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_index_blocks_are_the_row_groups_files_are_written_with() {
+        assert!(
+            PARQUET_OPTIONS.ends_with(&format!("ROW_GROUP_SIZE {ROW_GROUP_ROWS}")),
+            "{PARQUET_OPTIONS}"
+        );
+    }
 }

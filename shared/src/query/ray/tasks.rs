@@ -16,6 +16,7 @@ use super::super::{QueryEngine, QueryError};
 use super::request::{Column, ColumnKind, RayQuery};
 use super::summary::{self, SummaryTask};
 use super::{RayBody, SPLICE_HERE, list_envelope, state_envelope};
+use crate::tables::report_times;
 use crate::tables::task_attempts::status_columns;
 
 /// `TaskState`'s filterable columns (`filterable_columns()` in Ray 2.60).
@@ -86,12 +87,13 @@ const LINEAGE_ATTEMPTS: usize = 200_000;
 
 /// The attempts Ray's lists show: defined ones (Ray drops events without `task_info`), and no
 /// drivers unless asked.
-fn source_conditions(exclude_driver: bool) -> &'static str {
+fn source_conditions(exclude_driver: bool) -> Sql {
+    let mut sql = Sql::default();
+    sql.push(report_times::DEFINED);
     if exclude_driver {
-        "definition_at IS NOT NULL AND type IS DISTINCT FROM 'DRIVER_TASK'"
-    } else {
-        "definition_at IS NOT NULL"
+        sql.push(" AND type IS DISTINCT FROM 'DRIVER_TASK'");
     }
+    sql
 }
 
 /// `GET api/v0/tasks`.
@@ -111,7 +113,7 @@ pub(super) async fn list(
         .push(") AS filtered FROM ")
         .relation(&relation)
         .push(" WHERE ")
-        .push(source_conditions(query.exclude_driver));
+        .append(source_conditions(query.exclude_driver));
     let mut columns: Vec<&str> = BRIEF.to_vec();
     if query.detail {
         columns.extend(DETAIL_SOURCES);
@@ -124,7 +126,7 @@ pub(super) async fn list(
         .push(" FROM ")
         .relation(&relation)
         .push(" WHERE ")
-        .push(source_conditions(query.exclude_driver))
+        .append(source_conditions(query.exclude_driver))
         .append(query.conditions())
         // Ray sorts by task id; its source yields a task's newest attempt first.
         .push(" ORDER BY task_id, attempt_number DESC LIMIT ")
@@ -369,7 +371,7 @@ pub(super) async fn summarize(
     )
     .relation(&relation)
     .push(" WHERE ")
-    .push(source_conditions(true))
+    .append(source_conditions(true))
     .append(query.conditions())
     .push(" ORDER BY task_id, attempt_number DESC");
     if lineage {
@@ -446,7 +448,7 @@ pub(super) async fn timeline(
     )
     .relation(&relation)
     .push(" WHERE ")
-    .push(source_conditions(true))
+    .append(source_conditions(true))
     .push(" AND profile_events IS NOT NULL AND profile_events <> '[]'");
     if let Some(job_id) = job_id {
         sql.push(" AND job_id = ").bind(job_id);

@@ -1,0 +1,172 @@
+//! A `task_attempts` file's key index: for every row, a 32-bit key of its task id and the block
+//! of rows it sits in, sorted by key. A point lookup reads the index files (row-group
+//! statistics on the sorted key leave one small row group each) and then only the blocks of
+//! the data files that may hold the task, instead of comparing the task id of every row of
+//! the task's job in the base and of every row of every delta.
+//!
+//! Data files are sorted by job and creation time for the table page, so a task id alone
+//! prunes nothing there; a Parquet bloom filter would need dictionary-encoded ids (DuckDB
+//! writes none otherwise, and forcing dictionaries doubled the base). The index costs ~2.4
+//! bytes per attempt.
+//!
+//! A key is a hash, so it may name blocks that do not hold the task (about one lookup in 500
+//! at 10 M attempts reads one block more): readers compare the task id itself in the blocks
+//! named. Files written before indexes existed have none; a session with such a file is read
+//! the plain way.
+
+use std::path::Path;
+
+use duckdb::Connection;
+
+use super::newest::{path_literal, read_parquet};
+use super::task_attempts::{ROW_GROUP_ROWS, TableError};
+
+/// How a key index is written: sorted by key, so each row group's min/max statistics bound
+/// its keys and a lookup reads one of them.
+const PARQUET_OPTIONS: &str =
+    "FORMAT parquet, COMPRESSION zstd, PARQUET_VERSION V2, ROW_GROUP_SIZE 122880";
+
+/// The key of the task id `operand` (SQL of a hex string): bytes 0–3 of the id xor bytes 8–11.
+/// Normal and actor tasks have random first bytes; an actor-creation task's first eight bytes
+/// are constant, but bytes 8–11 are its actor's random ones. Text that is not hex counts as
+/// zero, so the key is total (and such ids simply share a key).
+fn key_of(operand: &str) -> String {
+    let word = |start: u32| {
+        format!("coalesce(try_cast('0x' || substr({operand}, {start}, 8) AS UBIGINT), 0)")
+    };
+    format!("xor({}, {})::UINTEGER", word(1), word(17))
+}
+
+/// The first and last row number of `block` in a data file.
+pub fn block_rows(block: u32) -> (u64, u64) {
+    let first = u64::from(block) * ROW_GROUP_ROWS;
+    (first, first + ROW_GROUP_ROWS - 1)
+}
+
+/// Writes the key index of the `task_attempts` file at `data` to `path`. Returns its rows
+/// (the data file's).
+pub fn write_key_index(
+    connection: &Connection,
+    data: &Path,
+    path: &Path,
+) -> Result<u64, TableError> {
+    let copy = format!(
+        "COPY (SELECT {key} AS key, (file_row_number // {ROW_GROUP_ROWS})::UINTEGER AS block
+               FROM {data} ORDER BY key)
+         TO {path} ({PARQUET_OPTIONS})",
+        key = key_of("task_id"),
+        data = read_parquet(&[data], ", file_row_number = true"),
+        path = path_literal(path),
+    );
+    Ok(connection.execute(&copy, [])? as u64)
+}
+
+/// The key of `task_id`, as the index stores it.
+pub fn key(connection: &Connection, task_id: &str) -> Result<u32, TableError> {
+    let sql = format!("SELECT {} FROM (SELECT ?::VARCHAR AS id)", key_of("id"));
+    Ok(connection.query_row(&sql, [task_id], |row| row.get::<_, u32>(0))?)
+}
+
+/// A query over the key indexes `indexes` (`key` bound as its one parameter) returning
+/// `(index, block)`: each block that may hold the key, `index` being the position in
+/// `indexes` of the data file it is in.
+pub fn locate(indexes: &[&Path]) -> String {
+    format!(
+        "SELECT DISTINCT file_index::BIGINT AS file_index, block
+         FROM {} WHERE key = ? ORDER BY file_index, block",
+        read_parquet(indexes, ", file_row_number = true")
+    )
+}
+
+/// Runs [`locate`] for `task_id`: the `(position in indexes, block)` pairs that may hold it.
+pub fn blocks_of(
+    connection: &Connection,
+    indexes: &[&Path],
+    task_id: &str,
+) -> Result<Vec<(usize, u32)>, TableError> {
+    if indexes.is_empty() {
+        return Ok(Vec::new());
+    }
+    let key = key(connection, task_id)?;
+    let mut statement = connection.prepare(&locate(indexes))?;
+    let rows = statement.query_map([key], |row| {
+        Ok((row.get::<_, i64>(0)?, row.get::<_, u32>(1)?))
+    })?;
+    let mut blocks = Vec::new();
+    for row in rows {
+        let (index, block) = row?;
+        let index = usize::try_from(index)
+            .map_err(|_| TableError::Corrupt(format!("key index position {index}")))?;
+        blocks.push((index, block));
+    }
+    Ok(blocks)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn connection() -> Connection {
+        crate::tables::open_duckdb().expect("an in-memory DuckDB")
+    }
+
+    #[test]
+    fn keys_mix_the_random_bytes_of_every_kind_of_task_id() {
+        let connection = connection();
+        // A normal task (random, then the nil actor id of job 01000000), an actor task, and
+        // an actor-creation task (constant first bytes, random actor bytes).
+        let normal = "0a1b2c3d4e5f6071ffffffffffffffffffffffff01000000";
+        let creation = "ffffffffffffffff91a2b3c4d5e6f7081929a3b401000000";
+        let other_creation = "ffffffffffffffff0102030405060708090a0b0c01000000";
+        let normal_key = key(&connection, normal).expect("a key");
+        assert_eq!(normal_key, 0x0a1b_2c3d ^ 0xffff_ffff);
+        let creation_key = key(&connection, creation).expect("a key");
+        assert_eq!(creation_key, 0xffff_ffff ^ 0x91a2_b3c4);
+        assert_ne!(
+            creation_key,
+            key(&connection, other_creation).expect("a key")
+        );
+        // Not hex: a key all the same, never an error.
+        assert_eq!(key(&connection, "zz").expect("a key"), 0);
+    }
+
+    #[test]
+    fn a_lookup_finds_every_block_holding_the_task_and_reads_no_other() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let connection = connection();
+        let data = dir.path().join("data.parquet");
+        let index = dir.path().join("keys.parquet");
+        // Three blocks of rows: ids from row numbers, one id in two blocks (its two attempts).
+        let rows = 2 * ROW_GROUP_ROWS + 10;
+        connection
+            .execute_batch(&format!(
+                "COPY (SELECT CASE WHEN i IN (5, {twice}) THEN 'abcdef0123456789ffffffffffffffffffffffff01000000'
+                            ELSE printf('%016x', hash(i + 1)) || 'ffffffffffffffffffffffff01000000' END AS task_id,
+                       i AS attempt_number
+                       FROM range({rows}) t(i))
+                 TO {path} (FORMAT parquet, ROW_GROUP_SIZE {ROW_GROUP_ROWS})",
+                twice = 2 * ROW_GROUP_ROWS + 3,
+                path = path_literal(&data),
+            ))
+            .expect("data written");
+        assert_eq!(
+            write_key_index(&connection, &data, &index).expect("index written"),
+            rows
+        );
+        let found = blocks_of(
+            &connection,
+            &[&index],
+            "abcdef0123456789ffffffffffffffffffffffff01000000",
+        )
+        .expect("located");
+        assert_eq!(found, vec![(0, 0), (0, 2)]);
+        assert_eq!(block_rows(2), (2 * ROW_GROUP_ROWS, 3 * ROW_GROUP_ROWS - 1));
+        let absent = blocks_of(
+            &connection,
+            &[&index],
+            "0000000000000001ffffffffffffffffffffffff01000000",
+        )
+        .expect("located");
+        assert!(absent.is_empty(), "{absent:?}");
+    }
+}
