@@ -209,6 +209,36 @@ async fn filters_select_what_rays_filters_select() -> anyhow::Result<()> {
         first.len() == 13 && !first.contains_key("events"),
         "{first:?}"
     );
+    // A limit below the row count reads up to the task id where the first rows end (found by
+    // a sort of that column alone) and gives the first rows of the whole list, in its order:
+    // with retried tasks, whose attempts straddle the bound when it falls on them.
+    let (_, body) = get(
+        &served,
+        "/ray/basic-workload/api/v0/tasks?limit=10000&detail=True",
+    )
+    .await?;
+    let all = list_result(&body)?["result"]
+        .as_array()
+        .context("rows")?
+        .clone();
+    let retried: Vec<usize> = (1..all.len())
+        .filter(|&index| all[index]["task_id"] == all[index - 1]["task_id"])
+        .collect();
+    ensure!(!retried.is_empty(), "no retried task in the list");
+    let mut limits = vec![1, 2, 7, all.len() - 1, all.len()];
+    limits.extend(retried.iter().flat_map(|&index| [index, index + 1]));
+    for limit in limits {
+        let path = format!("/ray/basic-workload/api/v0/tasks?limit={limit}&detail=True");
+        let (status, body) = get(&served, &path).await?;
+        ensure!(status == 200, "{path}: {body}");
+        let result = list_result(&body)?;
+        let rows = result["result"].as_array().context("rows")?;
+        ensure!(
+            rows.as_slice() == &all[..limit],
+            "{path}: not the first {limit} rows of the whole list"
+        );
+        ensure!(result["num_filtered"] == json!(truth.len()), "{result:?}");
+    }
     Ok(())
 }
 

@@ -86,7 +86,7 @@ impl Compactor {
             .all()
             .chain(current.task_profile.all())
             .chain(current.entities.values())
-            // With each file its deletion vector and rollup.
+            // With each file its deletion vector, rollup and key index.
             .flat_map(DataFile::keys)
             .chain(current.retired.iter().map(|file| &file.key));
         for file in files {

@@ -185,7 +185,7 @@ pub struct Manifest {
 
 impl Manifest {
     /// Makes `base` the session's only `task_attempts` file, retiring every file it replaces
-    /// at `now_ms`; returns its keys (data and rollup).
+    /// at `now_ms`; returns its keys (data, rollup and key index).
     pub fn install_base(&mut self, base: DataFile, now_ms: i64) -> Vec<ObjectKey> {
         let installed = base.keys().cloned().collect();
         let replaced: Vec<RetiredFile> = self

@@ -120,6 +120,20 @@ pub(super) async fn list(
         columns.extend(LOG_COLUMNS);
         columns.extend(status_columns().map(|(_, column)| column));
     }
+    // The task id at which the first `limit` rows end, from a sort of that column alone: with
+    // rows only up to it, the sort of whole rows below holds about `limit` of them. DuckDB
+    // sorts everything rather than keep a top-N once a limit passes 5 000 rows and 0.7 % of the
+    // input (Ray's dashboard asks for 10 000 of a job's attempts): at 10 M attempts that sorted
+    // a million wide rows, 1.3 GB of the query's memory.
+    let mut bound = Sql::default();
+    bound
+        .push("SELECT task_id FROM ")
+        .relation(&relation)
+        .push(" WHERE ")
+        .append(source_conditions(query.exclude_driver))
+        .append(query.conditions())
+        .push(" ORDER BY task_id LIMIT 1 OFFSET ")
+        .number(query.limit.saturating_sub(1));
     let mut rows = Sql::default();
     rows.push("SELECT ")
         .columns(&columns)
@@ -127,13 +141,24 @@ pub(super) async fn list(
         .relation(&relation)
         .push(" WHERE ")
         .append(source_conditions(query.exclude_driver))
-        .append(query.conditions())
-        // Ray sorts by task id; its source yields a task's newest attempt first.
-        .push(" ORDER BY task_id, attempt_number DESC LIMIT ")
-        .number(query.limit);
+        .append(query.conditions());
+    let limit = query.limit;
     let (counted, found) = engine
         .run(move |connection| {
             let counted = query_rows(connection, &counts.text, &counts.params)?;
+            let last = query_rows(connection, &bound.text, &bound.params)?
+                .into_iter()
+                .next()
+                .and_then(|mut row| match row.remove("task_id") {
+                    Some(Json::String(task_id)) => Some(task_id),
+                    _ => None,
+                });
+            if let (Some(last), true) = (last, limit > 0) {
+                rows.push(" AND task_id <= ").bind(last);
+            }
+            // Ray sorts by task id; its source yields a task's newest attempt first.
+            rows.push(" ORDER BY task_id, attempt_number DESC LIMIT ")
+                .number(limit);
             let found = query_rows(connection, &rows.text, &rows.params)?;
             Ok((counted, found))
         })
