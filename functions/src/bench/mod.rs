@@ -443,6 +443,24 @@ async fn query_phase(
         .context("the benchmark's data has no failed attempt")?;
     let task_id = text(sample, "task_id")?;
     let job_id = text(sample, "job_id")?;
+    // And the session's oldest failed attempt: while the session streams, the newest one is
+    // in a small delta and the oldest in the base, whose block a lookup decodes whole.
+    let oldest = engine
+        .answer(
+            &ApiRoute::Tasks,
+            &[
+                ("state".to_owned(), "FAILED".to_owned()),
+                ("limit".to_owned(), "1".to_owned()),
+                ("order".to_owned(), "asc".to_owned()),
+            ],
+        )
+        .await?;
+    let oldest_task_id = text(
+        oldest
+            .pointer("/tasks/0")
+            .context("the benchmark's data has no failed attempt")?,
+        "task_id",
+    )?;
     let scoped = [("cluster", CLUSTER), ("session", session)];
     let with_scope = |extra: &[(&'static str, &'static str)]| -> Vec<(&str, &str)> {
         scoped.iter().chain(extra).copied().collect()
@@ -491,6 +509,11 @@ async fn query_phase(
         ),
         probe("point_lookup", ApiRoute::Task(task_id), &with_scope(&[])),
         probe(
+            "point_lookup_oldest",
+            ApiRoute::Task(oldest_task_id),
+            &with_scope(&[]),
+        ),
+        probe(
             "search",
             ApiRoute::Tasks,
             &with_scope(&[("limit", "100"), ("q", "shard-00417")]),
@@ -499,6 +522,12 @@ async fn query_phase(
             "jobs",
             ApiRoute::Entities(shared::tables::entities::EntityKind::Jobs),
             &with_scope(&[]),
+        ),
+        // The page's timeline of one job: its first 10 000 attempts by start time.
+        probe(
+            "timeline_job",
+            ApiRoute::Timeline,
+            &with_scope(&[("job_id", job)]),
         ),
         ray_tasks,
     ];
@@ -625,6 +654,11 @@ fn print_table(report: &Value) {
         (
             "point lookup warm p50 (ms)",
             number("/query/routes/point_lookup/warm/p50_ms"),
+            "<= 50",
+        ),
+        (
+            "point lookup, oldest failed task, warm p50 (ms)",
+            number("/query/routes/point_lookup_oldest/warm/p50_ms"),
             "<= 50",
         ),
         (

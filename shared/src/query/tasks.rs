@@ -447,20 +447,18 @@ fn task_in_blocks(
     if versions.text.is_empty() {
         return None;
     }
+    // Materialized first: with the window over the scan itself, DuckDB decoded the block's
+    // other columns for every row (31 against 19 ms for one block at 10 M).
     let mut sql = Sql::default();
-    sql.push("SELECT * EXCLUDE (file_position) FROM (")
+    sql.push("WITH versions AS MATERIALIZED (")
         .append(versions)
         .push(
-            ") WHERE TRUE QUALIFY file_position = max(file_position) \
-             OVER (PARTITION BY cluster, session_name, attempt_number)",
-        );
-    let mut filtered = Sql::default();
-    filtered
-        .push("SELECT * FROM (")
-        .append(sql)
-        .push(") WHERE ")
+            ") SELECT * FROM (SELECT * EXCLUDE (file_position) FROM versions \
+             WHERE TRUE QUALIFY file_position = max(file_position) \
+             OVER (PARTITION BY cluster, session_name, attempt_number)) WHERE ",
+        )
         .append(task_conditions(filter));
-    Some(filtered)
+    Some(sql)
 }
 
 /// The job id (last 4 bytes) of a 24-byte task id in hex.

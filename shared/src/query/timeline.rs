@@ -47,6 +47,12 @@ struct TraceRow {
     sort_key: i64,
 }
 
+/// Where the first attempts of a trace end (see [`timeline`]).
+#[derive(Debug, serde::Deserialize)]
+struct SortKey {
+    sort_key: i64,
+}
+
 /// `GET /api/timeline`.
 pub(super) async fn timeline(
     engine: &QueryEngine,
@@ -69,28 +75,56 @@ pub(super) async fn timeline(
     let Some(relation) = filtered_relation(engine, &filter).await? else {
         return Ok(trace(Vec::new(), None));
     };
-    let mut sql = Sql::default();
-    sql.push(
-        "SELECT * FROM (SELECT cluster, session_name, task_id, attempt_number, name, state, \
-         job_id, error_type, node_id, worker_id, worker_pid, start_time_ms, end_time_ms, \
-         ts_running, ts_finished, ts_failed, profile_events, start_time_ms AS sort_key FROM ",
-    )
-    .relation(&relation)
-    .push(" WHERE ")
-    .append(task_conditions(&filter))
-    .push(" AND start_time_ms IS NOT NULL AND end_time_ms IS NOT NULL)");
-    if let Some(cursor) = &cursor {
-        sql.push(" WHERE ").append(keyset_after(
-            &task_position(&cursor.after)?
-                .into_iter()
-                .map(|(column, value)| (column, value, false))
-                .collect::<Vec<_>>(),
-        ));
-    }
-    sql.push(" ORDER BY sort_key, cluster, session_name, task_id, attempt_number LIMIT ")
-        .number(limit + 1);
+    let after = cursor
+        .as_ref()
+        .map(|cursor| task_position(&cursor.after))
+        .transpose()?;
+    // The attempts to draw, from the cursor on (`columns` of them).
+    let drawn = |columns: &'static str| -> Sql {
+        let mut sql = Sql::default();
+        sql.push("SELECT ")
+            .push(columns)
+            .push(" FROM (SELECT cluster, session_name, task_id, attempt_number, ")
+            .push(if columns == "*" {
+                "name, state, job_id, error_type, node_id, worker_id, worker_pid, \
+                 start_time_ms, end_time_ms, ts_running, ts_finished, ts_failed, \
+                 profile_events, "
+            } else {
+                ""
+            })
+            .push("start_time_ms AS sort_key FROM ")
+            .relation(&relation)
+            .push(" WHERE ")
+            .append(task_conditions(&filter))
+            .push(" AND start_time_ms IS NOT NULL AND end_time_ms IS NOT NULL) WHERE TRUE");
+        if let Some(after) = &after {
+            sql.push(" AND ").append(keyset_after(
+                &after
+                    .iter()
+                    .map(|(column, value)| (*column, value.clone(), false))
+                    .collect::<Vec<_>>(),
+            ));
+        }
+        sql
+    };
+    // The start time at which the first `limit + 1` attempts end, from a sort of that column
+    // alone: DuckDB sorts every row rather than keep a top-N once a limit passes 5 000 rows
+    // and 0.7 % of the input, and whole rows are wide (profile spans). See Ray's task list.
+    let mut bound = drawn("sort_key");
+    bound
+        .push(" ORDER BY sort_key LIMIT 1 OFFSET ")
+        .number(limit);
+    let mut sql = drawn("*");
     let rows: Vec<TraceRow> = engine
-        .run(move |connection| query_as(connection, &sql.text, &sql.params))
+        .run(move |connection| {
+            let last: Vec<SortKey> = query_as(connection, &bound.text, &bound.params)?;
+            if let Some(last) = last.into_iter().next() {
+                sql.push(" AND sort_key <= ").bind(last.sort_key);
+            }
+            sql.push(" ORDER BY sort_key, cluster, session_name, task_id, attempt_number LIMIT ")
+                .number(limit + 1);
+            query_as(connection, &sql.text, &sql.params)
+        })
         .await?;
     let limit = usize::try_from(limit).unwrap_or(usize::MAX);
     // The position of the last attempt drawn, for the cursor when the trace is cut short.
