@@ -694,7 +694,21 @@ async fn a_session_an_earlier_build_began_is_carried_on() -> anyhow::Result<()> 
         kinds == [false, true],
         "expected the earlier build's delta, then this build's: {kinds:?}"
     );
+    // The earlier build's delta has no key index, so lookups scan until the fold.
+    let indexed: Vec<bool> = manifest
+        .task_attempts
+        .all()
+        .map(|file| file.key_index.is_some())
+        .collect();
+    ensure!(indexed == [false, true], "key indexes: {indexed:?}");
     ensure!(compactor.fold().await? == 1, "the session was not folded");
+    ensure!(
+        only_manifest(&*storage, "upgrade")
+            .await?
+            .task_attempts
+            .has_key_indexes(),
+        "the base the fold wrote has no key index"
+    );
     for key in rest {
         compactor.compact(std::slice::from_ref(key)).await?;
     }
@@ -703,9 +717,6 @@ async fn a_session_an_earlier_build_began_is_carried_on() -> anyhow::Result<()> 
         &stored_task_rows(&*storage, "upgrade").await?,
         "begun by an earlier build, folded, carried on",
     )?;
-    // The manifest now says its files may hold references, so the earlier build (which reads
-    // format 1 only) refuses it instead of taking referenced times for missing ones; and this
-    // build refuses a format newer than its own the same way.
     let key = storage
         .list("tables/manifests/cluster=upgrade/")
         .await?
@@ -713,6 +724,37 @@ async fn a_session_an_earlier_build_began_is_carried_on() -> anyhow::Result<()> 
         .next()
         .context("the manifest")?
         .key;
+    // A quiet session whose base an earlier build wrote (no key index, nothing else to fold)
+    // gets its base written again once, so its lookups stop scanning.
+    ensure!(compactor.fold().await? == 1, "the deltas were not folded");
+    let mut stored: serde_json::Value = serde_json::from_slice(&storage.get(&key).await?.body)?;
+    let base = stored["task_attempts"]["base"][0]
+        .as_object_mut()
+        .context("a base")?;
+    ensure!(
+        base.remove("key_index").is_some(),
+        "the base has no key index"
+    );
+    storage
+        .put(
+            &key,
+            serde_json::to_vec(&stored)?.into(),
+            shared::storage::PutMode::Overwrite,
+        )
+        .await?;
+    ensure!(
+        compactor.fold().await? == 1,
+        "a base without key index was left as it was"
+    );
+    let manifest = only_manifest(&*storage, "upgrade").await?;
+    ensure!(manifest.task_attempts.has_key_indexes() && manifest.task_attempts.deltas.is_empty());
+    ensure!(
+        compactor.fold().await? == 0,
+        "a current base was written again"
+    );
+    // The manifest now says its files may hold references, so the earlier build (which reads
+    // format 1 only) refuses it instead of taking referenced times for missing ones; and this
+    // build refuses a format newer than its own the same way.
     let mut stored: serde_json::Value = serde_json::from_slice(&storage.get(&key).await?.body)?;
     ensure!(
         stored["format"] == 2,

@@ -62,7 +62,7 @@ pub fn write_key_index(
 }
 
 /// The key of `task_id`, as the index stores it.
-pub fn key(connection: &Connection, task_id: &str) -> Result<u32, TableError> {
+fn key(connection: &Connection, task_id: &str) -> Result<u32, TableError> {
     let sql = format!("SELECT {} FROM (SELECT ?::VARCHAR AS id)", key_of("id"));
     Ok(connection.query_row(&sql, [task_id], |row| row.get::<_, u32>(0))?)
 }
@@ -70,7 +70,7 @@ pub fn key(connection: &Connection, task_id: &str) -> Result<u32, TableError> {
 /// A query over the key indexes `indexes` (`key` bound as its one parameter) returning
 /// `(index, block)`: each block that may hold the key, `index` being the position in
 /// `indexes` of the data file it is in.
-pub fn locate(indexes: &[&Path]) -> String {
+fn locate(indexes: &[&Path]) -> String {
     format!(
         "SELECT DISTINCT file_index::BIGINT AS file_index, block
          FROM {} WHERE key = ? ORDER BY file_index, block",
