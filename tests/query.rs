@@ -1303,6 +1303,34 @@ async fn a_lookup_through_key_indexes_equals_a_lookup_by_scan() -> anyhow::Resul
         ids.len() + 1
     );
 
+    // Over storage that is not a local directory (as on Lambda, where files are downloaded
+    // into the cache), a lookup of a task only deltas hold fetches its key indexes and the
+    // deltas named, never the base.
+    let sql = format!(
+        "SELECT task_id FROM {} GROUP BY task_id HAVING min(file_index) >= {} ORDER BY task_id
+         LIMIT 1",
+        read_parquet(&all, ", file_row_number = true"),
+        files.base.len()
+    );
+    let recent: String = connection.query_row(&sql, [], |row| row.get(0))?;
+    let recorded = Arc::new(RecordsGets::new(Arc::clone(&storage)));
+    let remote = QueryEngine::open(
+        Arc::clone(&recorded) as Arc<dyn Storage>,
+        QuerySettings::under(&dir.path().join("remote-query")),
+    )?;
+    let answer = remote.answer(&ApiRoute::Task(recent.clone()), &[]).await?;
+    ensure!(answer == lookup(&recent).await?, "{recent}: {answer}");
+    let fetched = recorded.gets();
+    ensure!(
+        fetched.iter().any(|key| key.contains("/keys-"))
+            && fetched.iter().any(|key| key.contains("/delta-")),
+        "{fetched:?}"
+    );
+    ensure!(
+        !fetched.iter().any(|key| key.contains("/base-")),
+        "a lookup of a task only deltas hold downloaded the base: {fetched:?}"
+    );
+
     rewrite_manifests(&*storage, |manifest| {
         for file in manifest
             .task_attempts
@@ -1328,4 +1356,68 @@ async fn a_lookup_through_key_indexes_equals_a_lookup_by_scan() -> anyhow::Resul
         "a lookup used a key index it no longer has"
     );
     Ok(())
+}
+
+/// Storage that records the keys it is asked to get and, unlike a local directory, never lets
+/// readers use its files in place: the query cache downloads them, as from S3.
+#[derive(Debug)]
+struct RecordsGets {
+    inner: Arc<dyn Storage>,
+    gets: std::sync::Mutex<Vec<String>>,
+}
+
+impl RecordsGets {
+    fn new(inner: Arc<dyn Storage>) -> Self {
+        Self {
+            inner,
+            gets: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    fn gets(&self) -> Vec<String> {
+        self.gets
+            .lock()
+            .map(|gets| gets.clone())
+            .unwrap_or_default()
+    }
+}
+
+#[async_trait::async_trait]
+impl Storage for RecordsGets {
+    async fn put(
+        &self,
+        key: &shared::storage::ObjectKey,
+        body: bytes::Bytes,
+        mode: shared::storage::PutMode,
+    ) -> Result<shared::storage::ETag, shared::storage::StorageError> {
+        self.inner.put(key, body, mode).await
+    }
+
+    async fn get(
+        &self,
+        key: &shared::storage::ObjectKey,
+    ) -> Result<shared::storage::StoredObject, shared::storage::StorageError> {
+        if let Ok(mut gets) = self.gets.lock() {
+            gets.push(key.to_string());
+        }
+        self.inner.get(key).await
+    }
+
+    async fn list(
+        &self,
+        prefix: &str,
+    ) -> Result<Vec<shared::storage::ObjectMeta>, shared::storage::StorageError> {
+        self.inner.list(prefix).await
+    }
+
+    async fn delete(
+        &self,
+        key: &shared::storage::ObjectKey,
+    ) -> Result<(), shared::storage::StorageError> {
+        self.inner.delete(key).await
+    }
+
+    fn location(&self) -> String {
+        self.inner.location()
+    }
 }

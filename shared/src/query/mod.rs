@@ -267,6 +267,17 @@ impl QueryEngine {
         &self.storage
     }
 
+    /// Local copies of `keys` (`None` for an object that is gone), held in the cache while the
+    /// answer lives.
+    async fn fetch(
+        &self,
+        keys: &[crate::storage::ObjectKey],
+    ) -> Result<snapshot::Pins, QueryError> {
+        Ok(std::sync::Arc::new(
+            self.cache.files_if_present(keys).await?,
+        ))
+    }
+
     async fn snapshot(
         &self,
         scope: &params::Scope,

@@ -36,14 +36,24 @@ pub struct Snapshot {
     /// The rollups of every `task_attempts` file in scope, when asked for and every file has
     /// one (see [`crate::tables::rollup`]); `None` to count by scanning.
     pub rollups: Option<Vec<PathBuf>>,
-    /// The key index of every `task_attempts` file read, in the order of
-    /// [`crate::tables::newest::TableFiles`]' base files then deltas, when asked for and every
-    /// file has one (see [`crate::tables::key_index`]); `None` to look up by scanning.
-    pub key_indexes: Option<Vec<PathBuf>>,
+    /// The key index of every `task_attempts` file in scope, session by session and within
+    /// one in manifest order (base files, then deltas oldest first), when asked for and every
+    /// file has one (see [`crate::tables::key_index`]); `None` to look up by scanning. The data
+    /// files themselves are fetched only when [`Needs::attempts`] asks for them too.
+    pub key_indexes: Option<Vec<IndexedFile>>,
     /// Entity tables: one file per session each.
     pub entities: BTreeMap<EntityKind, Vec<PathBuf>>,
     /// Keeps the files in the cache while a query may read them.
     pub pins: Option<Pins>,
+}
+
+/// A `task_attempts` file's key index, fetched, and the key of the data file it indexes.
+#[derive(Clone, Debug)]
+pub struct IndexedFile {
+    /// The index's local copy.
+    pub index: PathBuf,
+    /// The data file.
+    pub data: ObjectKey,
 }
 
 /// Cached files held for a query (see [`CachedFiles`]).
@@ -104,7 +114,7 @@ pub struct Needs {
     pub entity: Option<EntityKind>,
     /// The rollups of `task_attempts` (see [`Snapshot::rollups`]).
     pub rollups: bool,
-    /// The key indexes of `task_attempts` (see [`Snapshot::key_indexes`]), with the files.
+    /// The key indexes of `task_attempts` (see [`Snapshot::key_indexes`]).
     pub key_indexes: bool,
 }
 
@@ -118,6 +128,8 @@ pub async fn snapshot(
     let sessions = manifests(storage, scope).await?;
     let mut keys: Vec<ObjectKey> = Vec::new();
     let mut plan: Vec<(Slot, usize)> = Vec::new();
+    // The data file of each key index asked for, by (session ordinal, position).
+    let mut data_keys: BTreeMap<(usize, usize), ObjectKey> = BTreeMap::new();
     let mut add = |slot: Slot, key: &ObjectKey| {
         plan.push((slot, keys.len()));
         keys.push(key.clone());
@@ -133,20 +145,10 @@ pub async fn snapshot(
         if needs.attempts {
             for (position, file) in table.base.iter().enumerate() {
                 add(Slot::Base { ordinal, position }, &file.key);
-                if needs.key_indexes
-                    && let Some(key) = &file.key_index
-                {
-                    add(Slot::KeyIndex { ordinal, position }, key);
-                }
             }
             for (offset, file) in table.deltas.iter().enumerate() {
                 let position = table.base.len() + offset;
                 add(Slot::Delta { ordinal, position }, &file.key);
-                if needs.key_indexes
-                    && let Some(key) = &file.key_index
-                {
-                    add(Slot::KeyIndex { ordinal, position }, key);
-                }
                 if let Some(deletes) = &file.deletes
                     && let Some(key) = &deletes.key
                 {
@@ -159,6 +161,14 @@ pub async fn snapshot(
                         },
                         key,
                     );
+                }
+            }
+        }
+        if needs.key_indexes {
+            for (position, file) in table.all().enumerate() {
+                if let Some(key) = &file.key_index {
+                    add(Slot::KeyIndex { ordinal, position }, key);
+                    data_keys.insert((ordinal, position), file.key.clone());
                 }
             }
         }
@@ -249,18 +259,21 @@ pub async fn snapshot(
     if needs.rollups && rollups_complete && every_file_has_one {
         snapshot.rollups = Some(rollups);
     }
-    // Key indexes stand in for their files only when every file read has one.
+    // Key indexes stand in for their files only when every file has one, and all are here.
     let every_file_has_one = sessions
         .iter()
         .all(|session| session.manifest.task_attempts.has_key_indexes());
-    if needs.key_indexes && every_file_has_one {
-        let bases = snapshot.task_attempts.base.len();
-        let mut ordered: Vec<Option<PathBuf>> =
-            vec![None; bases + snapshot.task_attempts.deltas.len()];
-        for (place, file) in &read {
-            ordered[file.index(bases)] = key_indexes.remove(place);
-        }
-        snapshot.key_indexes = ordered.into_iter().collect();
+    if needs.key_indexes && every_file_has_one && key_indexes.len() == data_keys.len() {
+        snapshot.key_indexes = Some(
+            data_keys
+                .into_iter()
+                .filter_map(|(place, data)| {
+                    key_indexes
+                        .remove(&place)
+                        .map(|index| IndexedFile { index, data })
+                })
+                .collect(),
+        );
     }
     snapshot.pins = Some(Arc::new(fetched));
     Ok(snapshot)

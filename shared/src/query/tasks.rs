@@ -1,6 +1,7 @@
 //! `/api/clusters`, `/api/summary`, `/api/tasks` and `/api/tasks/{task_id}`.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use duckdb::types::Value;
 use serde_json::{Map, Value as Json, json};
@@ -8,7 +9,7 @@ use serde_json::{Map, Value as Json, json};
 use super::json::{JsonRow, query_as, query_rows};
 use super::params::{Cursor, Params, Scope, TaskFilter, parse_hex};
 use super::rollups;
-use super::snapshot::{Needs, Snapshot, session_stats};
+use super::snapshot::{IndexedFile, Needs, Snapshot, session_stats};
 use super::sql::{Relation, Sql, SupersededRead, newest_rows, read_parquet, task_conditions};
 use super::task_page::{TIE_BREAK, TaskPage, TaskSort};
 use super::{QueryEngine, QueryError};
@@ -345,37 +346,49 @@ pub(super) async fn task(
     let params = Params::parse(params, &Scope::PARAMS)?;
     let scope = Scope::from_params(&params)?;
     let task_id = parse_hex("task_id", task_id)?;
-    let snapshot = engine
-        .snapshot(
-            &scope,
-            Needs {
-                attempts: true,
-                key_indexes: true,
-                ..Needs::default()
-            },
-        )
-        .await?;
     let filter = TaskFilter {
         scope,
         include_drivers: true,
         include_incomplete: true,
         ..TaskFilter::default()
     };
-    let sql = match &snapshot.key_indexes {
+    // The key indexes first, alone: a cold Lambda then downloads them and the few files they
+    // name, not the session's base.
+    let indexed = engine
+        .snapshot(
+            &filter.scope,
+            Needs {
+                key_indexes: true,
+                ..Needs::default()
+            },
+        )
+        .await?;
+    let sql = match indexed.key_indexes {
         Some(indexes) => {
-            let indexes = indexes.clone();
+            let paths: Vec<PathBuf> = indexes.iter().map(|file| file.index.clone()).collect();
             let id = task_id.clone();
             let blocks = engine
                 .run(move |connection| {
-                    let paths: Vec<&Path> = indexes.iter().map(PathBuf::as_path).collect();
+                    let paths: Vec<&Path> = paths.iter().map(PathBuf::as_path).collect();
                     key_index::blocks_of(connection, &paths, &id)
                         .map_err(|err| QueryError::Internal(err.to_string()))
                 })
                 .await?;
             engine.count_key_index_lookup();
-            task_in_blocks(&snapshot, &blocks, &task_id, &filter)?
+            task_in_blocks(engine, &indexes, &blocks, &task_id, &filter).await?
         }
-        None => newest_of(&snapshot).map(|relation| task_by_scan(&relation, &task_id, &filter)),
+        None => {
+            let snapshot = engine
+                .snapshot(
+                    &filter.scope,
+                    Needs {
+                        attempts: true,
+                        ..Needs::default()
+                    },
+                )
+                .await?;
+            newest_of(&snapshot).map(|relation| task_by_scan(&relation, &task_id, &filter))
+        }
     };
     let Some(mut sql) = sql else {
         return Err(QueryError::NotFound(format!("no task {task_id}")));
@@ -409,33 +422,51 @@ fn task_by_scan(relation: &Relation, task_id: &str, filter: &TaskFilter) -> Sql 
     sql
 }
 
-/// The attempts of `task_id` that `filter` selects, read from the `blocks` (file index among
-/// every file of `snapshot`, block) its key index names: each attempt's version in the newest
-/// file that has it is its newest (see [`crate::tables::newest`]). `None` when no block may
-/// hold it.
-fn task_in_blocks(
-    snapshot: &Snapshot,
+/// The attempts of `task_id` that `filter` selects, read from the `blocks` (position in
+/// `indexes`, block) its key indexes name: each attempt's version in the newest file that has
+/// it is its newest (see [`crate::tables::newest`]). Only the files named are fetched; one
+/// that is gone costs its rows. `None` when no block may hold the task.
+async fn task_in_blocks(
+    engine: &QueryEngine,
+    indexes: &[IndexedFile],
     blocks: &[(usize, u32)],
     task_id: &str,
     filter: &TaskFilter,
 ) -> Result<Option<Sql>, QueryError> {
-    let files = snapshot.task_attempts.files();
-    let all: Vec<&Path> = files.base.iter().chain(&files.deltas).copied().collect();
+    let mut named: Vec<usize> = blocks.iter().map(|(file, _)| *file).collect();
+    named.sort_unstable();
+    named.dedup();
+    let keys = named
+        .iter()
+        .map(|file| {
+            indexes
+                .get(*file)
+                .map(|indexed| indexed.data.clone())
+                .ok_or_else(|| {
+                    QueryError::Internal(format!(
+                        "a key index names file {file} of the {} in scope",
+                        indexes.len()
+                    ))
+                })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let pins = engine.fetch(&keys).await?;
     let mut versions = Sql::default();
     for (file, block) in blocks {
-        let path = all.get(*file).ok_or_else(|| {
-            QueryError::Internal(format!(
-                "a key index names file {file} of the {} read",
-                all.len()
-            ))
-        })?;
+        let Some(path) = named
+            .iter()
+            .position(|named| named == file)
+            .and_then(|at| pins.files().get(at).cloned().flatten())
+        else {
+            continue;
+        };
         let (first, last) = key_index::block_rows(*block);
         if !versions.text.is_empty() {
             versions.push(" UNION ALL BY NAME ");
         }
         let rows = Relation::over_files(
-            read_parquet(&[path], ", file_row_number = true"),
-            snapshot.pins.clone(),
+            read_parquet(&[&path], ", file_row_number = true"),
+            Some(Arc::clone(&pins)),
         );
         versions
             .push("SELECT * EXCLUDE (file_row_number), ")
