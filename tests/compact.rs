@@ -727,21 +727,17 @@ async fn a_session_an_earlier_build_began_is_carried_on() -> anyhow::Result<()> 
     // A quiet session whose base an earlier build wrote (no key index, nothing else to fold)
     // gets its base written again once, so its lookups stop scanning.
     ensure!(compactor.fold().await? == 1, "the deltas were not folded");
-    let mut stored: serde_json::Value = serde_json::from_slice(&storage.get(&key).await?.body)?;
-    let base = stored["task_attempts"]["base"][0]
-        .as_object_mut()
-        .context("a base")?;
-    ensure!(
-        base.remove("key_index").is_some(),
-        "the base has no key index"
-    );
-    storage
-        .put(
-            &key,
-            serde_json::to_vec(&stored)?.into(),
-            shared::storage::PutMode::Overwrite,
-        )
-        .await?;
+    edit_manifest(&*storage, &key, |stored| {
+        let base = stored["task_attempts"]["base"][0]
+            .as_object_mut()
+            .context("a base")?;
+        ensure!(
+            base.remove("key_index").is_some(),
+            "the base has no key index"
+        );
+        Ok(())
+    })
+    .await?;
     ensure!(
         compactor.fold().await? == 1,
         "a base without key index was left as it was"
@@ -755,20 +751,16 @@ async fn a_session_an_earlier_build_began_is_carried_on() -> anyhow::Result<()> 
     // The manifest now says its files may hold references, so the earlier build (which reads
     // format 1 only) refuses it instead of taking referenced times for missing ones; and this
     // build refuses a format newer than its own the same way.
-    let mut stored: serde_json::Value = serde_json::from_slice(&storage.get(&key).await?.body)?;
-    ensure!(
-        stored["format"] == 2,
-        "manifest format {}",
-        stored["format"]
-    );
-    stored["format"] = 3.into();
-    storage
-        .put(
-            &key,
-            serde_json::to_vec(&stored)?.into(),
-            shared::storage::PutMode::Overwrite,
-        )
-        .await?;
+    edit_manifest(&*storage, &key, |stored| {
+        ensure!(
+            stored["format"] == 2,
+            "manifest format {}",
+            stored["format"]
+        );
+        stored["format"] = 3.into();
+        Ok(())
+    })
+    .await?;
     let refused = shared::tables::manifest::load(&*storage, &key).await;
     ensure!(
         refused
@@ -776,6 +768,25 @@ async fn a_session_an_earlier_build_began_is_carried_on() -> anyhow::Result<()> 
             .is_err_and(|err| err.to_string().contains("format 3")),
         "a newer manifest was read: {refused:?}"
     );
+    Ok(())
+}
+
+/// Rewrites the manifest at `key` as JSON with `edit` applied, as another build might have
+/// written it.
+async fn edit_manifest(
+    storage: &dyn Storage,
+    key: &shared::storage::ObjectKey,
+    edit: impl FnOnce(&mut serde_json::Value) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let mut stored: serde_json::Value = serde_json::from_slice(&storage.get(key).await?.body)?;
+    edit(&mut stored)?;
+    storage
+        .put(
+            key,
+            serde_json::to_vec(&stored)?.into(),
+            shared::storage::PutMode::Overwrite,
+        )
+        .await?;
     Ok(())
 }
 

@@ -699,6 +699,32 @@ async fn ingest_synthetic(
     Ok(generator.truth().clone())
 }
 
+/// Two sessions of synthetic traffic (one per seed) of `attempts` each over `jobs` jobs, with
+/// a tenth of first attempts failing (some retried) and a twentieth of bodies re-delivered,
+/// ingested as `cluster`. Returns the attempts generated.
+async fn ingest_failing_sessions(
+    storage: &Arc<dyn Storage>,
+    cluster: &str,
+    seeds: [u64; 2],
+    attempts: u64,
+    jobs: u32,
+) -> anyhow::Result<u64> {
+    let mut generated = 0;
+    for seed in seeds {
+        let settings = synth::SynthSettings {
+            attempts,
+            jobs,
+            nodes: 4,
+            failure_rate: 0.1,
+            duplicate_rate: 0.05,
+            seed,
+            ..synth::SynthSettings::default()
+        };
+        generated += ingest_synthetic(storage, cluster, settings).await?.attempts;
+    }
+    Ok(generated)
+}
+
 /// Synthetic traffic (what `afterglow generate` and `bench` send), ingested, compacted in small
 /// batches that fold into a base several times, is counted exactly as the generator says it
 /// generated it: by state, by task name and by error type, re-sent bodies counted once.
@@ -840,25 +866,10 @@ async fn reading_without_superseded_rows_equals_reading_by_key() -> anyhow::Resu
     use shared::query::sql::newest_rows;
     use shared::query::{ApiRoute, QueryEngine, QuerySettings};
     use shared::storage::FileCache;
-    use synth::SynthSettings;
 
     let (dir, local) = local_storage()?;
     let storage: Arc<dyn Storage> = Arc::new(local);
-    let mut attempts = 0;
-    for seed in [11, 12] {
-        let settings = SynthSettings {
-            attempts: 6_000,
-            jobs: 2,
-            nodes: 4,
-            failure_rate: 0.1,
-            duplicate_rate: 0.05,
-            seed,
-            ..SynthSettings::default()
-        };
-        attempts += ingest_synthetic(&storage, "positions", settings)
-            .await?
-            .attempts;
-    }
+    let attempts = ingest_failing_sessions(&storage, "positions", [11, 12], 6_000, 2).await?;
     let (compactor, _scratch) = afterglow_tests::compactor(
         Arc::clone(&storage),
         CompactSettings {
@@ -1017,22 +1028,10 @@ async fn rewrite_manifests(
 async fn rollups_count_what_a_scan_counts() -> anyhow::Result<()> {
     use shared::compact::CompactSettings;
     use shared::query::{ApiRoute, QueryEngine, QuerySettings};
-    use synth::SynthSettings;
 
     let (dir, local) = local_storage()?;
     let storage: Arc<dyn Storage> = Arc::new(local);
-    for seed in [21, 22] {
-        let settings = SynthSettings {
-            attempts: 8_000,
-            jobs: 3,
-            nodes: 4,
-            failure_rate: 0.1,
-            duplicate_rate: 0.05,
-            seed,
-            ..SynthSettings::default()
-        };
-        ingest_synthetic(&storage, "rollups", settings).await?;
-    }
+    ingest_failing_sessions(&storage, "rollups", [21, 22], 8_000, 3).await?;
     let (compactor, _scratch) = afterglow_tests::compactor(
         Arc::clone(&storage),
         CompactSettings {
@@ -1202,22 +1201,10 @@ async fn a_lookup_through_key_indexes_equals_a_lookup_by_scan() -> anyhow::Resul
     use shared::query::sql::read_parquet;
     use shared::query::{ApiRoute, QueryEngine, QueryError, QuerySettings};
     use shared::storage::FileCache;
-    use synth::SynthSettings;
 
     let (dir, local) = local_storage()?;
     let storage: Arc<dyn Storage> = Arc::new(local);
-    for seed in [21, 22] {
-        let settings = SynthSettings {
-            attempts: 5_000,
-            jobs: 2,
-            nodes: 4,
-            failure_rate: 0.1,
-            duplicate_rate: 0.05,
-            seed,
-            ..SynthSettings::default()
-        };
-        ingest_synthetic(&storage, "indexed", settings).await?;
-    }
+    ingest_failing_sessions(&storage, "indexed", [21, 22], 5_000, 2).await?;
     let (compactor, _scratch) = afterglow_tests::compactor(
         Arc::clone(&storage),
         CompactSettings {
