@@ -699,6 +699,24 @@ async fn ingest_synthetic(
     Ok(generator.truth().clone())
 }
 
+/// A compactor over `storage` that folds deltas into a base once there are more than
+/// `max_deltas` of them (the rest of the fold policy as deployed).
+fn compactor_folding_past(
+    storage: &Arc<dyn Storage>,
+    max_deltas: usize,
+) -> anyhow::Result<(shared::compact::Compactor, tempfile::TempDir)> {
+    afterglow_tests::compactor(
+        Arc::clone(storage),
+        shared::compact::CompactSettings {
+            fold: FoldPolicy {
+                max_deltas,
+                ..FoldPolicy::default()
+            },
+            ..shared::compact::CompactSettings::default()
+        },
+    )
+}
+
 /// Two sessions of synthetic traffic (one per seed) of `attempts` each over `jobs` jobs, with
 /// a tenth of first attempts failing (some retried) and a twentieth of bodies re-delivered,
 /// ingested as `cluster`. Returns the attempts generated.
@@ -730,7 +748,6 @@ async fn ingest_failing_sessions(
 /// generated it: by state, by task name and by error type, re-sent bodies counted once.
 #[tokio::test]
 async fn synthetic_traffic_is_counted_as_generated() -> anyhow::Result<()> {
-    use shared::compact::CompactSettings;
     use shared::query::{ApiRoute, QueryEngine, QuerySettings};
     use synth::SynthSettings;
 
@@ -752,14 +769,7 @@ async fn synthetic_traffic_is_counted_as_generated() -> anyhow::Result<()> {
     .await?;
     ensure!(truth.redeliveries > 0, "some bodies are sent twice");
 
-    let settings = CompactSettings {
-        fold: FoldPolicy {
-            max_deltas: 3,
-            ..FoldPolicy::default()
-        },
-        ..CompactSettings::default()
-    };
-    let (compactor, _scratch) = afterglow_tests::compactor(Arc::clone(&storage), settings)?;
+    let (compactor, _scratch) = compactor_folding_past(&storage, 3)?;
     let keys = compactor.raw_keys().await?;
     for batch in keys.chunks(6) {
         compactor.compact(batch).await?;
@@ -860,7 +870,6 @@ async fn a_missing_table_file_costs_its_rows_not_the_session() -> anyhow::Result
 /// still read by key, with the same answer.
 #[tokio::test]
 async fn reading_without_superseded_rows_equals_reading_by_key() -> anyhow::Result<()> {
-    use shared::compact::CompactSettings;
     use shared::query::params::Scope;
     use shared::query::snapshot::{Needs, snapshot};
     use shared::query::sql::newest_rows;
@@ -870,16 +879,7 @@ async fn reading_without_superseded_rows_equals_reading_by_key() -> anyhow::Resu
     let (dir, local) = local_storage()?;
     let storage: Arc<dyn Storage> = Arc::new(local);
     let attempts = ingest_failing_sessions(&storage, "positions", [11, 12], 6_000, 2).await?;
-    let (compactor, _scratch) = afterglow_tests::compactor(
-        Arc::clone(&storage),
-        CompactSettings {
-            fold: FoldPolicy {
-                max_deltas: 100,
-                ..FoldPolicy::default()
-            },
-            ..CompactSettings::default()
-        },
-    )?;
+    let (compactor, _scratch) = compactor_folding_past(&storage, 100)?;
     for batch in compactor.raw_keys().await?.chunks(3) {
         compactor.compact(batch).await?;
     }
@@ -1026,22 +1026,12 @@ async fn rewrite_manifests(
 /// rollups marked as the first format (as an earlier build wrote them) the same requests scan.
 #[tokio::test]
 async fn rollups_count_what_a_scan_counts() -> anyhow::Result<()> {
-    use shared::compact::CompactSettings;
     use shared::query::{ApiRoute, QueryEngine, QuerySettings};
 
     let (dir, local) = local_storage()?;
     let storage: Arc<dyn Storage> = Arc::new(local);
     ingest_failing_sessions(&storage, "rollups", [21, 22], 8_000, 3).await?;
-    let (compactor, _scratch) = afterglow_tests::compactor(
-        Arc::clone(&storage),
-        CompactSettings {
-            fold: FoldPolicy {
-                max_deltas: 4,
-                ..FoldPolicy::default()
-            },
-            ..CompactSettings::default()
-        },
-    )?;
+    let (compactor, _scratch) = compactor_folding_past(&storage, 4)?;
     for batch in compactor.raw_keys().await?.chunks(3) {
         compactor.compact(batch).await?;
     }
@@ -1195,7 +1185,6 @@ async fn rollups_count_what_a_scan_counts() -> anyhow::Result<()> {
 /// same lookups scan.
 #[tokio::test]
 async fn a_lookup_through_key_indexes_equals_a_lookup_by_scan() -> anyhow::Result<()> {
-    use shared::compact::CompactSettings;
     use shared::query::params::Scope;
     use shared::query::snapshot::{Needs, snapshot};
     use shared::query::sql::read_parquet;
@@ -1205,16 +1194,7 @@ async fn a_lookup_through_key_indexes_equals_a_lookup_by_scan() -> anyhow::Resul
     let (dir, local) = local_storage()?;
     let storage: Arc<dyn Storage> = Arc::new(local);
     ingest_failing_sessions(&storage, "indexed", [21, 22], 5_000, 2).await?;
-    let (compactor, _scratch) = afterglow_tests::compactor(
-        Arc::clone(&storage),
-        CompactSettings {
-            fold: FoldPolicy {
-                max_deltas: 100,
-                ..FoldPolicy::default()
-            },
-            ..CompactSettings::default()
-        },
-    )?;
+    let (compactor, _scratch) = compactor_folding_past(&storage, 100)?;
     // Half the traffic folded into a base, the rest in deltas over it.
     let keys = compactor.raw_keys().await?;
     let (first, rest) = keys.split_at(keys.len() / 2);

@@ -316,7 +316,8 @@ async fn compact_phase(
     }))
 }
 
-/// Live table bytes from the manifest, per attempt, with and without the error text.
+/// Live `task_attempts` bytes (the manifest's data files and their key indexes), per attempt,
+/// with and without the error text.
 async fn storage_phase(
     storage: &Arc<LocalDirStorage>,
     session: &str,
