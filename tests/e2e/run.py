@@ -77,8 +77,8 @@ class Api:
     """Afterglow's query API at `base`, with the bearer token when the deployment wants one.
 
     With `retry_lost`, a GET that gets no answer at all, or the emulator's own 500 (its
-    problem+json body, which the function never writes), is sent once more: `cargo lambda
-    watch`'s emulator (1.9.2) loses an invocation's answer about one run in seven. It replies
+    problem+json body, which the function never writes), is sent again (at most twice):
+    `cargo lambda watch`'s emulator (1.9.2) loses an invocation's answer about one run in seven. It replies
     to the runtime's POST of the answer before reading its body and hands the unread body to
     the waiting caller; the runtime's HTTP client then asks for its next invocation on a new
     connection, so the rest of the body never moves (the caller waits) or its connection
@@ -92,22 +92,28 @@ class Api:
         self.retry_lost = retry_lost
         self.lost = 0
 
+    # Sends after the first: a retry's answer can be lost the same way (CI at 4ba0405 lost
+    # a page and then its retry).
+    RETRIES = 2
+
     def get(self, path, timeout=30):
-        try:
-            return http_json(self.base + path, timeout, self.headers)
-        except TimeoutError:
-            if not self.retry_lost:
-                raise
-            what = f"no answer in {timeout} s"
-        except urllib.error.HTTPError as err:
-            body = err.read()
-            print(f"GET {path[:120]} answered {err.code}: {body[:500]!r}")
-            if not (self.retry_lost and emulator_error(err.code, body)):
-                raise
-            what = f"the emulator's {err.code} ({body[:300]!r})"
-        self.lost += 1
-        log(f"{what} to GET {path[:80]}; the emulator lost it, sending it once more")
-        return http_json(self.base + path, timeout * 2, self.headers)
+        for attempt in range(self.RETRIES + 1):
+            last = attempt == self.RETRIES
+            try:
+                return http_json(self.base + path, timeout, self.headers)
+            except TimeoutError:
+                if not self.retry_lost or last:
+                    raise
+                what = f"no answer in {timeout} s"
+            except urllib.error.HTTPError as err:
+                body = err.read()
+                print(f"GET {path[:120]} answered {err.code}: {body[:500]!r}")
+                if not (self.retry_lost and emulator_error(err.code, body)) or last:
+                    raise
+                what = f"the emulator's {err.code} ({body[:300]!r})"
+            self.lost += 1
+            log(f"{what} to GET {path[:80]}; the emulator lost it, sending it again")
+            timeout *= 2
 
     def get_bytes(self, path, timeout=30):
         """(status, body) of a GET, errors included."""
