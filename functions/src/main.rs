@@ -5,12 +5,6 @@ use std::process::ExitCode;
 use clap::Parser as _;
 use shared::config::Config;
 
-/// mimalloc rather than glibc's allocator: compaction allocates and frees millions of small
-/// strings from several threads, and spent an eighth of its CPU in glibc's malloc and free
-/// and in faulting in memory glibc had returned (1 M bench: 117 821 → 134 605 events/s).
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 fn main() -> ExitCode {
     let config = Config::from_env();
     // Outside Lambda, parse flags before reporting configuration errors so `--help` always works.
