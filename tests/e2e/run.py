@@ -78,9 +78,9 @@ class Api:
 
     With `retry_lost`, a GET that gets no answer at all, or the emulator's own 500 (its
     problem+json body, which the function never writes), is sent again (at most twice):
-    `cargo lambda watch`'s emulator (1.9.2) loses an invocation's answer about one run in seven. It replies
-    to the runtime's POST of the answer before reading its body and hands the unread body to
-    the waiting caller; the runtime's HTTP client then asks for its next invocation on a new
+    `cargo lambda watch`'s emulator (1.9.2) loses an invocation's answer about one run in
+    seven. It replies to the runtime's POST of the answer before reading its body and hands
+    the unread body to the waiting caller; the runtime's HTTP client then asks for its next invocation on a new
     connection, so the rest of the body never moves (the caller waits) or its connection
     closes (the emulator answers 500). Reproduced without Afterglow by a fake runtime that
     follows the Runtime API; real Lambda reads the whole answer first. Every retry is
