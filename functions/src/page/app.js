@@ -241,10 +241,16 @@ async function loadPanel(panel) {
 // --- insights ------------------------------------------------------------------------------
 
 // A click (or Enter) on a finding shows exactly its attempts: its filter replaces the table's.
+// Every filter change asks again; an unchanged answer is not redrawn, so the finding a keyboard
+// user has focused stays in the page (redrawn, it dropped the focus before Enter arrived).
+let drawnFindings = null;
 async function loadInsights() {
   const current = ticket("insights");
   const answer = await api("insights", scopeParams());
   if (!current()) return;
+  const drawn = JSON.stringify(answer.findings);
+  if (drawn === drawnFindings) return;
+  drawnFindings = drawn;
   const items = answer.findings.map((finding) => {
     const show = () => setFilter(Object.fromEntries(Object.keys(filters).map((name) =>
       [name, finding.filter[name] ?? ""])));
@@ -377,11 +383,17 @@ async function openTask(task) {
 
 // --- wiring --------------------------------------------------------------------------------
 
+// The page is aria-busy while any refresh is still waiting for answers.
+let refreshing = 0;
 async function refresh() {
   renderFilters();
+  refreshing += 1;
+  document.body.setAttribute("aria-busy", "true");
   const work = [loadSummary(), loadInsights(), ...[...document.querySelectorAll(".panel")].map(loadPanel),
     loadTasks()];
   const results = await Promise.allSettled(work);
+  refreshing -= 1;
+  if (refreshing === 0) document.body.removeAttribute("aria-busy");
   const failed = results.find((result) => result.status === "rejected");
   if (failed) showError(failed.reason);
 }
