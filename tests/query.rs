@@ -1257,17 +1257,46 @@ async fn a_lookup_through_key_indexes_equals_a_lookup_by_scan() -> anyhow::Resul
         let engine = &engine;
         async move { engine.answer(&route, &[]).await }
     };
+    // And in a scope that keeps some of the tasks: one of the two sessions.
+    let session: String = connection.query_row(
+        &format!("SELECT min(session_name) FROM {}", read_parquet(&all, "")),
+        [],
+        |row| row.get(0),
+    )?;
+    let scoped_params = [("session".to_owned(), session.clone())];
+    let scoped = |id: &str| {
+        let route = ApiRoute::Task(id.to_owned());
+        let (engine, params) = (&engine, &scoped_params);
+        async move {
+            match engine.answer(&route, params).await {
+                Ok(answer) => Ok(Some(answer)),
+                Err(QueryError::NotFound(_)) => Ok(None),
+                Err(err) => Err(err),
+            }
+        }
+    };
     let mut indexed = Vec::new();
+    let mut indexed_in_scope = Vec::new();
     for id in &ids {
         indexed.push(lookup(id).await?);
+        indexed_in_scope.push(scoped(id).await?);
     }
+    let kept = indexed_in_scope
+        .iter()
+        .filter(|answer| answer.is_some())
+        .count();
+    ensure!(
+        kept > 0 && kept < ids.len(),
+        "the scope kept {kept} of {} tasks: it tells nothing",
+        ids.len()
+    );
     let nobody = "0123456789abcdef0123456789abcdef0123456789abcdef";
     ensure!(matches!(lookup(nobody).await, Err(QueryError::NotFound(_))));
     ensure!(
-        engine.key_index_lookups() == ids.len() as u64 + 1,
+        engine.key_index_lookups() == 2 * ids.len() as u64 + 1,
         "{} of {} lookups read through key indexes",
         engine.key_index_lookups(),
-        ids.len() + 1
+        2 * ids.len() + 1
     );
 
     // Over storage that is not a local directory (as on Lambda, where files are downloaded
@@ -1310,11 +1339,17 @@ async fn a_lookup_through_key_indexes_equals_a_lookup_by_scan() -> anyhow::Resul
     })
     .await?;
     let before = engine.key_index_lookups();
-    for (id, by_index) in ids.iter().zip(&indexed) {
+    for ((id, by_index), in_scope) in ids.iter().zip(&indexed).zip(&indexed_in_scope) {
         let by_scan = lookup(id).await?;
         ensure!(
             &by_scan == by_index,
             "{id}: the lookup through key indexes differs from the scan:\n{by_index}\n{by_scan}"
+        );
+        let by_scan = scoped(id).await?;
+        ensure!(
+            &by_scan == in_scope,
+            "{id} in {session}: the lookup through key indexes differs from the scan:\n\
+             {in_scope:?}\n{by_scan:?}"
         );
     }
     ensure!(matches!(lookup(nobody).await, Err(QueryError::NotFound(_))));

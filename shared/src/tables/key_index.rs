@@ -61,10 +61,24 @@ pub fn write_key_index(
     Ok(connection.execute(&copy, [])? as u64)
 }
 
-/// The key of `task_id`, as the index stores it.
-fn key(connection: &Connection, task_id: &str) -> Result<u32, TableError> {
-    let sql = format!("SELECT {} FROM (SELECT ?::VARCHAR AS id)", key_of("id"));
-    Ok(connection.query_row(&sql, [task_id], |row| row.get::<_, u32>(0))?)
+/// The key of `task_id`, as [`key_of`] computes it in the index: the same words, each zero
+/// unless it is all hex digits. Computed here, a lookup asks DuckDB one question fewer.
+fn key(task_id: &str) -> u32 {
+    let word = |start: usize| {
+        let bytes = task_id.as_bytes();
+        let digits = bytes
+            .get(start..bytes.len().min(start + 8))
+            .unwrap_or_default();
+        if digits.is_empty() || !digits.iter().all(u8::is_ascii_hexdigit) {
+            return 0;
+        }
+        // Up to 8 hex digits fit in 32 bits.
+        digits.iter().fold(0u32, |word, digit| {
+            let value = char::from(*digit).to_digit(16).unwrap_or_default();
+            (word << 4) | value
+        })
+    };
+    word(0) ^ word(16)
 }
 
 /// A query over the key indexes `indexes` (`key` bound as its one parameter) returning
@@ -87,7 +101,7 @@ pub fn blocks_of(
     if indexes.is_empty() {
         return Ok(Vec::new());
     }
-    let key = key(connection, task_id)?;
+    let key = key(task_id);
     let mut statement = connection.prepare(&locate(indexes))?;
     let rows = statement.query_map([key], |row| {
         Ok((row.get::<_, i64>(0)?, row.get::<_, u32>(1)?))
@@ -110,24 +124,62 @@ mod tests {
         crate::tables::open_duckdb().expect("an in-memory DuckDB")
     }
 
+    /// The key the index stores for `task_id`: [`key_of`] run by DuckDB.
+    fn stored_key(connection: &Connection, task_id: &str) -> u32 {
+        let sql = format!("SELECT {} FROM (SELECT ?::VARCHAR AS id)", key_of("id"));
+        connection
+            .query_row(&sql, [task_id], |row| row.get::<_, u32>(0))
+            .expect("a key")
+    }
+
     #[test]
     fn keys_mix_the_random_bytes_of_every_kind_of_task_id() {
-        let connection = connection();
         // A normal task (random, then the nil actor id of job 01000000), an actor task, and
         // an actor-creation task (constant first bytes, random actor bytes).
         let normal = "0a1b2c3d4e5f6071ffffffffffffffffffffffff01000000";
         let creation = "ffffffffffffffff91a2b3c4d5e6f7081929a3b401000000";
         let other_creation = "ffffffffffffffff0102030405060708090a0b0c01000000";
-        let normal_key = key(&connection, normal).expect("a key");
-        assert_eq!(normal_key, 0x0a1b_2c3d ^ 0xffff_ffff);
-        let creation_key = key(&connection, creation).expect("a key");
-        assert_eq!(creation_key, 0xffff_ffff ^ 0x91a2_b3c4);
-        assert_ne!(
-            creation_key,
-            key(&connection, other_creation).expect("a key")
-        );
+        assert_eq!(key(normal), 0x0a1b_2c3d ^ 0xffff_ffff);
+        assert_eq!(key(creation), 0xffff_ffff ^ 0x91a2_b3c4);
+        assert_ne!(key(creation), key(other_creation));
         // Not hex: a key all the same, never an error.
-        assert_eq!(key(&connection, "zz").expect("a key"), 0);
+        assert_eq!(key("zz"), 0);
+    }
+
+    #[test]
+    fn a_lookup_computes_the_key_the_index_stores() {
+        let connection = connection();
+        let mut ids: Vec<String> = [
+            "0a1b2c3d4e5f6071ffffffffffffffffffffffff01000000",
+            "ffffffffffffffff91a2b3c4d5e6f7081929a3b401000000",
+            "ABCDEF0123456789FFFFFFFFFFFFFFFF0000000002000000",
+            // Shorter than one word, one word, between the words, part of the second.
+            "",
+            "7",
+            "0123456789abcdef",
+            "0123456789abcdef01",
+            "0123456789abcdef0123",
+            // Not hex in the first word, the second, or a sign DuckDB's cast refuses.
+            "zz23456789abcdef01234567",
+            "0123456789abcdef0123456z",
+            "+1234567",
+            "+1234567ffffffff+1234567",
+            "01 34567ffffffff 1234567",
+        ]
+        .iter()
+        .map(|id| (*id).to_owned())
+        .collect();
+        // And ids of every length from a fixed generator.
+        let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+        for length in 0..=48 {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1);
+            ids.push(format!("{state:016x}{state:016x}{state:016x}")[..length].to_owned());
+        }
+        for id in &ids {
+            assert_eq!(key(id), stored_key(&connection, id), "task id {id:?}");
+        }
     }
 
     #[test]
