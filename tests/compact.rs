@@ -12,8 +12,8 @@ use afterglow_tests::faults::LosesConditionalResponses;
 use afterglow_tests::moto::Moto;
 use afterglow_tests::ray::{LOSSY_RUN, OurRows, check};
 use afterglow_tests::{
-    FixtureRun, TestServer, bodies, compacting_settings, compactor, local_storage, post_all,
-    raw_events, shuffled, stored_entities, stored_spans, stored_task_rows,
+    FixtureRun, TestServer, bodies, compacting_settings, compactor, keeping_deltas, local_storage,
+    post_all, raw_events, shuffled, stored_entities, stored_spans, stored_task_rows,
 };
 use anyhow::{Context as _, ensure};
 use shared::compact::batch::BatchLimits;
@@ -322,7 +322,7 @@ async fn fold_turns_every_delta_into_one_base() -> anyhow::Result<()> {
     let server = TestServer::start(afterglow_tests::open_settings(Arc::clone(&storage))).await?;
     post_all(&format!("{}/v1/events/quiet", server.url), &bodies(&run)?).await?;
     server.stop().await?;
-    let (compactor, _scratch) = compactor(Arc::clone(&storage), CompactSettings::default())?;
+    let (compactor, _scratch) = compactor(Arc::clone(&storage), keeping_deltas())?;
     for key in compactor.raw_keys().await? {
         compactor.compact(&[key]).await?;
     }
@@ -388,6 +388,34 @@ async fn deltas_fold_once_they_hold_a_share_of_the_base() -> anyhow::Result<()> 
     Ok(())
 }
 
+/// A small session stays in one file: compacted one raw object at a time with the default
+/// policy, after every run it is one base or one delta, never more, and its rows still agree
+/// with Ray.
+#[tokio::test]
+async fn a_small_session_stays_in_one_file() -> anyhow::Result<()> {
+    let (run, _guard, storage) = uncompacted("small").await?;
+    let (compactor, _scratch) = compactor(Arc::clone(&storage), CompactSettings::default())?;
+    let keys = compactor.raw_keys().await?;
+    ensure!(keys.len() > 2, "{} raw objects tell nothing", keys.len());
+    let mut folds = 0;
+    for key in keys {
+        compactor.compact(&[key]).await?;
+        let table = only_manifest(&*storage, "small").await?.task_attempts;
+        ensure!(
+            table.base.len() + table.deltas.len() <= 1,
+            "a small session left in several files: {table:?}"
+        );
+        folds += usize::from(!table.base.is_empty() && table.deltas.is_empty());
+    }
+    ensure!(folds > 1, "folded {folds} time(s)");
+    check(
+        &run,
+        &stored_task_rows(&*storage, "small").await?,
+        "kept in one file",
+    )?;
+    Ok(())
+}
+
 /// The manifest of `cluster`'s one session.
 async fn only_manifest(
     storage: &dyn Storage,
@@ -417,7 +445,7 @@ async fn quiet_checks_on_the_queue_fold_a_session_no_run_changed() -> anyhow::Re
     let queue_url = moto.create_queue("afterglow-compact").await?;
     let (run, _guard, storage, messages) = uncompacted_batch("hushed").await?;
     let delay = Duration::from_secs(5);
-    let (compactor, _scratch) = compactor(Arc::clone(&storage), CompactSettings::default())?;
+    let (compactor, _scratch) = compactor(Arc::clone(&storage), keeping_deltas())?;
     let function = CompactFunction {
         checks: Some(CheckQueue::new(moto.sqs(), queue_url.clone(), delay)),
         ..function(compactor, BatchLimits::default())
@@ -670,7 +698,7 @@ async fn a_session_an_earlier_build_began_is_carried_on() -> anyhow::Result<()> 
     let server = TestServer::start(afterglow_tests::open_settings(Arc::clone(&storage))).await?;
     post_all(&format!("{}/v1/events/upgrade", server.url), &later).await?;
     server.stop().await?;
-    let (compactor, _scratch) = compactor(Arc::clone(&storage), CompactSettings::default())?;
+    let (compactor, _scratch) = compactor(Arc::clone(&storage), keeping_deltas())?;
     let keys = compactor.raw_keys().await?;
     let (first, rest) = keys.split_at(keys.len() / 3);
     compactor.compact(first).await?;

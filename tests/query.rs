@@ -710,6 +710,8 @@ fn compactor_folding_past(
         shared::compact::CompactSettings {
             fold: FoldPolicy {
                 max_deltas,
+                // These sessions are small; the tests are about their deltas.
+                small_session_rows: 0,
                 ..FoldPolicy::default()
             },
             ..shared::compact::CompactSettings::default()

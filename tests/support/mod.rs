@@ -346,6 +346,18 @@ pub fn compactor(
     Ok((compactor, scratch))
 }
 
+/// Compaction as configured by default, except that a small session keeps its deltas until
+/// another rule folds them: for tests of deltas, whose sessions are small.
+pub fn keeping_deltas() -> shared::compact::CompactSettings {
+    shared::compact::CompactSettings {
+        fold: shared::compact::fold::FoldPolicy {
+            small_session_rows: 0,
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
 /// Open-ingest settings whose stored batches are compacted in the background, as in `serve`.
 pub fn compacting_settings(
     storage: Arc<dyn Storage>,
