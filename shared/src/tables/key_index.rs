@@ -82,17 +82,18 @@ fn key(task_id: &str) -> u32 {
 }
 
 /// A query over the key indexes `indexes` (`key` bound as its one parameter) returning
-/// `(index, block)`: each block that may hold the key, `index` being the position in
-/// `indexes` of the data file it is in.
+/// `(index, block)` for every row of the key, `index` being the position in `indexes` of the
+/// data file its block is in. (Made distinct and ordered by the caller: in SQL that was a
+/// third of the query's 0.9 ms.)
 fn locate(indexes: &[&Path]) -> String {
     format!(
-        "SELECT DISTINCT file_index::BIGINT AS file_index, block
-         FROM {} WHERE key = ? ORDER BY file_index, block",
-        read_parquet(indexes, ", file_row_number = true")
+        "SELECT file_index::BIGINT AS file_index, block FROM {} WHERE key = ?",
+        read_parquet(indexes, "")
     )
 }
 
-/// Runs [`locate`] for `task_id`: the `(position in indexes, block)` pairs that may hold it.
+/// Runs [`locate`] for `task_id`: the `(position in indexes, block)` pairs that may hold it,
+/// in order, each once.
 pub fn blocks_of(
     connection: &Connection,
     indexes: &[&Path],
@@ -113,6 +114,8 @@ pub fn blocks_of(
             .map_err(|_| TableError::Corrupt(format!("key index position {index}")))?;
         blocks.push((index, block));
     }
+    blocks.sort_unstable();
+    blocks.dedup();
     Ok(blocks)
 }
 
