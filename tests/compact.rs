@@ -528,6 +528,88 @@ async fn quiet_checks_on_the_queue_fold_a_session_no_run_changed() -> anyhow::Re
     Ok(())
 }
 
+/// A quiet check whose follow-up cannot be queued (the only thing that will delete the retired
+/// files of a session nothing more arrives for) is not acknowledged: its message is reported
+/// failed, and delivered again the same check sees the session as its own tidy left it and
+/// queues the follow-up.
+#[tokio::test]
+async fn a_quiet_checks_follow_up_that_cannot_be_queued_is_asked_for_again() -> anyhow::Result<()> {
+    let Some(moto) =
+        Moto::start("a_quiet_checks_follow_up_that_cannot_be_queued_is_asked_for_again").await?
+    else {
+        return Ok(());
+    };
+    let queue_url = moto.create_queue("afterglow-compact").await?;
+    let (_run, _guard, storage, messages) = uncompacted_batch("lost-follow-up").await?;
+    let records: Vec<serde_json::Value> =
+        messages.into_iter().map(|(_, record, _)| record).collect();
+    let (compacting, _scratch) = compactor(Arc::clone(&storage), keeping_deltas())?;
+    let plain = function(compacting, BatchLimits::default());
+    ensure!(
+        invoke(&plain, &records).await?.is_empty(),
+        "compaction failed"
+    );
+    let before = only_manifest(&*storage, "lost-follow-up").await?;
+    ensure!(!before.task_attempts.deltas.is_empty(), "{before:?}");
+    let manifests = storage
+        .list("tables/manifests/cluster=lost-follow-up/")
+        .await?;
+    let (cluster, session) = manifests
+        .first()
+        .and_then(|meta| shared::layout::manifest_session(&meta.key))
+        .context("the session's manifest")?;
+    let check = QuietCheck {
+        cluster,
+        session,
+        sequence: before.sequence,
+    };
+
+    // The queue is gone when the follow-up is sent.
+    let (tidying, _tidy_scratch) = compactor(Arc::clone(&storage), keeping_deltas())?;
+    let unqueued = CompactFunction {
+        checks: Some(CheckQueue::new(
+            moto.sqs(),
+            format!("{queue_url}-gone"),
+            Duration::ZERO,
+        )),
+        ..function(tidying, BatchLimits::default())
+    };
+    let record = check_record("quiet", &check.to_message());
+    ensure!(
+        invoke(&unqueued, std::slice::from_ref(&record)).await? == ["quiet"],
+        "a check whose follow-up was not queued was acknowledged"
+    );
+    let folded = only_manifest(&*storage, "lost-follow-up").await?;
+    ensure!(
+        folded.task_attempts.deltas.is_empty() && !folded.retired.is_empty(),
+        "{folded:?}"
+    );
+
+    // Delivered again, with the queue back.
+    let (compactor, _scratch) = compactor(Arc::clone(&storage), keeping_deltas())?;
+    let queued_again = CompactFunction {
+        checks: Some(CheckQueue::new(
+            moto.sqs(),
+            queue_url.clone(),
+            Duration::ZERO,
+        )),
+        ..function(compactor, BatchLimits::default())
+    };
+    ensure!(invoke(&queued_again, &[record]).await?.is_empty());
+    let follow_up = receive(&moto, &queue_url, 1, Duration::from_secs(30)).await?;
+    let sequence = follow_up
+        .first()
+        .map(|body| QuietCheck::from_message(body))
+        .transpose()?
+        .flatten()
+        .map(|check| check.sequence);
+    ensure!(
+        sequence == Some(folded.sequence),
+        "expected a follow-up check of the folded session: {follow_up:?}"
+    );
+    Ok(())
+}
+
 /// In `serve`, the compaction queue stands in for the delayed checks: a session no run has
 /// changed for the quiet period is folded into one base, and with no grace period the files it
 /// replaced are deleted at once. Rows still agree with Ray.

@@ -152,7 +152,9 @@ pub async fn handle(
                 .map(|(key, _)| key)
                 .collect();
             let report = compactor.compact(&keys).await?;
-            queue_checks(checks.as_ref(), &report.committed).await;
+            if !queue_checks(checks.as_ref(), &report.committed).await {
+                tracing::warn!("those sessions are tidied after their next commit");
+            }
             return Ok(serde_json::Value::Null);
         }
         let sqs: SqsEvent = serde_json::from_value(payload)?;
@@ -178,10 +180,17 @@ pub async fn handle(
             failures.extend(outcome.failed.iter().map(|id| failure(id)));
             next_checks.extend(outcome.report.committed);
         }
+        queue_checks(checks.as_ref(), &next_checks).await;
         let (failed, again) = compactor.tidy_messages(&quiet, &limits).await;
         failures.extend(failed.iter().map(|id| failure(id)));
-        next_checks.extend(again);
-        queue_checks(checks.as_ref(), &next_checks).await;
+        // A follow-up is the only thing that will delete a quiet session's retired files: one
+        // that cannot be queued fails its check's message, and the same check delivered
+        // again finds the session as its tidy left it (`Manifest::quiet_since`) and asks once
+        // more.
+        let follow_ups: Vec<QuietCheck> = again.iter().map(|(_, check)| check.clone()).collect();
+        if !queue_checks(checks.as_ref(), &follow_ups).await {
+            failures.extend(again.iter().map(|(id, _)| failure(id)));
+        }
         let mut response = SqsBatchResponse::default();
         response.batch_item_failures = failures;
         Ok(serde_json::to_value(response)?)
@@ -190,14 +199,19 @@ pub async fn handle(
     .await
 }
 
-/// Queues quiet checks of `committed`. A check that cannot be queued costs only speed: the
-/// session keeps its deltas until its next commit or fold, and reads stay correct.
-async fn queue_checks(checks: Option<&CheckQueue>, committed: &[QuietCheck]) {
-    let Some(checks) = checks.filter(|_| !committed.is_empty()) else {
-        return;
+/// Queues quiet checks of `sessions`; false when they could not be queued. A commit's check
+/// that cannot be queued costs only speed: the session keeps its deltas until its next
+/// commit or fold, and reads stay correct.
+async fn queue_checks(checks: Option<&CheckQueue>, sessions: &[QuietCheck]) -> bool {
+    let Some(checks) = checks.filter(|_| !sessions.is_empty()) else {
+        return true;
     };
-    if let Err(err) = checks.send(committed).await {
-        tracing::error!(error = %err, "quiet checks not queued; those sessions are tidied after their next commit");
+    match checks.send(sessions).await {
+        Ok(()) => true,
+        Err(err) => {
+            tracing::error!(error = %err, "quiet checks not queued");
+            false
+        }
     }
 }
 

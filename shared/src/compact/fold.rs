@@ -182,7 +182,7 @@ impl Compactor {
     pub async fn tidy_if_quiet(&self, check: &QuietCheck) -> Result<Tidied, CompactError> {
         let key = layout::manifest_key(&check.cluster, &check.session)?;
         let current = manifest::load(&*self.storage, &key).await?;
-        if current.etag.is_none() || current.manifest.sequence != check.sequence {
+        if current.etag.is_none() || !current.manifest.quiet_since(check.sequence) {
             return Ok(Tidied {
                 changed: true,
                 sequence: current.manifest.sequence,
@@ -217,8 +217,7 @@ impl Compactor {
         current: VersionedManifest,
     ) -> Result<Tidied, CompactError> {
         let key = layout::manifest_key(cluster, session)?;
-        let mut next = current.manifest.clone();
-        next.sequence += 1;
+        let mut next = current.manifest.next_tidy();
         let mut written = Vec::new();
         let table = &next.task_attempts;
         // A base an earlier build wrote (its rollup in an older format, or no key index) is
@@ -266,22 +265,24 @@ impl Compactor {
 
     /// Runs the quiet checks of a batch of queue messages (`(message id, check)`), each while
     /// the deadline allows. Returns the ids of the messages to retry (the check failed or was
-    /// not reached) and the checks to queue again (sessions still holding retired files).
+    /// not reached) and the checks to queue again (sessions still holding retired files), each
+    /// with the id of the message whose check asks for it.
     pub async fn tidy_messages(
         &self,
         checks: &[(String, QuietCheck)],
         limits: &BatchLimits,
-    ) -> (Vec<String>, Vec<QuietCheck>) {
+    ) -> (Vec<String>, Vec<(String, QuietCheck)>) {
         let mut failed = Vec::new();
         let mut again = Vec::new();
         for (id, check) in checks {
             match self.within(limits, self.tidy_if_quiet(check)).await {
                 Some(Ok(tidied)) => {
                     if tidied.again {
-                        again.push(QuietCheck {
+                        let follow_up = QuietCheck {
                             sequence: tidied.sequence,
                             ..check.clone()
-                        });
+                        };
+                        again.push((id.clone(), follow_up));
                     }
                 }
                 Some(Err(err)) => {

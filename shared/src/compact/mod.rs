@@ -561,9 +561,8 @@ impl Compactor {
         .await?;
 
         let mut written = Vec::new();
-        let mut next = current.manifest.clone();
+        let mut next = current.manifest.next_run();
         next.format = Manifest::FORMAT;
-        next.sequence += 1;
         next.stats.attempts += added;
         next.set_failures(&failures);
         if rows > 0 {

@@ -181,9 +181,38 @@ pub struct Manifest {
     /// What the session holds.
     #[serde(default)]
     pub stats: SessionStats,
+    /// The sequence a quiet check found when it wrote this version; `None` when a compaction
+    /// run wrote it. The same check delivered again (its follow-up could not be queued) is
+    /// then recognized as the one that tidied, not taken for a stale one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tidied_from: Option<u64>,
 }
 
 impl Manifest {
+    /// The version after this one, as a compaction run writes it.
+    pub fn next_run(&self) -> Self {
+        Self {
+            sequence: self.sequence + 1,
+            tidied_from: None,
+            ..self.clone()
+        }
+    }
+
+    /// The version after this one, as the quiet check of this one writes it.
+    pub fn next_tidy(&self) -> Self {
+        Self {
+            sequence: self.sequence + 1,
+            tidied_from: Some(self.sequence),
+            ..self.clone()
+        }
+    }
+
+    /// Whether a quiet check of version `sequence` still finds the session as it left it:
+    /// unchanged, or changed only by that same check's tidy.
+    pub fn quiet_since(&self, sequence: u64) -> bool {
+        self.sequence == sequence || self.tidied_from == Some(sequence)
+    }
+
     /// Makes `base` the session's only `task_attempts` file, retiring every file it replaces
     /// at `now_ms`; returns its keys (data, rollup and key index).
     pub fn install_base(&mut self, base: DataFile, now_ms: i64) -> Vec<ObjectKey> {
@@ -455,5 +484,39 @@ pub async fn commit(
             }
         }
         Err(err) => Err(err),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_quiet_check_is_quiet_after_its_own_tidy_and_not_after_a_run() {
+        let checked = Manifest {
+            sequence: 7,
+            ..Manifest::default()
+        };
+        assert!(checked.quiet_since(7));
+        let tidied = checked.next_tidy();
+        assert_eq!(tidied.sequence, 8);
+        assert!(tidied.quiet_since(7), "the same check, delivered again");
+        assert!(tidied.quiet_since(8), "its follow-up");
+        assert!(!tidied.quiet_since(6), "an older check");
+        let run = tidied.next_run();
+        assert_eq!(run.sequence, 9);
+        assert!(
+            !run.quiet_since(7) && !run.quiet_since(8),
+            "a run came since"
+        );
+        assert!(run.quiet_since(9));
+    }
+
+    #[test]
+    fn manifests_without_a_tidy_mark_read_and_write_as_before() {
+        let json = serde_json::to_value(Manifest::default().next_run()).expect("serialized");
+        assert!(json.get("tidied_from").is_none(), "{json}");
+        let read: Manifest = serde_json::from_value(json).expect("read back");
+        assert_eq!(read.tidied_from, None);
     }
 }
