@@ -180,7 +180,9 @@ pub async fn handle(
             failures.extend(outcome.failed.iter().map(|id| failure(id)));
             next_checks.extend(outcome.report.committed);
         }
-        queue_checks(checks.as_ref(), &next_checks).await;
+        if !queue_checks(checks.as_ref(), &next_checks).await {
+            tracing::warn!("those sessions are tidied after their next commit");
+        }
         let (failed, again) = compactor.tidy_messages(&quiet, &limits).await;
         failures.extend(failed.iter().map(|id| failure(id)));
         // A follow-up is the only thing that will delete a quiet session's retired files: one

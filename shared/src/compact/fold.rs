@@ -331,15 +331,21 @@ mod tests {
         }
     }
 
-    #[test]
-    fn the_policy_folds_on_many_deltas_or_a_large_share() {
-        let policy = FoldPolicy {
+    /// At most 3 deltas, deltas folded at half the base and 1 000 rows, sessions of at most
+    /// `small_session_rows` folded whenever they span files.
+    fn policy(small_session_rows: u64) -> FoldPolicy {
+        FoldPolicy {
             max_deltas: 3,
             delta_share_percent: 50,
             min_delta_rows: 1_000,
-            small_session_rows: 0,
+            small_session_rows,
             ..FoldPolicy::default()
-        };
+        }
+    }
+
+    #[test]
+    fn the_policy_folds_on_many_deltas_or_a_large_share() {
+        let policy = policy(0);
         let rows: [(&str, TableFiles, Option<FoldReason>); 7] = [
             ("no files", table(&[], &[]), None),
             ("small deltas, no base", table(&[], &[400, 500]), None),
@@ -382,13 +388,7 @@ mod tests {
 
     #[test]
     fn the_policy_folds_a_small_session_in_more_than_one_file() {
-        let policy = FoldPolicy {
-            max_deltas: 3,
-            delta_share_percent: 50,
-            min_delta_rows: 1_000,
-            small_session_rows: 100,
-            ..FoldPolicy::default()
-        };
+        let policy = policy(100);
         let rows: [(&str, TableFiles, Option<FoldReason>); 6] = [
             ("one delta", table(&[], &[60]), None),
             ("a base alone", table(&[60], &[]), None),
