@@ -1187,72 +1187,26 @@ async fn rollups_count_what_a_scan_counts() -> anyhow::Result<()> {
 /// same lookups scan.
 #[tokio::test]
 async fn a_lookup_through_key_indexes_equals_a_lookup_by_scan() -> anyhow::Result<()> {
-    use shared::query::params::Scope;
-    use shared::query::snapshot::{Needs, snapshot};
-    use shared::query::sql::read_parquet;
     use shared::query::{ApiRoute, QueryEngine, QueryError, QuerySettings};
-    use shared::storage::FileCache;
 
     let (dir, local) = local_storage()?;
     let storage: Arc<dyn Storage> = Arc::new(local);
     ingest_failing_sessions(&storage, "indexed", [21, 22], 5_000, 2).await?;
-    let (compactor, _scratch) = compactor_folding_past(&storage, 100)?;
-    // Half the traffic folded into a base, the rest in deltas over it.
-    let keys = compactor.raw_keys().await?;
-    let (first, rest) = keys.split_at(keys.len() / 2);
-    for batch in first.chunks(3) {
-        compactor.compact(batch).await?;
-    }
-    ensure!(compactor.fold().await? > 0, "nothing folded");
-    for batch in rest.chunks(3) {
-        compactor.compact(batch).await?;
-    }
+    let (_compactor, _scratch, _) = in_base_and_deltas(&storage, 0).await?;
 
-    let cache = FileCache::new(Arc::clone(&storage), dir.path().join("cache"), 4);
-    let needs = Needs {
-        attempts: true,
-        key_indexes: true,
-        ..Needs::default()
-    };
-    let stored = snapshot(&storage, &cache, &Scope::default(), needs).await?;
-    ensure!(
-        stored.key_indexes.is_some(),
-        "every base and delta was written with its key index"
-    );
-    ensure!(!stored.task_attempts.base.is_empty() && !stored.task_attempts.deltas.is_empty());
-    // Tasks by how many files hold a version of them, and how many states those versions show.
-    let files = stored.task_attempts.files();
-    let all: Vec<&std::path::Path> = files.base.iter().chain(&files.deltas).copied().collect();
-    let connection = shared::tables::open_duckdb()?;
-    let sql = format!(
-        "SELECT task_id, count(DISTINCT file_index) AS files, count(DISTINCT state) AS states
-         FROM {} GROUP BY task_id ORDER BY files DESC, states DESC, task_id LIMIT 300",
-        read_parquet(&all, ", file_row_number = true")
-    );
-    let mut statement = connection.prepare(&sql)?;
-    let tasks: Vec<(String, i64, i64)> = statement
-        .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?
-        .collect::<Result<_, _>>()?;
-    ensure!(
-        tasks
-            .iter()
-            .any(|(_, files, states)| *files > 1 && *states > 1),
-        "no task is stored in several files in different states: the test reaches nothing"
-    );
-    let sql = format!(
-        "SELECT task_id FROM {} GROUP BY task_id HAVING count(*) = 1 ORDER BY task_id LIMIT 100",
-        read_parquet(&all, "")
-    );
-    let mut statement = connection.prepare(&sql)?;
-    let once: Vec<String> = statement
-        .query_map([], |row| row.get(0))?
-        .collect::<Result<_, _>>()?;
-    ensure!(!once.is_empty());
-    let ids: Vec<String> = tasks.into_iter().map(|(id, _, _)| id).chain(once).collect();
+    let LookupCases {
+        ids,
+        session,
+        recent,
+    } = lookup_cases(&storage, &dir.path().join("cache")).await?;
 
+    // Rows held in memory would answer repeated lookups without the key indexes.
     let engine = QueryEngine::open(
         Arc::clone(&storage),
-        QuerySettings::under(&dir.path().join("query")),
+        QuerySettings {
+            resident_bytes: 0,
+            ..QuerySettings::under(&dir.path().join("query"))
+        },
     )?;
     let lookup = |id: &str| {
         let route = ApiRoute::Task(id.to_owned());
@@ -1260,11 +1214,6 @@ async fn a_lookup_through_key_indexes_equals_a_lookup_by_scan() -> anyhow::Resul
         async move { engine.answer(&route, &[]).await }
     };
     // And in a scope that keeps some of the tasks: one of the two sessions.
-    let session: String = connection.query_row(
-        &format!("SELECT min(session_name) FROM {}", read_parquet(&all, "")),
-        [],
-        |row| row.get(0),
-    )?;
     let scoped_params = [("session".to_owned(), session.clone())];
     let scoped = |id: &str| {
         let route = ApiRoute::Task(id.to_owned());
@@ -1304,17 +1253,14 @@ async fn a_lookup_through_key_indexes_equals_a_lookup_by_scan() -> anyhow::Resul
     // Over storage that is not a local directory (as on Lambda, where files are downloaded
     // into the cache), a lookup of a task only deltas hold fetches its key indexes and the
     // deltas named, never the base.
-    let sql = format!(
-        "SELECT task_id FROM {} GROUP BY task_id HAVING min(file_index) >= {} ORDER BY task_id
-         LIMIT 1",
-        read_parquet(&all, ", file_row_number = true"),
-        files.base.len()
-    );
-    let recent: String = connection.query_row(&sql, [], |row| row.get(0))?;
     let recorded = Arc::new(RecordsGets::new(Arc::clone(&storage)));
+    // (A small session's files are all downloaded after a lookup, to be held in memory.)
     let remote = QueryEngine::open(
         Arc::clone(&recorded) as Arc<dyn Storage>,
-        QuerySettings::under(&dir.path().join("remote-query")),
+        QuerySettings {
+            resident_bytes: 0,
+            ..QuerySettings::under(&dir.path().join("remote-query"))
+        },
     )?;
     let answer = remote.answer(&ApiRoute::Task(recent.clone()), &[]).await?;
     ensure!(answer == lookup(&recent).await?, "{recent}: {answer}");
@@ -1360,6 +1306,244 @@ async fn a_lookup_through_key_indexes_equals_a_lookup_by_scan() -> anyhow::Resul
         "a lookup used a key index it no longer has"
     );
     Ok(())
+}
+
+/// Compacts the raw objects in `storage`: half of them folded into a base, the rest in deltas
+/// of three objects each over it, but for the last `held_back`, which are returned with the
+/// compactor.
+async fn in_base_and_deltas(
+    storage: &Arc<dyn Storage>,
+    held_back: usize,
+) -> anyhow::Result<(
+    shared::compact::Compactor,
+    tempfile::TempDir,
+    Vec<shared::storage::ObjectKey>,
+)> {
+    let (compactor, scratch) = compactor_folding_past(storage, 100)?;
+    let mut keys = compactor.raw_keys().await?;
+    let later = keys.split_off(keys.len().saturating_sub(held_back));
+    let (first, rest) = keys.split_at(keys.len() / 2);
+    for batch in first.chunks(3) {
+        compactor.compact(batch).await?;
+    }
+    ensure!(compactor.fold().await? > 0, "nothing folded");
+    for batch in rest.chunks(3) {
+        compactor.compact(batch).await?;
+    }
+    Ok((compactor, scratch, later))
+}
+
+/// A lookup in a small session answers from the rows held in memory after a lookup read its
+/// files (loaded in the background), with no DuckDB query, and answers what a lookup through
+/// the files does: for the tasks of [`LookupCases`], in every session and in one. When the
+/// session moves on, a lookup reads the new delta from disk and the files held from memory,
+/// still the same answers, until the delta is held too. With too little memory for the
+/// session, nothing is held and the lookups read files. The engine's counts prove which path
+/// ran.
+#[tokio::test]
+async fn a_lookup_from_rows_held_in_memory_equals_one_from_files() -> anyhow::Result<()> {
+    use shared::query::{QueryEngine, QuerySettings};
+
+    let (dir, local) = local_storage()?;
+    let storage: Arc<dyn Storage> = Arc::new(local);
+    ingest_failing_sessions(&storage, "held", [31, 32], 2_000, 2).await?;
+    let (compactor, _scratch, later) = in_base_and_deltas(&storage, 3).await?;
+    ensure!(later.len() == 3);
+    let LookupCases { ids, session, .. } =
+        lookup_cases(&storage, &dir.path().join("cache")).await?;
+    let engine = |name: &str, resident_bytes: u64| {
+        QueryEngine::open(
+            Arc::clone(&storage),
+            QuerySettings {
+                resident_bytes,
+                ..QuerySettings::under(&dir.path().join(name))
+            },
+        )
+    };
+    let from_files = engine("from-files", 0)?;
+    let held = engine("held", 128 << 20)?;
+    let starved = engine("starved", 4096)?;
+    let scopes = [Vec::new(), vec![("session".to_owned(), session)]];
+    let nobody = "0123456789abcdef0123456789abcdef0123456789abcdef";
+
+    // Loaded after a lookup read the files.
+    looked_up(&held, &ids[0], &[]).await?;
+    let files = held_all_files(&storage, &held).await?;
+    ensure!(files > 2, "{files} files: the test reaches no delta");
+    let (_, bytes) = held.resident_held();
+    let rows: u64 = shared::query::snapshot::manifests(&storage, &Default::default())
+        .await?
+        .iter()
+        .flat_map(|session| session.manifest.task_attempts.all().map(|file| file.rows))
+        .sum();
+    println!("{files} files of {rows} rows held in {bytes} bytes");
+    let (indexed, reads) = (held.key_index_lookups(), held.resident_reads());
+    let mut lookups = 0;
+    for id in ids.iter().map(String::as_str).chain([nobody]) {
+        for params in &scopes {
+            let expected = looked_up(&from_files, id, params).await?;
+            ensure!(
+                looked_up(&held, id, params).await? == expected,
+                "{id} {params:?}: held rows answer differently"
+            );
+            ensure!(looked_up(&starved, id, params).await? == expected);
+            lookups += 1;
+        }
+    }
+    ensure!(
+        held.key_index_lookups() == indexed,
+        "a lookup ran DuckDB though every file was held"
+    );
+    ensure!(
+        held.resident_reads() - reads >= lookups,
+        "a lookup read no file from memory"
+    );
+    ensure!(starved.resident_held() == (0, 0) && starved.resident_reads() == 0);
+
+    // The session moves on: one more delta, not held yet.
+    compactor.compact(&later).await?;
+    let (indexed, reads) = (held.key_index_lookups(), held.resident_reads());
+    for id in &ids {
+        ensure!(
+            looked_up(&held, id, &[]).await? == looked_up(&from_files, id, &[]).await?,
+            "{id}: a lookup from held rows and a new delta answers differently"
+        );
+    }
+    ensure!(
+        held.key_index_lookups() > indexed && held.resident_reads() > reads,
+        "no lookup after the new delta read it from disk and the rest from memory"
+    );
+    let files_now = held_all_files(&storage, &held).await?;
+    ensure!(
+        files_now > files,
+        "the new delta was folded away: {files_now} files"
+    );
+    let indexed = held.key_index_lookups();
+    for id in &ids {
+        ensure!(looked_up(&held, id, &[]).await? == looked_up(&from_files, id, &[]).await?);
+    }
+    ensure!(held.key_index_lookups() == indexed);
+    Ok(())
+}
+
+/// The answer of `engine` to a lookup of task `id` with `params`; `None` for a task it does
+/// not find.
+async fn looked_up(
+    engine: &shared::query::QueryEngine,
+    id: &str,
+    params: &[(String, String)],
+) -> Result<Option<Json>, shared::query::QueryError> {
+    match engine
+        .answer(&shared::query::ApiRoute::Task(id.to_owned()), params)
+        .await
+    {
+        Ok(answer) => Ok(Some(answer)),
+        Err(shared::query::QueryError::NotFound(_)) => Ok(None),
+        Err(err) => Err(err),
+    }
+}
+
+/// Waits until `engine` holds in memory as many files as the manifests in `storage` name (its
+/// loads run in the background), and returns that number.
+async fn held_all_files(
+    storage: &Arc<dyn Storage>,
+    engine: &shared::query::QueryEngine,
+) -> anyhow::Result<usize> {
+    let manifests =
+        shared::query::snapshot::manifests(storage, &shared::query::params::Scope::default())
+            .await?;
+    let files: usize = manifests
+        .iter()
+        .map(|session| session.manifest.task_attempts.all().count())
+        .sum();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while engine.resident_held().0 < files {
+        ensure!(Instant::now() < deadline, "{files} files were never held");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(files)
+}
+
+/// Tasks to look up in a store of [`ingest_failing_sessions`] compacted into a base and
+/// deltas, as a lookup test needs them.
+struct LookupCases {
+    /// Tasks stored in several files (those in different states first), then tasks stored
+    /// once.
+    ids: Vec<String>,
+    /// The first session's name: a scope that keeps some of the tasks.
+    session: String,
+    /// A task only deltas hold.
+    recent: String,
+}
+
+/// Finds [`LookupCases`] by reading every stored file of `storage` (cached under `cache_dir`).
+async fn lookup_cases(
+    storage: &Arc<dyn Storage>,
+    cache_dir: &std::path::Path,
+) -> anyhow::Result<LookupCases> {
+    use shared::query::params::Scope;
+    use shared::query::snapshot::{Needs, snapshot};
+    use shared::query::sql::read_parquet;
+    use shared::storage::FileCache;
+
+    let cache = FileCache::new(Arc::clone(storage), cache_dir.to_owned(), 4);
+    let needs = Needs {
+        attempts: true,
+        key_indexes: true,
+        ..Needs::default()
+    };
+    let stored = snapshot(storage, &cache, &Scope::default(), needs).await?;
+    ensure!(
+        stored.key_indexes.is_some(),
+        "every base and delta was written with its key index"
+    );
+    ensure!(!stored.task_attempts.base.is_empty() && !stored.task_attempts.deltas.is_empty());
+    // Tasks by how many files hold a version of them, and how many states those versions show.
+    let files = stored.task_attempts.files();
+    let all: Vec<&std::path::Path> = files.base.iter().chain(&files.deltas).copied().collect();
+    let connection = shared::tables::open_duckdb()?;
+    let sql = format!(
+        "SELECT task_id, count(DISTINCT file_index) AS files, count(DISTINCT state) AS states
+         FROM {} GROUP BY task_id ORDER BY files DESC, states DESC, task_id LIMIT 300",
+        read_parquet(&all, ", file_row_number = true")
+    );
+    let mut statement = connection.prepare(&sql)?;
+    let tasks: Vec<(String, i64, i64)> = statement
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?
+        .collect::<Result<_, _>>()?;
+    ensure!(
+        tasks
+            .iter()
+            .any(|(_, files, states)| *files > 1 && *states > 1),
+        "no task is stored in several files in different states: the test reaches nothing"
+    );
+    let sql = format!(
+        "SELECT task_id FROM {} GROUP BY task_id HAVING count(*) = 1 ORDER BY task_id LIMIT 100",
+        read_parquet(&all, "")
+    );
+    let mut statement = connection.prepare(&sql)?;
+    let once: Vec<String> = statement
+        .query_map([], |row| row.get(0))?
+        .collect::<Result<_, _>>()?;
+    ensure!(!once.is_empty());
+    let ids: Vec<String> = tasks.into_iter().map(|(id, _, _)| id).chain(once).collect();
+    let session: String = connection.query_row(
+        &format!("SELECT min(session_name) FROM {}", read_parquet(&all, "")),
+        [],
+        |row| row.get(0),
+    )?;
+    let sql = format!(
+        "SELECT task_id FROM {} GROUP BY task_id HAVING min(file_index) >= {} ORDER BY task_id
+         LIMIT 1",
+        read_parquet(&all, ", file_row_number = true"),
+        files.base.len()
+    );
+    let recent: String = connection.query_row(&sql, [], |row| row.get(0))?;
+    Ok(LookupCases {
+        ids,
+        session,
+        recent,
+    })
 }
 
 /// Storage that records the keys it is asked to get and, unlike a local directory, never lets

@@ -23,6 +23,7 @@ pub mod json;
 mod logs;
 pub mod params;
 pub mod ray;
+pub mod resident;
 mod rollups;
 pub mod snapshot;
 pub mod sql;
@@ -91,6 +92,9 @@ pub struct QuerySettings {
     /// Most bytes of fetched table files kept in `cache_dir` (the least recently used go
     /// first); `None`: no limit.
     pub cache_bytes: Option<u64>,
+    /// Most bytes of small sessions' rows kept in memory for task lookups (see
+    /// [`resident`]); 0: none.
+    pub resident_bytes: u64,
 }
 
 impl QuerySettings {
@@ -106,6 +110,7 @@ impl QuerySettings {
             fetch_parallelism: 16,
             response_bytes: 512 * 1024 * 1024,
             cache_bytes: None,
+            resident_bytes: 128 * 1024 * 1024,
         }
     }
 
@@ -163,6 +168,8 @@ pub struct QueryEngine {
     page_retakes: AtomicU64,
     /// Task lookups read through key indexes (see [`Self::key_index_lookups`]).
     key_index_lookups: AtomicU64,
+    resident: Arc<resident::ResidentRows>,
+    resident_reads: AtomicU64,
 }
 
 impl QueryEngine {
@@ -206,10 +213,12 @@ impl QueryEngine {
             storage,
             cache,
             database: Mutex::new(connection),
-            settings,
             rollup_answers: AtomicU64::new(0),
             page_retakes: AtomicU64::new(0),
             key_index_lookups: AtomicU64::new(0),
+            resident: Arc::new(resident::ResidentRows::new(settings.resident_bytes)),
+            resident_reads: AtomicU64::new(0),
+            settings,
         })
     }
 
@@ -263,6 +272,66 @@ impl QueryEngine {
         self.key_index_lookups.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// How many files task lookups read from memory instead of through their key indexes
+    /// (see [`resident`]), since the engine opened.
+    pub fn resident_reads(&self) -> u64 {
+        self.resident_reads.load(Ordering::Relaxed)
+    }
+
+    fn count_resident_read(&self) {
+        self.resident_reads.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Files (and bytes) of rows held in memory for task lookups.
+    pub fn resident_held(&self) -> (usize, u64) {
+        self.resident.held()
+    }
+
+    /// Loads into memory, in the background, the rows of the `files` (data key, rows) a lookup
+    /// read from, when [`resident::ResidentRows::claim`] finds them small enough to hold.
+    fn keep_resident(&self, files: &[(crate::storage::ObjectKey, u64)]) {
+        for key in self.resident.claim(files) {
+            let connection = match self.connection() {
+                Ok(connection) => connection,
+                Err(err) => {
+                    tracing::warn!(error = %err, "no connection to load resident rows");
+                    self.resident.abandon(&key);
+                    continue;
+                }
+            };
+            let cache = self.cache.clone();
+            let resident = Arc::clone(&self.resident);
+            let span = tracing::info_span!("resident_load", key = %key);
+            tokio::spawn(tracing::Instrument::instrument(
+                async move {
+                    let loaded = match cache.files_if_present(std::slice::from_ref(&key)).await {
+                        Ok(pins) => tokio::task::spawn_blocking(move || {
+                            match pins.files().first().cloned().flatten() {
+                                Some(path) => resident::FileRows::load(&connection, &path),
+                                None => Err(QueryError::Internal("the file is gone".into())),
+                            }
+                        })
+                        .await
+                        .map_err(|err| QueryError::Internal(err.to_string()))
+                        .and_then(|loaded| loaded),
+                        Err(err) => Err(err.into()),
+                    };
+                    match loaded {
+                        Ok(rows) => {
+                            tracing::debug!(bytes = rows.bytes(), "rows held for lookups");
+                            resident.insert(key, rows);
+                        }
+                        Err(err) => {
+                            tracing::warn!(error = %err, "could not hold rows for lookups");
+                            resident.abandon(&key);
+                        }
+                    }
+                },
+                span,
+            ));
+        }
+    }
+
     fn storage(&self) -> &Arc<dyn Storage> {
         &self.storage
     }
@@ -286,17 +355,22 @@ impl QueryEngine {
         snapshot::snapshot(&self.storage, &self.cache, scope, needs).await
     }
 
+    /// A connection of its own to the engine's database.
+    fn connection(&self) -> Result<duckdb::Connection, QueryError> {
+        Ok(self
+            .database
+            .lock()
+            .map_err(|_| QueryError::Internal("the DuckDB pool is poisoned".into()))?
+            .try_clone()?)
+    }
+
     /// Runs `work` on its own connection off the async executor, interrupting DuckDB when the
     /// deadline passes.
     async fn run<T: Send + 'static>(
         &self,
         work: impl FnOnce(&duckdb::Connection) -> Result<T, QueryError> + Send + 'static,
     ) -> Result<T, QueryError> {
-        let connection = self
-            .database
-            .lock()
-            .map_err(|_| QueryError::Internal("the DuckDB pool is poisoned".into()))?
-            .try_clone()?;
+        let connection = self.connection()?;
         let interrupt = connection.interrupt_handle();
         let mut job = tokio::task::spawn_blocking(move || work(&connection));
         match tokio::time::timeout(self.settings.timeout, &mut job).await {

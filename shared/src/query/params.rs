@@ -242,6 +242,23 @@ pub struct TaskFilter {
 }
 
 impl TaskFilter {
+    /// Every attempt in `scope`, drivers and attempts without a definition too.
+    pub fn everything_in(scope: Scope) -> Self {
+        Self {
+            scope,
+            include_drivers: true,
+            include_incomplete: true,
+            ..Self::default()
+        }
+    }
+
+    /// True when this filter selects [`Self::everything_in`] its scope.
+    pub fn is_everything_in_scope(&self) -> bool {
+        *self == Self::everything_in(self.scope.clone())
+    }
+}
+
+impl TaskFilter {
     /// The parameters [`TaskFilter::from_params`] reads.
     pub const PARAMS: [&'static str; 22] = [
         "cluster",

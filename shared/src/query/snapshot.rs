@@ -54,6 +54,8 @@ pub struct IndexedFile {
     pub index: PathBuf,
     /// The data file.
     pub data: ObjectKey,
+    /// Rows in the data file.
+    pub rows: u64,
 }
 
 /// Cached files held for a query (see [`CachedFiles`]).
@@ -129,7 +131,7 @@ pub async fn snapshot(
     let mut keys: Vec<ObjectKey> = Vec::new();
     let mut plan: Vec<(Slot, usize)> = Vec::new();
     // The data file of each key index asked for, by (session ordinal, position).
-    let mut data_keys: BTreeMap<(usize, usize), ObjectKey> = BTreeMap::new();
+    let mut data_keys: BTreeMap<(usize, usize), (ObjectKey, u64)> = BTreeMap::new();
     let mut add = |slot: Slot, key: &ObjectKey| {
         plan.push((slot, keys.len()));
         keys.push(key.clone());
@@ -168,7 +170,7 @@ pub async fn snapshot(
             for (position, file) in table.all().enumerate() {
                 if let Some(key) = &file.key_index {
                     add(Slot::KeyIndex { ordinal, position }, key);
-                    data_keys.insert((ordinal, position), file.key.clone());
+                    data_keys.insert((ordinal, position), (file.key.clone(), file.rows));
                 }
             }
         }
@@ -267,10 +269,10 @@ pub async fn snapshot(
         snapshot.key_indexes = Some(
             data_keys
                 .into_iter()
-                .filter_map(|(place, data)| {
+                .filter_map(|(place, (data, rows))| {
                     key_indexes
                         .remove(&place)
-                        .map(|index| IndexedFile { index, data })
+                        .map(|index| IndexedFile { index, data, rows })
                 })
                 .collect(),
         );

@@ -346,12 +346,7 @@ pub(super) async fn task(
     let params = Params::parse(params, &Scope::PARAMS)?;
     let scope = Scope::from_params(&params)?;
     let task_id = parse_hex("task_id", task_id)?;
-    let filter = TaskFilter {
-        scope,
-        include_drivers: true,
-        include_incomplete: true,
-        ..TaskFilter::default()
-    };
+    let filter = TaskFilter::everything_in(scope);
     // The key indexes first, alone: a cold Lambda then downloads them and the few files they
     // name, not the session's base.
     let indexed = engine
@@ -365,17 +360,13 @@ pub(super) async fn task(
         .await?;
     let rows = match indexed.key_indexes {
         Some(indexes) => {
-            let paths: Vec<PathBuf> = indexes.iter().map(|file| file.index.clone()).collect();
-            let id = task_id.clone();
-            let blocks = engine
-                .run(move |connection| {
-                    let paths: Vec<&Path> = paths.iter().map(PathBuf::as_path).collect();
-                    key_index::blocks_of(connection, &paths, &id)
-                        .map_err(|err| QueryError::Internal(err.to_string()))
-                })
-                .await?;
-            engine.count_key_index_lookup();
-            task_in_blocks(engine, &indexes, &blocks, &task_id, &filter).await?
+            let rows = task_in_indexed_files(engine, &indexes, &task_id, &filter).await?;
+            let files: Vec<_> = indexes
+                .iter()
+                .map(|file| (file.data.clone(), file.rows))
+                .collect();
+            engine.keep_resident(&files);
+            rows
         }
         None => {
             let snapshot = engine
@@ -424,10 +415,69 @@ fn task_by_scan(relation: &Relation, task_id: &str, filter: &TaskFilter) -> Sql 
     sql
 }
 
-/// The attempts of `task_id` that `filter` selects, read from the `blocks` (position in
-/// `indexes`, block) its key indexes name, in attempt order: each attempt's version in the
-/// newest file that has it is its newest (see [`crate::tables::newest`]). Only the files named
-/// are fetched; one that is gone costs its rows.
+/// The attempts of `task_id` that `filter` selects among the `indexes` in scope, in attempt
+/// order: each attempt's version in the newest file that has it is its newest (see
+/// [`crate::tables::newest`]). Files held in memory ([`super::resident`]) are read there
+/// when the filter is only the scope (which a held row is checked against); the others
+/// through their key indexes.
+async fn task_in_indexed_files(
+    engine: &QueryEngine,
+    indexes: &[IndexedFile],
+    task_id: &str,
+    filter: &TaskFilter,
+) -> Result<Vec<JsonRow>, QueryError> {
+    let held: Vec<_> = indexes
+        .iter()
+        .map(|file| {
+            filter
+                .is_everything_in_scope()
+                .then(|| engine.resident.get(&file.data))
+                .flatten()
+        })
+        .collect();
+    let mut versions = Vec::new();
+    for (position, rows) in held.iter().enumerate() {
+        let Some(rows) = rows else { continue };
+        engine.count_resident_read();
+        for mut row in rows.rows_of(task_id)? {
+            let text = |column: &str| row.get(column).and_then(Json::as_str).unwrap_or_default();
+            let passes = filter.scope.includes(text("cluster"), text("session_name"));
+            row.insert("file_position".to_owned(), json!(position));
+            row.insert("passes".to_owned(), json!(passes));
+            versions.push(row);
+        }
+    }
+    // Positions (in `indexes`) of the files read from disk.
+    let unheld: Vec<usize> = (0..indexes.len())
+        .filter(|position| held[*position].is_none())
+        .collect();
+    if !unheld.is_empty() {
+        let paths: Vec<PathBuf> = unheld
+            .iter()
+            .map(|position| indexes[*position].index.clone())
+            .collect();
+        let id = task_id.to_owned();
+        let blocks = engine
+            .run(move |connection| {
+                let paths: Vec<&Path> = paths.iter().map(PathBuf::as_path).collect();
+                key_index::blocks_of(connection, &paths, &id)
+                    .map_err(|err| QueryError::Internal(err.to_string()))
+            })
+            .await?;
+        engine.count_key_index_lookup();
+        let blocks: Vec<(usize, u32)> = blocks
+            .into_iter()
+            .filter_map(|(at, block)| unheld.get(at).map(|position| (*position, block)))
+            .collect();
+        versions.extend(task_in_blocks(engine, indexes, &blocks, task_id, filter).await?);
+    }
+    Ok(newest_passing(versions))
+}
+
+/// Every version of `task_id`'s attempts in the `blocks` (position in `indexes`, block) its
+/// key indexes name, each saying which file it came from (`file_position`) and whether it
+/// passes `filter` (`passes`). Only the files named are fetched; one that is gone costs its
+/// rows.
 async fn task_in_blocks(
     engine: &QueryEngine,
     indexes: &[IndexedFile],
@@ -491,10 +541,9 @@ async fn task_in_blocks(
     if versions.text.is_empty() {
         return Ok(Vec::new());
     }
-    let rows = engine
+    engine
         .run(move |connection| query_rows(connection, &versions.text, &versions.params))
-        .await?;
-    Ok(newest_passing(rows))
+        .await
 }
 
 /// Each attempt's newest version (from the file latest in the manifest), in attempt order,
