@@ -610,6 +610,79 @@ async fn a_quiet_checks_follow_up_that_cannot_be_queued_is_asked_for_again() -> 
     Ok(())
 }
 
+/// A commit whose quiet check cannot be queued (the only thing that folds and tidies a
+/// session nothing more arrives for) does not acknowledge its notifications: every message is
+/// reported failed, though its rows are stored. Delivered again with the queue back, the same
+/// objects are compacted to the same rows and the check of that commit is queued.
+#[tokio::test]
+async fn a_commits_quiet_check_that_cannot_be_queued_fails_its_notifications() -> anyhow::Result<()>
+{
+    let Some(moto) =
+        Moto::start("a_commits_quiet_check_that_cannot_be_queued_fails_its_notifications").await?
+    else {
+        return Ok(());
+    };
+    let queue_url = moto.create_queue("afterglow-compact").await?;
+    let (run, _guard, storage, messages) = uncompacted_batch("lost-check").await?;
+    let ids: Vec<String> = messages.iter().map(|(id, _, _)| id.clone()).collect();
+    let records: Vec<serde_json::Value> =
+        messages.into_iter().map(|(_, record, _)| record).collect();
+
+    let (compacting, _scratch) = compactor(Arc::clone(&storage), keeping_deltas())?;
+    let unqueued = CompactFunction {
+        checks: Some(CheckQueue::new(
+            moto.sqs(),
+            format!("{queue_url}-gone"),
+            Duration::ZERO,
+        )),
+        ..function(compacting, BatchLimits::default())
+    };
+    let failed = invoke(&unqueued, &records).await?;
+    ensure!(
+        failed == ids,
+        "notifications whose commit's check was not queued were acknowledged: {failed:?}"
+    );
+    let first = only_manifest(&*storage, "lost-check").await?;
+    check(
+        &run,
+        &stored_task_rows(&*storage, "lost-check").await?,
+        "stored before the check failed",
+    )?;
+
+    let (compactor, _scratch) = compactor(Arc::clone(&storage), keeping_deltas())?;
+    let queued_again = CompactFunction {
+        checks: Some(CheckQueue::new(
+            moto.sqs(),
+            queue_url.clone(),
+            Duration::ZERO,
+        )),
+        ..function(compactor, BatchLimits::default())
+    };
+    ensure!(invoke(&queued_again, &records).await?.is_empty());
+    let again = only_manifest(&*storage, "lost-check").await?;
+    ensure!(
+        again.sequence > first.sequence,
+        "delivered again, nothing was committed"
+    );
+    check(
+        &run,
+        &stored_task_rows(&*storage, "lost-check").await?,
+        "compacted twice",
+    )?;
+    let queued = receive(&moto, &queue_url, 1, Duration::from_secs(30)).await?;
+    let sequence = queued
+        .first()
+        .map(|body| QuietCheck::from_message(body))
+        .transpose()?
+        .flatten()
+        .map(|check| check.sequence);
+    ensure!(
+        sequence == Some(again.sequence),
+        "expected the check of the second commit: {queued:?}"
+    );
+    Ok(())
+}
+
 /// In `serve`, the compaction queue stands in for the delayed checks: a session no run has
 /// changed for the quiet period is folded into one base, and with no grace period the files it
 /// replaced are deleted at once. Rows still agree with Ray.

@@ -153,7 +153,9 @@ pub async fn handle(
                 .collect();
             let report = compactor.compact(&keys).await?;
             if !queue_checks(checks.as_ref(), &report.committed).await {
-                tracing::warn!("those sessions are tidied after their next commit");
+                // Retried, the objects are compacted again (to the same rows) and the commit
+                // asks for its check once more.
+                return Err("quiet checks not queued; the invocation is retried".into());
             }
             return Ok(serde_json::Value::Null);
         }
@@ -174,14 +176,21 @@ pub async fn handle(
                 }
             }
         }
-        let mut next_checks = Vec::new();
         if !messages.is_empty() {
             let outcome = compactor.compact_messages(&messages, &limits).await;
             failures.extend(outcome.failed.iter().map(|id| failure(id)));
-            next_checks.extend(outcome.report.committed);
-        }
-        if !queue_checks(checks.as_ref(), &next_checks).await {
-            tracing::warn!("those sessions are tidied after their next commit");
+            // A commit's check is the only thing that folds and tidies a session nothing more
+            // arrives for. When it cannot be queued the notifications are not acknowledged:
+            // delivered again, their objects are compacted again (to the same rows), and that
+            // commit asks once more.
+            if !queue_checks(checks.as_ref(), &outcome.report.committed).await {
+                failures.extend(
+                    messages
+                        .iter()
+                        .filter(|message| !outcome.failed.contains(&message.id))
+                        .map(|message| failure(&message.id)),
+                );
+            }
         }
         let (failed, again) = compactor.tidy_messages(&quiet, &limits).await;
         failures.extend(failed.iter().map(|id| failure(id)));
@@ -201,9 +210,7 @@ pub async fn handle(
     .await
 }
 
-/// Queues quiet checks of `sessions`; false when they could not be queued. A commit's check
-/// that cannot be queued costs only speed: the session keeps its deltas until its next
-/// commit or fold, and reads stay correct.
+/// Queues quiet checks of `sessions`; false when they could not be queued.
 async fn queue_checks(checks: Option<&CheckQueue>, sessions: &[QuietCheck]) -> bool {
     let Some(checks) = checks.filter(|_| !sessions.is_empty()) else {
         return true;
