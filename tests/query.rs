@@ -1394,9 +1394,58 @@ async fn a_lookup_from_rows_held_in_memory_equals_one_from_files() -> anyhow::Re
         held.key_index_lookups() == indexed,
         "a lookup ran DuckDB though every file was held"
     );
+
     ensure!(
         held.resident_reads() - reads >= lookups,
         "a lookup read no file from memory"
+    );
+    // Ray's route for one task id (its dashboard's task page, `ray get tasks`) answers from the
+    // same lookup, and as its scan of the session does: reached with one more filter that
+    // every attempt passes.
+    let (cluster_of_session, session_name) = {
+        let manifests =
+            shared::query::snapshot::manifests(&storage, &shared::query::params::Scope::default())
+                .await?;
+        let first = manifests.first().context("a session")?;
+        (first.cluster.clone(), first.session.clone())
+    };
+    let request = shared::query::ray::RayRequest::parse(
+        "GET",
+        &format!("{cluster_of_session}/{session_name}/api/v0/tasks"),
+    )?;
+    let pair = |key: &str, value: &str| (key.to_owned(), value.to_owned());
+    let (indexed, reads) = (held.key_index_lookups(), held.resident_reads());
+    for (at, id) in ids.iter().enumerate() {
+        // Ray's dashboard asks with detail; `ray get tasks` without, drivers shown.
+        let mut asked = vec![
+            pair("filter_keys", "task_id"),
+            pair("filter_predicates", "="),
+            pair("filter_values", &id.to_uppercase()),
+        ];
+        if at % 2 == 0 {
+            asked.push(pair("detail", "1"));
+        } else {
+            asked.push(pair("exclude_driver", "false"));
+        }
+        let mut scanned = asked.clone();
+        scanned.extend([
+            pair("filter_keys", "attempt_number"),
+            pair("filter_predicates", "!="),
+            pair("filter_values", "-1"),
+        ]);
+        let expected = ray_list(&from_files, &request, &scanned).await?;
+        ensure!(
+            ray_list(&from_files, &request, &asked).await? == expected,
+            "{id}: Ray's route through key indexes answers differently from its scan"
+        );
+        ensure!(
+            ray_list(&held, &request, &asked).await? == expected,
+            "{id}: Ray's route from held rows answers differently from its scan:\n{expected}"
+        );
+    }
+    ensure!(
+        held.key_index_lookups() == indexed && held.resident_reads() > reads,
+        "Ray's route for one task did not answer from held rows"
     );
     ensure!(starved.resident_held() == (0, 0) && starved.resident_reads() == 0);
 
@@ -1424,6 +1473,16 @@ async fn a_lookup_from_rows_held_in_memory_equals_one_from_files() -> anyhow::Re
     }
     ensure!(held.key_index_lookups() == indexed);
     Ok(())
+}
+
+/// `engine`'s answer to the Ray route `request` with `pairs`, as JSON.
+async fn ray_list(
+    engine: &shared::query::QueryEngine,
+    request: &shared::query::ray::RayRequest,
+    pairs: &[(String, String)],
+) -> anyhow::Result<Json> {
+    let body = engine.answer_ray(request, pairs).await?;
+    Ok(serde_json::from_slice(body.as_bytes())?)
 }
 
 /// The answer of `engine` to a lookup of task `id` with `params`; `None` for a task it does
@@ -1467,8 +1526,8 @@ async fn held_all_files(
 /// Tasks to look up in a store of [`ingest_failing_sessions`] compacted into a base and
 /// deltas, as a lookup test needs them.
 struct LookupCases {
-    /// Tasks stored in several files (those in different states first), then tasks stored
-    /// once.
+    /// Tasks stored in several files (those in different states first), tasks stored once,
+    /// and tasks with more than one attempt.
     ids: Vec<String>,
     /// The first session's name: a scope that keeps some of the tasks.
     session: String,
@@ -1526,7 +1585,22 @@ async fn lookup_cases(
         .query_map([], |row| row.get(0))?
         .collect::<Result<_, _>>()?;
     ensure!(!once.is_empty());
-    let ids: Vec<String> = tasks.into_iter().map(|(id, _, _)| id).chain(once).collect();
+    let sql = format!(
+        "SELECT task_id FROM {} GROUP BY task_id HAVING count(DISTINCT attempt_number) > 1
+         ORDER BY task_id LIMIT 50",
+        read_parquet(&all, "")
+    );
+    let mut statement = connection.prepare(&sql)?;
+    let retried: Vec<String> = statement
+        .query_map([], |row| row.get(0))?
+        .collect::<Result<_, _>>()?;
+    ensure!(!retried.is_empty(), "no task was retried");
+    let ids: Vec<String> = tasks
+        .into_iter()
+        .map(|(id, _, _)| id)
+        .chain(once)
+        .chain(retried)
+        .collect();
     let session: String = connection.query_row(
         &format!("SELECT min(session_name) FROM {}", read_parquet(&all, "")),
         [],

@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use super::QueryError;
 use crate::event::common::{TaskStatus, TaskType};
 use crate::layout::ClusterName;
+use crate::tables::report_times;
 
 /// Default page size of list routes.
 pub const DEFAULT_LIMIT: usize = 100;
@@ -252,9 +253,28 @@ impl TaskFilter {
         }
     }
 
-    /// True when this filter selects [`Self::everything_in`] its scope.
-    pub fn is_everything_in_scope(&self) -> bool {
-        *self == Self::everything_in(self.scope.clone())
+    /// Whether a stored `task_attempts` row (as JSON) passes this filter, for a filter of a
+    /// scope and which kinds of attempts only (drivers, attempts without a definition), as
+    /// [`super::sql::task_conditions`] decides it in SQL; `None` for a filter on anything
+    /// else.
+    pub fn passes_stored(&self, row: &serde_json::Map<String, serde_json::Value>) -> Option<bool> {
+        let kinds = Self {
+            scope: self.scope.clone(),
+            include_drivers: self.include_drivers,
+            include_incomplete: self.include_incomplete,
+            ..Self::default()
+        };
+        if *self != kinds {
+            return None;
+        }
+        let text = |column: &str| row.get(column).and_then(serde_json::Value::as_str);
+        Some(
+            self.scope.includes(
+                text("cluster").unwrap_or_default(),
+                text("session_name").unwrap_or_default(),
+            ) && (self.include_drivers || text("type") != Some("DRIVER_TASK"))
+                && (self.include_incomplete || text(report_times::DEFINED_COLUMN).is_some()),
+        )
     }
 }
 

@@ -161,10 +161,8 @@ pub(super) async fn summary(
 ) -> Result<Json, QueryError> {
     let params = Params::parse(params, &TaskFilter::PARAMS)?;
     let filter = TaskFilter::from_params(&params)?;
-    let summary = match counted(engine, &filter, None).await? {
-        None => return Ok(json!({"total": 0, "by_state": {}, "first_ms": null, "last_ms": null})),
-        Some(Counted::Rollups(rollups)) => rollups::summary(engine, &rollups, &filter).await?,
-        Some(Counted::Attempts(attempts)) => scanned_summary(engine, &attempts, &filter).await?,
+    let Some(summary) = summarized(engine, &filter).await? else {
+        return Ok(json!({"total": 0, "by_state": {}, "first_ms": null, "last_ms": null}));
     };
     let mut by_state = Map::new();
     let mut total = 0_i64;
@@ -178,6 +176,32 @@ pub(super) async fn summary(
         "total": total, "by_state": by_state,
         "first_ms": summary.first_ms, "last_ms": summary.last_ms,
     }))
+}
+
+/// The summary of the attempts `filter` selects, from rollups when they answer it; `None`
+/// when no session in scope has attempts.
+async fn summarized(
+    engine: &QueryEngine,
+    filter: &TaskFilter,
+) -> Result<Option<Summary>, QueryError> {
+    Ok(match counted(engine, filter, None).await? {
+        None => None,
+        Some(Counted::Rollups(rollups)) => Some(rollups::summary(engine, &rollups, filter).await?),
+        Some(Counted::Attempts(attempts)) => {
+            Some(scanned_summary(engine, &attempts, filter).await?)
+        }
+    })
+}
+
+/// How many attempts `filter` selects, counted as the summary counts them.
+pub(super) async fn attempts_counted(
+    engine: &QueryEngine,
+    filter: &TaskFilter,
+) -> Result<u64, QueryError> {
+    let total: i64 = summarized(engine, filter)
+        .await?
+        .map_or(0, |summary| summary.by_state.iter().map(|(_, n)| n).sum());
+    Ok(u64::try_from(total).unwrap_or(0))
 }
 
 /// The summary's numbers: attempts by state, first and last time.
@@ -347,27 +371,8 @@ pub(super) async fn task(
     let scope = Scope::from_params(&params)?;
     let task_id = parse_hex("task_id", task_id)?;
     let filter = TaskFilter::everything_in(scope);
-    // The key indexes first, alone: a cold Lambda then downloads them and the few files they
-    // name, not the session's base.
-    let indexed = engine
-        .snapshot(
-            &filter.scope,
-            Needs {
-                key_indexes: true,
-                ..Needs::default()
-            },
-        )
-        .await?;
-    let rows = match indexed.key_indexes {
-        Some(indexes) => {
-            let rows = task_in_indexed_files(engine, &indexes, &task_id, &filter).await?;
-            let files: Vec<_> = indexes
-                .iter()
-                .map(|file| (file.data.clone(), file.rows))
-                .collect();
-            engine.keep_resident(&files);
-            rows
-        }
+    let rows = match task_attempts_indexed(engine, &filter, &task_id).await? {
+        Some(rows) => rows,
         None => {
             let snapshot = engine
                 .snapshot(
@@ -397,6 +402,38 @@ pub(super) async fn task(
     Ok(json!({"task_id": task_id, "attempts": attempts}))
 }
 
+/// The attempts of `task_id` that `filter` selects, in attempt order, found through the key
+/// indexes of the files in scope (or in the rows held in memory, which a lookup through them
+/// has the engine load when the scope is small); `None` when a file in scope has no key
+/// index.
+pub(super) async fn task_attempts_indexed(
+    engine: &QueryEngine,
+    filter: &TaskFilter,
+    task_id: &str,
+) -> Result<Option<Vec<JsonRow>>, QueryError> {
+    // The key indexes first, alone: a cold Lambda then downloads them and the few files they
+    // name, not the session's base.
+    let indexed = engine
+        .snapshot(
+            &filter.scope,
+            Needs {
+                key_indexes: true,
+                ..Needs::default()
+            },
+        )
+        .await?;
+    let Some(indexes) = indexed.key_indexes else {
+        return Ok(None);
+    };
+    let rows = task_in_indexed_files(engine, &indexes, task_id, filter).await?;
+    let files: Vec<_> = indexes
+        .iter()
+        .map(|file| (file.data.clone(), file.rows))
+        .collect();
+    engine.keep_resident(&files);
+    Ok(Some(rows))
+}
+
 /// The attempts of `task_id` that `filter` selects among the newest rows of `relation`,
 /// compared row by row.
 fn task_by_scan(relation: &Relation, task_id: &str, filter: &TaskFilter) -> Sql {
@@ -418,30 +455,26 @@ fn task_by_scan(relation: &Relation, task_id: &str, filter: &TaskFilter) -> Sql 
 /// The attempts of `task_id` that `filter` selects among the `indexes` in scope, in attempt
 /// order: each attempt's version in the newest file that has it is its newest (see
 /// [`crate::tables::newest`]). Files held in memory ([`super::resident`]) are read there
-/// when the filter is only the scope (which a held row is checked against); the others
+/// when the filter can be checked on a held row ([`TaskFilter::passes_stored`]); the others
 /// through their key indexes.
-async fn task_in_indexed_files(
+pub(super) async fn task_in_indexed_files(
     engine: &QueryEngine,
     indexes: &[IndexedFile],
     task_id: &str,
     filter: &TaskFilter,
 ) -> Result<Vec<JsonRow>, QueryError> {
+    // Held rows answer only a filter decided in Rust.
+    let checkable = filter.passes_stored(&JsonRow::new()).is_some();
     let held: Vec<_> = indexes
         .iter()
-        .map(|file| {
-            filter
-                .is_everything_in_scope()
-                .then(|| engine.resident.get(&file.data))
-                .flatten()
-        })
+        .map(|file| checkable.then(|| engine.resident.get(&file.data)).flatten())
         .collect();
     let mut versions = Vec::new();
     for (position, rows) in held.iter().enumerate() {
         let Some(rows) = rows else { continue };
         engine.count_resident_read();
         for mut row in rows.rows_of(task_id)? {
-            let text = |column: &str| row.get(column).and_then(Json::as_str).unwrap_or_default();
-            let passes = filter.scope.includes(text("cluster"), text("session_name"));
+            let passes = filter.passes_stored(&row);
             row.insert("file_position".to_owned(), json!(position));
             row.insert("passes".to_owned(), json!(passes));
             versions.push(row);

@@ -19,6 +19,9 @@
 /// name is written exactly when the definition is, by every build.
 pub const DEFINED: &str = "def_name IS NOT NULL";
 
+/// The column [`DEFINED`] reads.
+pub const DEFINED_COLUMN: &str = "def_name";
+
 /// A column a reference may point at, by its code (the position here).
 const ANCHORS: [&str; 17] = [
     "ts_nil",

@@ -9,11 +9,11 @@ use serde::Deserialize;
 use serde_json::{Map, Value as Json, json};
 
 use super::super::json::{JsonRow, query_as, query_rows};
-use super::super::params::Scope;
+use super::super::params::{Scope, TaskFilter, parse_hex};
 use super::super::sql::Sql;
-use super::super::tasks::attempts_relation;
+use super::super::tasks::{attempts_counted, attempts_relation, task_attempts_indexed};
 use super::super::{QueryEngine, QueryError};
-use super::request::{Column, ColumnKind, RayQuery};
+use super::request::{Column, ColumnKind, FilterValue, Predicate, RayQuery};
 use super::summary::{self, SummaryTask};
 use super::{RayBody, SPLICE_HERE, list_envelope, state_envelope};
 use crate::tables::report_times;
@@ -103,6 +103,11 @@ pub(super) async fn list(
     pairs: &[(String, String)],
 ) -> Result<Json, QueryError> {
     let query = RayQuery::parse(pairs, FILTERABLE)?;
+    if let Some(task_id) = one_task(&query)
+        && let Some(answer) = list_one_task(engine, scope, &query, &task_id).await?
+    {
+        return Ok(answer);
+    }
     let Some(relation) = attempts_relation(engine, scope).await? else {
         return Ok(list_envelope(0, 0, Vec::new(), Vec::new()));
     };
@@ -182,6 +187,51 @@ pub(super) async fn list(
         rows,
         warnings,
     ))
+}
+
+/// The task id `query` asks for alone (`filter_keys=task_id`, `=`, a hex id, and no other
+/// filter): what Ray's dashboard task page and `ray get tasks` send.
+fn one_task(query: &RayQuery) -> Option<String> {
+    let [filter] = query.filters.as_slice() else {
+        return None;
+    };
+    match (&filter.column, &filter.predicate, &filter.value) {
+        (&"task_id", Predicate::Equal, FilterValue::Text(id)) => parse_hex("task_id", id).ok(),
+        _ => None,
+    }
+}
+
+/// `api/v0/tasks` for one task id: its attempts found as `/api/tasks/{id}` finds them (key
+/// indexes, or rows held in memory) instead of by scanning the session, and `total` counted as
+/// the summary counts it (from rollups). At a million attempts the scan took 140 ms. `None`
+/// when a file in scope has no key index.
+async fn list_one_task(
+    engine: &QueryEngine,
+    scope: &Scope,
+    query: &RayQuery,
+    task_id: &str,
+) -> Result<Option<Json>, QueryError> {
+    // What Ray's lists show ([`source_conditions`]) as a task filter.
+    let filter = TaskFilter {
+        scope: scope.clone(),
+        include_drivers: !query.exclude_driver,
+        include_incomplete: false,
+        ..TaskFilter::default()
+    };
+    let Some(mut found) = task_attempts_indexed(engine, &filter, task_id).await? else {
+        return Ok(None);
+    };
+    let total = attempts_counted(engine, &filter).await?;
+    // Ray's order: by task id, a task's newest attempt first.
+    found.sort_by_key(|row| std::cmp::Reverse(row.get("attempt_number").and_then(Json::as_i64)));
+    let filtered = found.len() as u64;
+    found.truncate(query.limit);
+    let rows = found
+        .into_iter()
+        .map(|row| task_state(row, query.detail))
+        .collect();
+    let (rows, warnings) = engine.within_response(rows, "tasks");
+    Ok(Some(list_envelope(total, filtered, rows, warnings)))
 }
 
 /// A stored attempt as Ray's `TaskState` row: the brief columns, and with `detail` the rest, as
