@@ -13,7 +13,7 @@ use afterglow::state::AppState;
 use afterglow_tests::api::{Api, our_rows, ray_counts_by_name, serve_locally};
 use afterglow_tests::ray::{LOSSY_RUN, check, ray_millis};
 use afterglow_tests::{
-    FixtureRun, TestServer, bodies, local_storage, post_all, s3_storage, serve_runs,
+    FixtureRun, TestServer, bodies, fetch_encoded, local_storage, post_all, s3_storage, serve_runs,
     serving_settings,
 };
 use anyhow::{Context as _, ensure};
@@ -659,6 +659,78 @@ async fn the_dashboard_page_and_its_assets_are_served() -> anyhow::Result<()> {
         let text = response.text().await?;
         ensure!(text.contains(must_contain), "{path} lacks {must_contain}");
     }
+    served.server.stop().await
+}
+
+/// Clients that take gzip (browsers, Ray's dashboard and CLI, `afterglow proxy`) get text
+/// answers of some size gzipped, the same bytes once decoded; others, and small answers, get
+/// them as they are.
+#[tokio::test]
+async fn answers_are_gzipped_for_clients_that_take_gzip() -> anyhow::Result<()> {
+    let run = FixtureRun::named("basic-workload")?;
+    let (data, storage) = local_storage()?;
+    let served = serve_runs(Arc::new(storage), std::slice::from_ref(&run), Ok).await?;
+    let base = &served.server.url;
+    for path in [
+        "/api/tasks?limit=1000".to_owned(),
+        "/api/tasks?limit=1000&include_error_message=true".to_owned(),
+        "/".to_owned(),
+        "/assets/app.js".to_owned(),
+        format!(
+            "/ray/{}/latest/api/v0/tasks?limit=10000&detail=True",
+            run.name
+        ),
+    ] {
+        let url = format!("{base}{path}");
+        let plain = fetch_encoded(&url, None).await?;
+        ensure!(
+            plain.status == 200 && plain.encoding.is_none(),
+            "{path}: {plain:?}"
+        );
+        let packed = fetch_encoded(&url, Some("gzip, deflate, br")).await?;
+        ensure!(
+            packed.status == 200 && packed.encoding.as_deref() == Some("gzip"),
+            "{path}: {:?}",
+            packed.encoding
+        );
+        ensure!(
+            packed
+                .vary
+                .as_deref()
+                .is_some_and(|vary| vary.contains("accept-encoding")),
+            "{path}: Vary {:?}",
+            packed.vary
+        );
+        ensure!(
+            packed.sent.len() * 2 < plain.sent.len(),
+            "{path}: {} bytes gzipped from {}",
+            packed.sent.len(),
+            plain.sent.len()
+        );
+        match serde_json::from_slice::<Json>(&plain.body) {
+            Ok(json) => ensure!(
+                serde_json::from_slice::<Json>(&packed.body)? == json,
+                "{path}: another answer once decoded"
+            ),
+            Err(_) => ensure!(
+                packed.body == plain.body,
+                "{path}: other bytes once decoded"
+            ),
+        }
+        let refused = fetch_encoded(&url, Some("gzip;q=0, deflate")).await?;
+        ensure!(
+            refused.encoding.is_none(),
+            "{path}: gzip sent though refused"
+        );
+    }
+    let small = fetch_encoded(&format!("{base}/api/summary"), Some("gzip")).await?;
+    ensure!(
+        small.status == 200 && small.encoding.is_none() && small.sent.len() < 1024,
+        "a {}-byte answer: {:?}",
+        small.sent.len(),
+        small.encoding
+    );
+    drop(data);
     served.server.stop().await
 }
 

@@ -1,11 +1,15 @@
 //! The HTTP surface: one axum [`Router`] for every route, served by `serve` locally and by
-//! `lambda_http` behind API Gateway, plus the per-request tracing span.
+//! `lambda_http` behind API Gateway, plus the per-request tracing span and gzip for clients
+//! that take it (browsers, Ray's dashboard and CLI, `afterglow proxy`): a page of 1 000 task
+//! rows is ~720 KB of JSON, and over API Gateway every byte also counts against Lambda's 6 MB
+//! answer (`lambda_http` sends a gzipped body base64-encoded).
 
 use std::sync::Arc;
 
 use axum::Router;
+use axum::body::Body;
 use axum::extract::Request;
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::routing::post;
@@ -28,8 +32,92 @@ pub fn router(state: Arc<AppState>) -> Router {
     }
     router
         .fallback(not_found)
+        .layer(middleware::from_fn(gzip_answers))
         .layer(middleware::from_fn(request_span))
         .with_state(state)
+}
+
+/// Answers smaller than this are sent as they are: gzip's header and the client's work cost
+/// more than the bytes saved.
+const GZIP_FROM_BYTES: usize = 1024;
+
+/// Whether a request's `Accept-Encoding` takes gzip: `gzip` (or `x-gzip`) or `*` listed with a
+/// weight above zero, and gzip not refused by name (`gzip;q=0`).
+pub fn accepts_gzip(headers: &HeaderMap) -> bool {
+    let mut any = false;
+    for value in headers.get_all(header::ACCEPT_ENCODING) {
+        let Ok(value) = value.to_str() else { continue };
+        for item in value.split(',') {
+            let mut parts = item.split(';');
+            let coding = parts.next().unwrap_or_default().trim();
+            let weighted = parts
+                .filter_map(|part| part.trim().strip_prefix("q="))
+                .next()
+                .map(|weight| weight.trim().parse::<f32>().unwrap_or(0.0) > 0.0)
+                .unwrap_or(true);
+            if coding.eq_ignore_ascii_case("gzip") || coding.eq_ignore_ascii_case("x-gzip") {
+                return weighted;
+            }
+            any |= coding == "*" && weighted;
+        }
+    }
+    any
+}
+
+/// Whether an answer of this media type is text that gzip shrinks.
+fn compressible(headers: &HeaderMap) -> bool {
+    let Some(Ok(media)) = headers.get(header::CONTENT_TYPE).map(HeaderValue::to_str) else {
+        return false;
+    };
+    let media = media.split(';').next().unwrap_or_default().trim();
+    media.starts_with("text/")
+        || matches!(
+            media,
+            "application/json" | "application/javascript" | "image/svg+xml"
+        )
+        || media.ends_with("+json")
+}
+
+/// Gzips an answer for a client that takes gzip, when it is text of some size and not encoded
+/// already (Ray's routes gzip their own, see `query::answer_ray`).
+async fn gzip_answers(request: Request, next: Next) -> Response {
+    let gzip = accepts_gzip(request.headers());
+    let response = next.run(request).await;
+    if !compressible(response.headers())
+        || response.headers().contains_key(header::CONTENT_ENCODING)
+    {
+        return response;
+    }
+    let (mut parts, body) = response.into_parts();
+    parts
+        .headers
+        .append(header::VARY, HeaderValue::from_static("accept-encoding"));
+    // Every answer is built in memory: this reads it, nothing more.
+    let bytes = match axum::body::to_bytes(body, usize::MAX).await {
+        Ok(bytes) => bytes,
+        Err(err) => {
+            return error_response(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("reading an answer: {err}"),
+            );
+        }
+    };
+    if !gzip || bytes.len() < GZIP_FROM_BYTES {
+        return Response::from_parts(parts, Body::from(bytes));
+    }
+    match shared::gzip::gzip(&bytes) {
+        Ok(packed) => {
+            parts.headers.remove(header::CONTENT_LENGTH);
+            parts
+                .headers
+                .insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+            Response::from_parts(parts, Body::from(packed))
+        }
+        Err(err) => {
+            tracing::warn!(error = %err, "could not gzip an answer; sending it as it is");
+            Response::from_parts(parts, Body::from(bytes))
+        }
+    }
 }
 
 /// Refuses requests addressed to any host but a loopback name, for a server that listens on
@@ -97,7 +185,45 @@ async fn request_span(request: Request, next: Next) -> Response {
 
 #[cfg(test)]
 mod tests {
-    use super::is_loopback_host;
+    use axum::http::{HeaderMap, HeaderValue, header};
+
+    use super::{accepts_gzip, is_loopback_host};
+
+    #[test]
+    fn gzip_is_taken_when_accept_encoding_lists_it_with_a_weight() {
+        let takes = |values: &[&str]| {
+            let mut headers = HeaderMap::new();
+            for value in values {
+                headers.append(
+                    header::ACCEPT_ENCODING,
+                    HeaderValue::from_str(value).expect("ascii"),
+                );
+            }
+            accepts_gzip(&headers)
+        };
+        for yes in [
+            &["gzip"][..],
+            &["gzip, deflate, br"],
+            &["br;q=1.0, GZIP;q=0.5"],
+            &["x-gzip"],
+            &["*"],
+            &["deflate", "gzip"],
+            &["br, *;q=0.1"],
+        ] {
+            assert!(takes(yes), "{yes:?}");
+        }
+        for no in [
+            &[][..],
+            &["identity"],
+            &["deflate, br"],
+            &["gzip;q=0"],
+            &["gzip;q=0.0, *"],
+            &["*;q=0"],
+            &[""],
+        ] {
+            assert!(!takes(no), "{no:?}");
+        }
+    }
 
     #[test]
     fn only_loopback_names_pass() {

@@ -172,8 +172,23 @@ async fn answer_ray(
         Ok(Query(pairs)) => pairs,
         Err(rejection) => return ray_error(StatusCode::BAD_REQUEST, &rejection.body_text()),
     };
-    match service.engine.answer_ray(&request, &pairs).await {
-        Ok(body) => body_response(body.content_type(), body.into_bytes()),
+    // A client that takes gzip gets longer lists, compressed to fit the response limit.
+    let answer = if crate::http::accepts_gzip(&headers) {
+        service.engine.answer_ray_gzipped(&request, &pairs).await
+    } else {
+        service.engine.answer_ray(&request, &pairs).await
+    };
+    match answer {
+        Ok(body) => {
+            let encoding = body.content_encoding();
+            let mut response = body_response(body.content_type(), body.into_bytes());
+            if let Some(encoding) = encoding {
+                let headers = response.headers_mut();
+                headers.insert(header::CONTENT_ENCODING, HeaderValue::from_static(encoding));
+                headers.insert(header::VARY, HeaderValue::from_static("accept-encoding"));
+            }
+            response
+        }
         Err(err) => ray_error(status_of(&err), &err.to_string()),
     }
 }

@@ -15,6 +15,7 @@
 //! - [`query`]: the dashboard API, answered by DuckDB over those tables.
 //! - [`logs`]: Ray's log files, shipped from each node and read back by byte range.
 //! - [`layout`]: the storage key layout.
+//! - [`gzip`]: compressing whole buffers (log chunks, answers).
 //! - [`merge`]: Ray's rules for merging a task attempt's events into one row (pure).
 //! - [`auth`]: the ingest token.
 //! - [`config`]: the environment variables, read in one place.
@@ -25,6 +26,7 @@ pub mod auth;
 pub mod compact;
 pub mod config;
 pub mod event;
+pub mod gzip;
 pub mod ingest;
 pub mod layout;
 pub mod logs;

@@ -1,6 +1,6 @@
 //! A client of the dashboard API for tests: the same requests through `serve` (HTTP) or through
 //! the Lambda adapter (API Gateway v2 events into the router), every answer checked against
-//! `openapi.yaml`.
+//! `openapi.yaml`. Both take gzip, as browsers and `afterglow proxy` do.
 
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
@@ -55,8 +55,21 @@ impl Api {
                 let request = lambda_http::request::from_str(&event.to_string())?;
                 let response = router.clone().oneshot(request).await?;
                 let status = response.status().as_u16();
+                let gzipped = response
+                    .headers()
+                    .get("content-encoding")
+                    .is_some_and(|value| value == "gzip");
                 let bytes = axum::body::to_bytes(response.into_body(), usize::MAX).await?;
-                (status, String::from_utf8(bytes.to_vec())?)
+                let mut text = String::new();
+                if gzipped {
+                    std::io::Read::read_to_string(
+                        &mut flate2::read::GzDecoder::new(bytes.as_ref()),
+                        &mut text,
+                    )?;
+                } else {
+                    text = String::from_utf8(bytes.to_vec())?;
+                }
+                (status, text)
             }
         };
         let body: Json = serde_json::from_str(&text)
@@ -118,8 +131,9 @@ fn api_gateway_get(path_and_query: &str, authorization: Option<&str>) -> Json {
         let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
         parameters.insert(name.to_owned(), Json::String(value.to_owned()));
     }
-    let mut headers =
-        serde_json::json!({"accept": "application/json", "user-agent": "dashboard-proxy"});
+    // As `afterglow proxy` (and every browser) asks: gzip taken.
+    let mut headers = serde_json::json!({"accept": "application/json",
+        "accept-encoding": "gzip", "user-agent": "dashboard-proxy"});
     if let Some(value) = authorization {
         headers["authorization"] = Json::String(value.to_owned());
     }

@@ -562,3 +562,60 @@ pub async fn stored_raw_lines(storage: &dyn Storage, prefix: &str) -> anyhow::Re
     }
     Ok(lines)
 }
+
+/// An answer as it crossed the wire, before and after any `Content-Encoding`.
+#[derive(Debug)]
+pub struct Fetched {
+    /// HTTP status.
+    pub status: u16,
+    /// `Content-Encoding`, when one was sent.
+    pub encoding: Option<String>,
+    /// `Vary`, when one was sent.
+    pub vary: Option<String>,
+    /// The body as sent.
+    pub sent: Vec<u8>,
+    /// The body, gunzipped when it was gzipped.
+    pub body: Vec<u8>,
+}
+
+/// `GET url` with `Accept-Encoding: accept_encoding` (none when `None`), by a client that
+/// decodes nothing itself, so the answer is seen as sent.
+pub async fn fetch_encoded(url: &str, accept_encoding: Option<&str>) -> anyhow::Result<Fetched> {
+    let client = reqwest::Client::builder().no_gzip().build()?;
+    let mut request = client.get(url);
+    if let Some(value) = accept_encoding {
+        request = request.header("accept-encoding", value);
+    }
+    let response = request.send().await?;
+    let header = |name: &str| {
+        response
+            .headers()
+            .get(name)
+            .and_then(|value| value.to_str().ok())
+            .map(str::to_owned)
+    };
+    let (status, encoding, vary) = (
+        response.status().as_u16(),
+        header("content-encoding"),
+        header("vary"),
+    );
+    let sent = response.bytes().await?.to_vec();
+    let body = match encoding.as_deref() {
+        Some("gzip") => {
+            let mut body = Vec::new();
+            flate2::read::GzDecoder::new(sent.as_slice())
+                .read_to_end(&mut body)
+                .with_context(|| format!("{url}: gzip that does not decode"))?;
+            body
+        }
+        Some(other) => anyhow::bail!("{url}: unexpected Content-Encoding {other}"),
+        None => sent.clone(),
+    };
+    Ok(Fetched {
+        status,
+        encoding,
+        vary,
+        sent,
+        body,
+    })
+}

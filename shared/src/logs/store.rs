@@ -7,12 +7,10 @@
 //! more bytes than that chunk: [`put_chunk`] checks the stored bytes it meets and stores only
 //! what lies past them. Chunks therefore tile each file from offset 0 without overlapping.
 
-use std::io::{Read as _, Write as _};
+use std::io::Read as _;
 
 use bytes::Bytes;
-use flate2::Compression;
 use flate2::read::GzDecoder;
-use flate2::write::GzEncoder;
 
 use crate::layout::{ClusterName, LogFile, LogFileName, NodeId, SessionName, node_logs_prefix};
 use crate::storage::{InvalidKey, ObjectKey, PutMode, Storage, StorageError};
@@ -321,9 +319,7 @@ async fn read_chunk(storage: &dyn Storage, key: &ObjectKey) -> Result<Vec<u8>, L
 }
 
 fn gzip(bytes: &[u8]) -> Result<Vec<u8>, LogError> {
-    let mut encoder = GzEncoder::new(Vec::with_capacity(bytes.len() / 4), Compression::fast());
-    encoder.write_all(bytes).map_err(LogError::Encode)?;
-    encoder.finish().map_err(LogError::Encode)
+    crate::gzip::gzip(bytes).map_err(LogError::Encode)
 }
 
 /// Where two byte strings first differ (the shorter one's length when one is a prefix).

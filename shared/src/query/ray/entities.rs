@@ -147,12 +147,13 @@ fn columns(kind: EntityKind) -> (&'static [Column], &'static [&'static str]) {
     }
 }
 
-/// `GET api/v0/{resource}` for an entity kind.
+/// `GET api/v0/{resource}` for an entity kind, with at most `response_bytes` of rows.
 pub(super) async fn list(
     engine: &QueryEngine,
     scope: &Scope,
     kind: EntityKind,
     pairs: &[(String, String)],
+    response_bytes: usize,
 ) -> Result<Json, QueryError> {
     let (filterable, brief) = columns(kind);
     let query = RayQuery::parse(pairs, filterable)?;
@@ -190,7 +191,7 @@ pub(super) async fn list(
             });
         }
     }
-    let (kept, warnings) = engine.within_response(kept, kind.table());
+    let (kept, warnings) = engine.within_response(kept, kind.table(), response_bytes);
     Ok(list_envelope(total, filtered, kept, warnings))
 }
 

@@ -96,15 +96,16 @@ fn source_conditions(exclude_driver: bool) -> Sql {
     sql
 }
 
-/// `GET api/v0/tasks`.
+/// `GET api/v0/tasks`, with at most `response_bytes` of rows.
 pub(super) async fn list(
     engine: &QueryEngine,
     scope: &Scope,
     pairs: &[(String, String)],
+    response_bytes: usize,
 ) -> Result<Json, QueryError> {
     let query = RayQuery::parse(pairs, FILTERABLE)?;
     if let Some(task_id) = one_task(&query)
-        && let Some(answer) = list_one_task(engine, scope, &query, &task_id).await?
+        && let Some(answer) = list_one_task(engine, scope, &query, &task_id, response_bytes).await?
     {
         return Ok(answer);
     }
@@ -180,7 +181,7 @@ pub(super) async fn list(
         .into_iter()
         .map(|row| task_state(row, detail))
         .collect();
-    let (rows, warnings) = engine.within_response(rows, "tasks");
+    let (rows, warnings) = engine.within_response(rows, "tasks", response_bytes);
     Ok(list_envelope(
         count("total"),
         count("filtered"),
@@ -210,6 +211,7 @@ async fn list_one_task(
     scope: &Scope,
     query: &RayQuery,
     task_id: &str,
+    response_bytes: usize,
 ) -> Result<Option<Json>, QueryError> {
     // What Ray's lists show ([`source_conditions`]) as a task filter.
     let filter = TaskFilter {
@@ -230,7 +232,7 @@ async fn list_one_task(
         .into_iter()
         .map(|row| task_state(row, query.detail))
         .collect();
-    let (rows, warnings) = engine.within_response(rows, "tasks");
+    let (rows, warnings) = engine.within_response(rows, "tasks", response_bytes);
     Ok(Some(list_envelope(total, filtered, rows, warnings)))
 }
 
