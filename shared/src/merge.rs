@@ -692,9 +692,14 @@ pub fn merge_stored(stored: Vec<TaskAttempt>, fold: &SessionTasks) -> Merged<'_>
 
 /// The job id of a task id: its last 4 bytes.
 pub fn job_id_of_task(task_id: &Id) -> Option<Id> {
+    Id::from_hex(job_hex_of_task(task_id)?)
+}
+
+/// The hex of [`job_id_of_task`], borrowed from the task id.
+pub fn job_hex_of_task(task_id: &Id) -> Option<&str> {
     let hex = task_id.as_hex();
     let start = hex.len().checked_sub(8)?;
-    Id::from_hex(hex.get(start..)?)
+    hex.get(start..)
 }
 
 /// The actor id of an actor (creation) task id: its last 16 bytes.

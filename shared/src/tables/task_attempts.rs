@@ -17,7 +17,7 @@ use crate::event::common::{Language, TaskStatus, TaskType};
 use crate::event::encoding::Id;
 use crate::merge::{
     DefinitionSlot, FailureContext, LogInfo, Reported, ReportedError, TaskAttempt, TaskDefinition,
-    TaskView,
+    TaskView, job_hex_of_task,
 };
 
 /// Every status whose time a row keeps, with its column name.
@@ -118,8 +118,45 @@ const COLUMNS: &[(&str, &str)] = &[
 ];
 
 /// The order of rows in every file: by job, then creation, so row-group statistics let a
-/// job filter skip other jobs and a newest-first page skip older row groups.
+/// job filter skip other jobs and a newest-first page skip older row groups. A delta's rows
+/// are put in this order in Rust ([`row_order`]); a fold's, by DuckDB.
 const SORT_ORDER: &str = "job_id, creation_time_ms, task_id, attempt_number";
+
+/// Where a fresh attempt's row goes in [`SORT_ORDER`], as DuckDB orders it: ascending, NULLs
+/// last (DuckDB's default), text by its bytes. Sorting references here before the rows reach
+/// DuckDB spares the write DuckDB's sort of every wide row (0.4 of the COPY's 0.9 s in a run
+/// of 500 objects). Each id's first eight bytes are held inline, so that comparing two keys
+/// rarely follows a pointer into an attempt (comparing through the attempts took 0.2-0.4 s).
+fn row_order(attempt: &TaskAttempt) -> impl Ord + '_ {
+    let job = attempt
+        .job_id
+        .as_ref()
+        .map(Id::as_hex)
+        .or_else(|| attempt.task_id.as_ref().and_then(job_hex_of_task));
+    let created = attempt
+        .time_of(&TaskStatus::PENDING_ARGS_AVAIL)
+        .map(|nanos| nanos.div_euclid(1_000_000));
+    (
+        inline_text(job),
+        (created.is_none(), created),
+        inline_text(attempt.task_id.as_ref().map(Id::as_hex)),
+        attempt.attempt_number,
+    )
+}
+
+/// Text ordered by its bytes, NULL last, its first eight bytes packed into an integer that
+/// orders as they do (ids are hex: no NUL byte ties with the padding).
+fn inline_text(text: Option<&str>) -> (bool, u64, &[u8]) {
+    let Some(text) = text else {
+        return (true, 0, &[]);
+    };
+    let (head, rest) = text.as_bytes().split_at(text.len().min(8));
+    let mut packed = [0u8; 8];
+    for (slot, byte) in packed.iter_mut().zip(head) {
+        *slot = *byte;
+    }
+    (false, u64::from_be_bytes(packed), rest)
+}
 
 /// How files are written. ZSTD at DuckDB's default level (3): level 1 wrote 2.5 % smaller
 /// files, but the 10 M streaming store it left answered pages and lookups 10-20 % slower.
@@ -172,6 +209,9 @@ pub fn write_parquet(
     failures: &FailureContext,
     path: &Path,
 ) -> Result<u64, TableError> {
+    let mut ordered = attempts.to_vec();
+    ordered.sort_by_cached_key(|attempt| row_order(attempt));
+    let attempts = ordered.as_slice();
     connection.execute_batch("DROP TABLE IF EXISTS staged_attempts")?;
     connection.execute_batch(&create_table("staged_attempts"))?;
     {
@@ -189,7 +229,9 @@ pub fn write_parquet(
         appender.flush()?;
     }
     let copy = format!(
-        "COPY (SELECT {} FROM staged_attempts ORDER BY {SORT_ORDER}) TO {} ({PARQUET_OPTIONS})",
+        // DuckDB keeps insertion order (`preserve_insertion_order`, on by default), so the
+        // file is in the order the rows were appended.
+        "COPY (SELECT {} FROM staged_attempts) TO {} ({PARQUET_OPTIONS})",
         report_times::encoded_select(),
         path_literal(path)
     );
@@ -730,6 +772,96 @@ mod tests {
         assert!(
             PARQUET_OPTIONS.ends_with(&format!("ROW_GROUP_SIZE {ROW_GROUP_ROWS}")),
             "{PARQUET_OPTIONS}"
+        );
+    }
+
+    /// An attempt whose sort columns vary the ways real rows do: jobs from an event or from
+    /// the task id, or none (a task id too short to hold one); creation times that tie to the
+    /// millisecond but not the nanosecond, or are missing.
+    fn attempt(n: u64) -> TaskAttempt {
+        // A multiplicative hash, so that neither task ids nor jobs come in creation order.
+        let mixed = n.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        // Some task ids share their first eight digits, some are too short to name a job;
+        // some jobs are longer than eight digits.
+        let task_hex = match (n % 97, n % 11) {
+            (0, _) => format!("{:04x}", mixed & 0xffff),
+            (_, 0) => format!("00000000{:08x}{:08x}", mixed >> 32, n % 5),
+            _ => format!("{mixed:016x}{:08x}", n % 5),
+        };
+        let job_hex = match n % 12 {
+            0 => Some(format!("{:010x}", n % 7)),
+            4 | 8 => Some(format!("{:08x}", n % 7)),
+            _ => None,
+        };
+        let mut attempt = TaskAttempt {
+            task_id: Id::from_hex(&task_hex),
+            attempt_number: i32::try_from(mixed % 3).unwrap_or_default(),
+            job_id: job_hex.as_deref().and_then(Id::from_hex),
+            ..TaskAttempt::default()
+        };
+        if !n.is_multiple_of(13) {
+            let created = 1_700_000_000_000_000_000
+                + i64::try_from(mixed % 50_000_000_000).unwrap_or_default();
+            let pending = TaskStatus::PENDING_ARGS_AVAIL.number().unwrap_or_default();
+            attempt.status_times.insert(pending, created);
+        }
+        attempt
+    }
+
+    #[test]
+    fn a_delta_is_written_in_the_order_duckdb_sorts_it() {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let path = dir.path().join("delta.parquet");
+        // More rows than one append batch or one DuckDB row group, so that the write runs in
+        // parallel and order is kept across batches.
+        let attempts: Vec<TaskAttempt> = (0..300_000).map(attempt).collect();
+        let references: Vec<&TaskAttempt> = attempts.iter().collect();
+        let connection = Connection::open_in_memory().expect("DuckDB opens");
+        let rows = write_parquet(
+            &connection,
+            "c",
+            "s",
+            &references,
+            &FailureContext::default(),
+            &path,
+        )
+        .expect("the delta is written");
+        assert_eq!(rows, 300_000);
+        let order = |by: &str| -> Vec<(Option<String>, i32)> {
+            let sql = format!(
+                "SELECT task_id, attempt_number FROM read_parquet({}, file_row_number = true) \
+                 ORDER BY {by}",
+                path_literal(&path)
+            );
+            let mut statement = connection.prepare(&sql).expect("prepares");
+            statement
+                .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
+                .expect("reads")
+                .collect::<Result<_, _>>()
+                .expect("rows")
+        };
+        let written = order("file_row_number");
+        let sorted = order(SORT_ORDER);
+        let nulls = |column: &str| -> i64 {
+            connection
+                .query_row(
+                    &format!(
+                        "SELECT count(*) FROM read_parquet({}) WHERE {column} IS NULL",
+                        path_literal(&path)
+                    ),
+                    [],
+                    |row| row.get(0),
+                )
+                .expect("counts")
+        };
+        for column in ["job_id", "creation_time_ms"] {
+            let nulls = nulls(column);
+            assert!(nulls > 0 && nulls < 300_000, "{nulls} NULL {column}s");
+        }
+        let first_out_of_order = written.iter().zip(&sorted).position(|(w, s)| w != s);
+        assert_eq!(
+            first_out_of_order, None,
+            "the file is not in {SORT_ORDER} order"
         );
     }
 }
