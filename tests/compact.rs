@@ -515,14 +515,9 @@ async fn quiet_checks_on_the_queue_fold_a_session_no_run_changed() -> anyhow::Re
         &stored_task_rows(&*storage, "hushed").await?,
         "folded by a quiet check",
     )?;
-    let again = receive(&moto, &queue_url, 1, Duration::from_secs(30)).await?;
-    let follow_up = again
-        .first()
-        .map(|body| QuietCheck::from_message(body))
-        .transpose()?
-        .flatten();
+    let (follow_up, again) = queued_check(&moto, &queue_url).await?;
     ensure!(
-        follow_up.as_ref().map(|check| check.sequence) == Some(after.sequence),
+        follow_up == Some(after.sequence),
         "expected a check of the folded session for its retired files: {again:?}"
     );
     Ok(())
@@ -566,14 +561,7 @@ async fn a_quiet_checks_follow_up_that_cannot_be_queued_is_asked_for_again() -> 
 
     // The queue is gone when the follow-up is sent.
     let (tidying, _tidy_scratch) = compactor(Arc::clone(&storage), keeping_deltas())?;
-    let unqueued = CompactFunction {
-        checks: Some(CheckQueue::new(
-            moto.sqs(),
-            format!("{queue_url}-gone"),
-            Duration::ZERO,
-        )),
-        ..function(tidying, BatchLimits::default())
-    };
+    let unqueued = queueing_to(&moto, &format!("{queue_url}-gone"), tidying);
     let record = check_record("quiet", &check.to_message());
     ensure!(
         invoke(&unqueued, std::slice::from_ref(&record)).await? == ["quiet"],
@@ -587,22 +575,9 @@ async fn a_quiet_checks_follow_up_that_cannot_be_queued_is_asked_for_again() -> 
 
     // Delivered again, with the queue back.
     let (compactor, _scratch) = compactor(Arc::clone(&storage), keeping_deltas())?;
-    let queued_again = CompactFunction {
-        checks: Some(CheckQueue::new(
-            moto.sqs(),
-            queue_url.clone(),
-            Duration::ZERO,
-        )),
-        ..function(compactor, BatchLimits::default())
-    };
+    let queued_again = queueing_to(&moto, &queue_url, compactor);
     ensure!(invoke(&queued_again, &[record]).await?.is_empty());
-    let follow_up = receive(&moto, &queue_url, 1, Duration::from_secs(30)).await?;
-    let sequence = follow_up
-        .first()
-        .map(|body| QuietCheck::from_message(body))
-        .transpose()?
-        .flatten()
-        .map(|check| check.sequence);
+    let (sequence, follow_up) = queued_check(&moto, &queue_url).await?;
     ensure!(
         sequence == Some(folded.sequence),
         "expected a follow-up check of the folded session: {follow_up:?}"
@@ -629,14 +604,7 @@ async fn a_commits_quiet_check_that_cannot_be_queued_fails_its_notifications() -
         messages.into_iter().map(|(_, record, _)| record).collect();
 
     let (compacting, _scratch) = compactor(Arc::clone(&storage), keeping_deltas())?;
-    let unqueued = CompactFunction {
-        checks: Some(CheckQueue::new(
-            moto.sqs(),
-            format!("{queue_url}-gone"),
-            Duration::ZERO,
-        )),
-        ..function(compacting, BatchLimits::default())
-    };
+    let unqueued = queueing_to(&moto, &format!("{queue_url}-gone"), compacting);
     let failed = invoke(&unqueued, &records).await?;
     ensure!(
         failed == ids,
@@ -650,14 +618,7 @@ async fn a_commits_quiet_check_that_cannot_be_queued_fails_its_notifications() -
     )?;
 
     let (compactor, _scratch) = compactor(Arc::clone(&storage), keeping_deltas())?;
-    let queued_again = CompactFunction {
-        checks: Some(CheckQueue::new(
-            moto.sqs(),
-            queue_url.clone(),
-            Duration::ZERO,
-        )),
-        ..function(compactor, BatchLimits::default())
-    };
+    let queued_again = queueing_to(&moto, &queue_url, compactor);
     ensure!(invoke(&queued_again, &records).await?.is_empty());
     let again = only_manifest(&*storage, "lost-check").await?;
     ensure!(
@@ -669,13 +630,7 @@ async fn a_commits_quiet_check_that_cannot_be_queued_fails_its_notifications() -
         &stored_task_rows(&*storage, "lost-check").await?,
         "compacted twice",
     )?;
-    let queued = receive(&moto, &queue_url, 1, Duration::from_secs(30)).await?;
-    let sequence = queued
-        .first()
-        .map(|body| QuietCheck::from_message(body))
-        .transpose()?
-        .flatten()
-        .map(|check| check.sequence);
+    let (sequence, queued) = queued_check(&moto, &queue_url).await?;
     ensure!(
         sequence == Some(again.sequence),
         "expected the check of the second commit: {queued:?}"
@@ -1091,6 +1046,31 @@ fn function(compactor: Compactor, limits: BatchLimits) -> CompactFunction {
         prefix: String::new(),
         limits,
     }
+}
+
+/// The compact function over `compactor`, queueing its quiet checks to `queue_url` at once.
+fn queueing_to(moto: &Moto, queue_url: &str, compactor: Compactor) -> CompactFunction {
+    CompactFunction {
+        checks: Some(CheckQueue::new(
+            moto.sqs(),
+            queue_url.to_owned(),
+            Duration::ZERO,
+        )),
+        ..function(compactor, BatchLimits::default())
+    }
+}
+
+/// The sequence of the first quiet check queued to `queue_url` (waiting up to 30 s), and
+/// every body received, for the message when it is not the one expected.
+async fn queued_check(moto: &Moto, queue_url: &str) -> anyhow::Result<(Option<u64>, Vec<String>)> {
+    let bodies = receive(moto, queue_url, 1, Duration::from_secs(30)).await?;
+    let sequence = bodies
+        .first()
+        .map(|body| QuietCheck::from_message(body))
+        .transpose()?
+        .flatten()
+        .map(|check| check.sequence);
+    Ok((sequence, bodies))
 }
 
 /// An S3 `ObjectCreated` notification in the shape S3 sends (keys form-URL-encoded).
