@@ -458,6 +458,20 @@ impl TaskAttempt {
             })
     }
 
+    /// The attempt's job as its row shows it: as reported, else the task id's last 4 bytes.
+    pub fn job_hex(&self) -> Option<&str> {
+        self.job_id
+            .as_ref()
+            .map(Id::as_hex)
+            .or_else(|| self.task_id.as_ref().and_then(job_hex_of_task))
+    }
+
+    /// When the attempt was created (`PENDING_ARGS_AVAIL`), in milliseconds as Ray shows it.
+    pub fn creation_time_ms(&self) -> Option<i64> {
+        self.time_of(&TaskStatus::PENDING_ARGS_AVAIL)
+            .map(|nanos| nanos.div_euclid(1_000_000))
+    }
+
     /// When a status was reported.
     pub fn time_of(&self, status: &TaskStatus) -> Option<i64> {
         status
@@ -479,10 +493,11 @@ impl TaskAttempt {
     /// The state-API view of this attempt, given what is known about its job and worker.
     pub fn view(&self, context: &FailureContext) -> TaskView {
         let definition = self.definition.as_ref().map(|reported| &reported.value.0);
+        // The reported id is shared, not copied; a derived one is made from its hex.
         let job_id = self
             .job_id
             .clone()
-            .or_else(|| self.task_id.as_ref().and_then(job_id_of_task));
+            .or_else(|| self.job_hex().and_then(Id::from_hex));
         let worker_id = self
             .worker_id
             .as_ref()
@@ -573,7 +588,7 @@ impl TaskAttempt {
             worker_pid: self.worker_pid.as_ref().map(|reported| reported.value),
             error_type: error.as_ref().map(|error| error.error_type.clone()),
             error_message: error.map(|error| error.message),
-            creation_time_ms: self.time_of(&TaskStatus::PENDING_ARGS_AVAIL).map(millis),
+            creation_time_ms: self.creation_time_ms(),
             start_time_ms: self.time_of(&TaskStatus::RUNNING).map(millis),
             end_time_ms: end_ns.map(millis),
         }

@@ -60,16 +60,12 @@ impl Api {
                     .get("content-encoding")
                     .is_some_and(|value| value == "gzip");
                 let bytes = axum::body::to_bytes(response.into_body(), usize::MAX).await?;
-                let mut text = String::new();
-                if gzipped {
-                    std::io::Read::read_to_string(
-                        &mut flate2::read::GzDecoder::new(bytes.as_ref()),
-                        &mut text,
-                    )?;
+                let body = if gzipped {
+                    crate::gunzip(&bytes)?
                 } else {
-                    text = String::from_utf8(bytes.to_vec())?;
-                }
-                (status, text)
+                    bytes.to_vec()
+                };
+                (status, String::from_utf8(body)?)
             }
         };
         let body: Json = serde_json::from_str(&text)

@@ -556,11 +556,19 @@ pub async fn stored_raw_lines(storage: &dyn Storage, prefix: &str) -> anyhow::Re
     let mut lines = Vec::new();
     for object in storage.list(prefix).await? {
         let stored = storage.get(&object.key).await?;
-        let mut text = String::new();
-        flate2::read::GzDecoder::new(&stored.body[..]).read_to_string(&mut text)?;
+        let text = String::from_utf8(gunzip(&stored.body).context(object.key)?)?;
         lines.extend(text.lines().map(str::to_owned));
     }
     Ok(lines)
+}
+
+/// `bytes` gzip-decoded (every member).
+pub fn gunzip(bytes: &[u8]) -> anyhow::Result<Vec<u8>> {
+    let mut decoded = Vec::new();
+    flate2::read::MultiGzDecoder::new(bytes)
+        .read_to_end(&mut decoded)
+        .context("gzip that does not decode")?;
+    Ok(decoded)
 }
 
 /// An answer as it crossed the wire, before and after any `Content-Encoding`.
@@ -601,13 +609,7 @@ pub async fn fetch_encoded(url: &str, accept_encoding: Option<&str>) -> anyhow::
     );
     let sent = response.bytes().await?.to_vec();
     let body = match encoding.as_deref() {
-        Some("gzip") => {
-            let mut body = Vec::new();
-            flate2::read::GzDecoder::new(sent.as_slice())
-                .read_to_end(&mut body)
-                .with_context(|| format!("{url}: gzip that does not decode"))?;
-            body
-        }
+        Some("gzip") => gunzip(&sent).context(url.to_owned())?,
         Some(other) => anyhow::bail!("{url}: unexpected Content-Encoding {other}"),
         None => sent.clone(),
     };

@@ -17,7 +17,7 @@ use crate::event::common::{Language, TaskStatus, TaskType};
 use crate::event::encoding::Id;
 use crate::merge::{
     DefinitionSlot, FailureContext, LogInfo, Reported, ReportedError, TaskAttempt, TaskDefinition,
-    TaskView, job_hex_of_task,
+    TaskView,
 };
 
 /// Every status whose time a row keeps, with its column name.
@@ -127,20 +127,13 @@ const SORT_ORDER: &str = "job_id, creation_time_ms, task_id, attempt_number";
 /// DuckDB spares the write DuckDB's sort of every wide row (the `COPY` of a run of 500
 /// objects went 0.57-0.62 -> 0.37-0.45 s). Each id's first eight bytes are held inline, so
 /// that comparing two keys rarely follows a pointer into an attempt (comparing through the
-/// attempts took 0.2-0.4 s; these keys, 57-72 ms). The rows' own columns come from
-/// [`TaskAttempt::view`], which derives the job and creation time the same way; the test
-/// compares the file with DuckDB's `ORDER BY` of it.
+/// attempts took 0.2-0.4 s; these keys, 57-72 ms). The job and creation time are the ones
+/// [`TaskAttempt::view`] writes in the row; the test compares the file with DuckDB's
+/// `ORDER BY` of it.
 fn row_order(attempt: &TaskAttempt) -> impl Ord + '_ {
-    let job = attempt
-        .job_id
-        .as_ref()
-        .map(Id::as_hex)
-        .or_else(|| attempt.task_id.as_ref().and_then(job_hex_of_task));
-    let created = attempt
-        .time_of(&TaskStatus::PENDING_ARGS_AVAIL)
-        .map(|nanos| nanos.div_euclid(1_000_000));
+    let created = attempt.creation_time_ms();
     (
-        inline_text(job),
+        inline_text(attempt.job_hex()),
         (created.is_none(), created),
         inline_text(attempt.task_id.as_ref().map(Id::as_hex)),
         attempt.attempt_number,
