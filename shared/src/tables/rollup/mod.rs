@@ -22,11 +22,16 @@
 //! failure later reported for real) the reader cannot tell the next one and scans for it
 //! (see `query::rollups`). Failure cells also keep one error message as an example (any
 //! stored version's: the messages of one fingerprint differ only in numbers and ids).
+//!
+//! DuckDB picks and derives a rollup's source rows (the versions to subtract, the wait, the
+//! fingerprint, the roundings); `cells` counts them into the rollup's rows in one pass.
 
 use std::path::{Path, PathBuf};
 use std::sync::LazyLock;
 
 use duckdb::Connection;
+
+mod cells;
 
 use super::newest::{path_literal, rows_at};
 use super::task_attempts::TableError;
@@ -149,13 +154,67 @@ const CELL: [&str; 9] = [
     "sign",
 ];
 
-/// One grouping set: its name, its key and measure (SQL over the source rows, `NULL` for
-/// none), and which rows it counts.
+/// What a grouping set measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Measure {
+    /// `duration_ms`.
+    Duration,
+    /// [`WAIT_MS`], as `wait_ms`.
+    Wait,
+    /// Nothing: the rows are only counted.
+    Nothing,
+}
+
+impl Measure {
+    /// The measure's column among the source rows.
+    fn column(self) -> Option<&'static str> {
+        match self {
+            Self::Duration => Some("duration_ms"),
+            Self::Wait => Some("wait_ms"),
+            Self::Nothing => None,
+        }
+    }
+
+    /// The measure as SQL over the source rows.
+    fn sql(self) -> &'static str {
+        self.column().unwrap_or("NULL::BIGINT")
+    }
+}
+
+/// One grouping set: its name, the source column it is keyed by (none: one group), its measure,
+/// and whether it counts only rows with a key (and a measure, if it has one).
+#[derive(Clone, Copy, Debug)]
 struct GroupingSet {
     name: &'static str,
-    key: &'static str,
-    measure: &'static str,
-    keep: &'static str,
+    key: Option<&'static str>,
+    measure: Measure,
+    required: bool,
+}
+
+impl GroupingSet {
+    /// The key as SQL over the source rows.
+    fn key_sql(&self) -> &'static str {
+        self.key.unwrap_or("NULL::VARCHAR")
+    }
+
+    /// Whether its cells keep an example error message (the smallest).
+    fn keeps_examples(&self) -> bool {
+        self.name == FAILURES
+    }
+
+    /// Which source rows the set counts, as SQL.
+    fn keep_sql(&self) -> String {
+        if !self.required {
+            return "TRUE".to_owned();
+        }
+        let present: Vec<String> = self
+            .key
+            .into_iter()
+            .chain(self.measure.column())
+            .map(|column| format!("{column} IS NOT NULL"))
+            .collect();
+        present.join(" AND ")
+    }
 }
 
 /// Every grouping set a rollup holds.
@@ -164,94 +223,85 @@ fn grouping_sets() -> impl Iterator<Item = GroupingSet> {
         .iter()
         .map(|column| GroupingSet {
             name: column,
-            key: column,
-            measure: "duration_ms",
-            keep: "TRUE",
+            key: Some(column),
+            measure: Measure::Duration,
+            required: false,
         })
         .chain([
             GroupingSet {
                 name: TOTALS,
-                key: "NULL::VARCHAR",
-                measure: "NULL::BIGINT",
-                keep: "TRUE",
+                key: None,
+                measure: Measure::Nothing,
+                required: false,
             },
             GroupingSet {
                 name: WORKERS,
-                key: "worker_id",
-                measure: "NULL::BIGINT",
-                keep: "worker_id IS NOT NULL",
+                key: Some("worker_id"),
+                measure: Measure::Nothing,
+                required: true,
             },
             GroupingSet {
                 name: WAITS,
-                key: "job_id",
-                measure: "wait_ms",
-                keep: "wait_ms IS NOT NULL AND job_id IS NOT NULL",
+                key: Some("job_id"),
+                measure: Measure::Wait,
+                required: true,
             },
             GroupingSet {
                 name: FAILURES,
-                key: "fingerprint",
-                measure: "NULL::BIGINT",
-                keep: "fingerprint IS NOT NULL",
+                key: Some("fingerprint"),
+                measure: Measure::Nothing,
+                required: true,
             },
         ])
 }
 
-/// The rows of `source`, a relation of [`SOURCE`] columns plus `sign`, as a rollup's rows
-/// (sets named in `only`, or all). With `holders`, each extreme is counted by joining the rows
-/// to their cell; without, each count is 1 (for rows that are all newest versions, where
-/// only being held at all matters).
-fn cells(source: &str, only: Option<&[&str]>, holders: bool) -> String {
+/// The rows of `source`, a relation of [`SOURCE`] columns plus `sign` (newest versions only),
+/// as a rollup's rows for the sets named in `only`, each extreme counted as held once: for rows
+/// that are all newest versions only being held at all matters. Stored rollups count every
+/// holder ([`cells::write`]).
+fn cells(source: &str, only: &[&str]) -> String {
     let grouped: Vec<String> = grouping_sets()
-        .filter(|set| only.is_none_or(|only| only.contains(&set.name)))
+        .filter(|set| only.contains(&set.name))
         .map(|set| {
-            let GroupingSet {
-                name,
-                key,
-                measure,
-                keep,
-            } = set;
-            let example = if name == FAILURES {
-                "min(error_message)"
-            } else {
-                "NULL::VARCHAR"
-            };
-            let rows = format!(
-                "(SELECT {key} AS group_key, job_id, state, type, complete, error_type, \
-                     attempt_number >= 1 AS retried, {rounded} AS rounded, sign, \
-                     {measure} AS measure, creation_time_ms, last_ms, error_message \
-                 FROM {source} WHERE {keep})",
-                rounded = rounded(measure),
-            );
+            let name = set.name;
             let cell = CELL.join(", ");
-            let aggregates = format!(
-                "count(*) AS n, min(measure) AS d_min, max(measure) AS d_max, \
-                 min(creation_time_ms) AS c_min, max(last_ms) AS l_max, {example} AS example"
-            );
-            if !holders {
-                return format!(
-                    "SELECT '{name}' AS grouping, {cell}, {aggregates}, 1 AS d_min_n, \
-                         1 AS d_max_n, 1 AS c_min_n, 1 AS l_max_n \
-                     FROM {rows} GROUP BY ALL"
-                );
-            }
-            let on: Vec<String> = CELL
-                .iter()
-                .map(|part| format!("s.{part} IS NOT DISTINCT FROM c.{part}"))
-                .collect();
             format!(
-                "SELECT '{name}' AS grouping, c.*,
-                        count_if(s.measure = c.d_min) AS d_min_n,
-                        count_if(s.measure = c.d_max) AS d_max_n,
-                        count_if(s.creation_time_ms = c.c_min) AS c_min_n,
-                        count_if(s.last_ms = c.l_max) AS l_max_n
-                 FROM {rows} s JOIN (SELECT {cell}, {aggregates} FROM {rows} GROUP BY ALL) c
-                     ON {on}
-                 GROUP BY ALL",
-                on = on.join(" AND "),
+                "SELECT '{name}' AS grouping, {cell}, {aggregates}, 1 AS d_min_n, \
+                     1 AS d_max_n, 1 AS c_min_n, 1 AS l_max_n \
+                 FROM {rows} GROUP BY ALL",
+                aggregates = aggregates(&set),
+                rows = cell_rows(&set, source),
             )
         })
         .collect();
     grouped.join(" UNION ALL ")
+}
+
+/// The rows of `source` that `set` counts, with its key, measure and cell columns.
+fn cell_rows(set: &GroupingSet, source: &str) -> String {
+    format!(
+        "(SELECT {key} AS group_key, job_id, state, type, complete, error_type, \
+             attempt_number >= 1 AS retried, {rounded} AS rounded, sign, \
+             {measure} AS measure, creation_time_ms, last_ms, error_message \
+         FROM {source} WHERE {keep})",
+        key = set.key_sql(),
+        measure = set.measure.sql(),
+        rounded = rounded(set.measure.sql()),
+        keep = set.keep_sql(),
+    )
+}
+
+/// A cell's aggregates over [`cell_rows`], as SQL.
+fn aggregates(set: &GroupingSet) -> String {
+    let example = if set.keeps_examples() {
+        "min(error_message)"
+    } else {
+        "NULL::VARCHAR"
+    };
+    format!(
+        "count(*) AS n, min(measure) AS d_min, max(measure) AS d_max, \
+         min(creation_time_ms) AS c_min, max(last_ms) AS l_max, {example} AS example"
+    )
 }
 
 /// The rows of `row` (a relation with [`SOURCE`]'s columns) as rollups read them: with the
@@ -271,7 +321,7 @@ fn derived(row: &str) -> String {
 /// newest versions only) for the grouping sets named in `only`: what stored rollups hold for
 /// them, computed by a scan.
 pub fn newest_cells(source: &str, only: &[&str]) -> String {
-    cells(&derived(source), Some(only), false)
+    cells(&derived(source), only)
 }
 
 /// Stored rows, by file: a file's path and row numbers in it.
@@ -290,6 +340,14 @@ pub fn write_rollup(
         "(SELECT {SOURCE} FROM read_parquet({}))",
         path_literal(file)
     ));
+    if superseded.is_empty() {
+        // A base, or a delta that replaced nothing: no version to subtract or pair.
+        let query = format!(
+            "WITH source AS (SELECT *, 1 AS sign FROM {plus}) SELECT {} FROM source",
+            cells::select_list()
+        );
+        return cells::write(connection, &query, path);
+    }
     connection.execute_batch(&format!(
         "DROP TABLE IF EXISTS rollup_minus;
          CREATE TEMP TABLE rollup_minus AS SELECT * FROM {plus} LIMIT 0;"
@@ -306,25 +364,22 @@ pub fn write_rollup(
         .iter()
         .map(|column| format!("p.{column} IS NOT DISTINCT FROM m.{column}"))
         .collect();
-    let copy = format!(
-        "COPY (
-             WITH plus AS {plus},
-             unchanged AS (
-                 SELECT p.task_id, p.attempt_number FROM plus p JOIN rollup_minus m
-                     ON p.task_id = m.task_id AND p.attempt_number = m.attempt_number
-                 WHERE {same}),
-             source AS MATERIALIZED (
-                 SELECT *, 1 AS sign FROM plus ANTI JOIN unchanged USING (task_id, attempt_number)
-                 UNION ALL
-                 SELECT *, -1 AS sign FROM rollup_minus
-                     ANTI JOIN unchanged USING (task_id, attempt_number))
-             {cells}
-         ) TO {path} (FORMAT parquet, COMPRESSION zstd)",
+    let query = format!(
+        "WITH plus AS {plus},
+         unchanged AS (
+             SELECT p.task_id, p.attempt_number FROM plus p JOIN rollup_minus m
+                 ON p.task_id = m.task_id AND p.attempt_number = m.attempt_number
+             WHERE {same}),
+         source AS (
+             SELECT *, 1 AS sign FROM plus ANTI JOIN unchanged USING (task_id, attempt_number)
+             UNION ALL
+             SELECT *, -1 AS sign FROM rollup_minus
+                 ANTI JOIN unchanged USING (task_id, attempt_number))
+         SELECT {columns} FROM source",
         same = same.join(" AND "),
-        cells = cells("source", None, true),
-        path = path_literal(path),
+        columns = cells::select_list(),
     );
-    let written = connection.execute(&copy, [])? as u64;
+    let written = cells::write(connection, &query, path)?;
     connection.execute_batch("DROP TABLE rollup_minus")?;
     Ok(written)
 }
@@ -396,5 +451,115 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// DuckDB's count of a set's rollup rows, every holder of an extreme counted by joining
+    /// the rows back to their cell (how rollups were written before [`cells::write`]).
+    fn joined_cells(source: &str) -> String {
+        let grouped: Vec<String> = grouping_sets()
+            .map(|set| {
+                let rows = cell_rows(&set, source);
+                let on: Vec<String> = CELL
+                    .iter()
+                    .map(|part| format!("s.{part} IS NOT DISTINCT FROM c.{part}"))
+                    .collect();
+                format!(
+                    "SELECT '{name}' AS grouping, c.*,
+                            count_if(s.measure = c.d_min) AS d_min_n,
+                            count_if(s.measure = c.d_max) AS d_max_n,
+                            count_if(s.creation_time_ms = c.c_min) AS c_min_n,
+                            count_if(s.last_ms = c.l_max) AS l_max_n
+                     FROM {rows} s JOIN (SELECT {cell}, {aggregates} FROM {rows} GROUP BY ALL) c
+                         ON {on}
+                     GROUP BY ALL",
+                    name = set.name,
+                    cell = CELL.join(", "),
+                    aggregates = aggregates(&set),
+                    on = on.join(" AND "),
+                )
+            })
+            .collect();
+        grouped.join(" UNION ALL ")
+    }
+
+    /// Rows with nulls in every nullable column, ties at every extreme, both signs, and
+    /// failures with messages.
+    const SYNTHETIC_SOURCE: &str = "CREATE TABLE source AS SELECT
+        'task' || (i % 7000) AS task_id,
+        CASE WHEN i % 97 = 0 THEN NULL ELSE (i % 3)::INTEGER END AS attempt_number,
+        CASE WHEN i % 11 = 0 THEN NULL ELSE 'job' || (i % 4) END AS job_id,
+        ['FINISHED', 'FAILED', 'RUNNING'][1 + i % 3] AS state,
+        CASE WHEN i % 7 = 0 THEN NULL ELSE ['NORMAL_TASK', 'ACTOR_TASK'][1 + i % 2] END AS type,
+        CASE WHEN i % 13 = 0 THEN NULL ELSE 'f' || (i % 6) END AS name,
+        CASE WHEN i % 17 = 0 THEN NULL ELSE 'm.f' || (i % 5) END AS func_or_class_name,
+        CASE WHEN i % 3 = 1 AND i % 4 <> 0 THEN 'E' || (i % 2) END AS error_type,
+        CASE WHEN i % 19 = 0 THEN NULL ELSE 'node' || (i % 5) END AS node_id,
+        CASE WHEN i % 23 = 0 THEN NULL ELSE 'worker' || (i % 29) END AS worker_id,
+        i % 9 <> 0 AS complete,
+        CASE WHEN i % 10 = 0 THEN NULL ELSE (hash(i) % 40) * 37 END::BIGINT AS duration_ms,
+        CASE WHEN i % 31 = 0 THEN NULL ELSE 1000 + (hash(i + 1) % 50) END::BIGINT
+            AS creation_time_ms,
+        CASE WHEN i % 37 = 0 THEN NULL ELSE 5000 + (hash(i + 2) % 60) END::BIGINT AS last_ms,
+        CASE WHEN i % 8 = 0 THEN NULL ELSE (hash(i + 3) % 30) * 113 END::BIGINT AS wait_ms,
+        CASE WHEN i % 3 = 1 AND i % 4 <> 0 THEN 'fp' || (i % 3) END AS fingerprint,
+        CASE WHEN i % 3 = 1 AND i % 4 <> 0 THEN 'message ' || (hash(i + 4) % 9) END
+            AS error_message,
+        CASE WHEN i % 5 = 0 THEN -1 ELSE 1 END AS sign
+    FROM range(30000) t(i)";
+
+    #[test]
+    fn cells_counted_in_rust_are_the_cells_duckdb_counts() -> Result<(), Box<dyn std::error::Error>>
+    {
+        let dir = tempfile::tempdir()?;
+        let connection = crate::tables::open_duckdb()?;
+        connection.execute_batch(SYNTHETIC_SOURCE)?;
+        let ours = dir.path().join("ours.parquet");
+        let written = cells::write(
+            &connection,
+            &format!("SELECT {} FROM source", cells::select_list()),
+            &ours,
+        )?;
+        let theirs = dir.path().join("theirs.parquet");
+        connection.execute_batch(&format!(
+            "COPY ({}) TO {} (FORMAT parquet, COMPRESSION zstd)",
+            joined_cells("source"),
+            path_literal(&theirs)
+        ))?;
+        let count = |sql: &str| -> Result<i64, duckdb::Error> {
+            connection.query_row(sql, [], |row| row.get::<_, i64>(0))
+        };
+        let (ours, theirs) = (
+            format!("read_parquet({})", path_literal(&ours)),
+            format!("read_parquet({})", path_literal(&theirs)),
+        );
+        let expected = count(&format!("SELECT count(*) FROM {theirs}"))?;
+        assert_eq!(written, expected as u64);
+        assert!(expected > 1_000, "{expected} cells");
+        for (left, right) in [(&ours, &theirs), (&theirs, &ours)] {
+            let extra = count(&format!(
+                "SELECT count(*) FROM (SELECT * FROM {left} EXCEPT ALL SELECT * FROM {right})"
+            ))?;
+            assert_eq!(extra, 0, "rows of {left} not in {right}");
+        }
+        let schema = |file: &str| -> Result<Vec<(String, String)>, duckdb::Error> {
+            let mut statement = connection.prepare(&format!("DESCRIBE SELECT * FROM {file}"))?;
+            let rows = statement.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?;
+            rows.collect()
+        };
+        assert_eq!(schema(&ours)?, schema(&theirs)?);
+        // The synthetic rows reach every case: minus rows, several holders of an extreme,
+        // cells with no measure, examples.
+        for condition in [
+            "sign < 0",
+            "d_min_n > 1 AND d_min IS NOT NULL",
+            "l_max_n > 1",
+            "d_min IS NULL AND n > 0",
+            "example IS NOT NULL",
+            "group_key IS NULL AND grouping = 'name'",
+        ] {
+            let rows = count(&format!("SELECT count(*) FROM {ours} WHERE {condition}"))?;
+            assert!(rows > 0, "no cell where {condition}");
+        }
+        Ok(())
     }
 }
