@@ -224,9 +224,10 @@ impl Extreme {
     /// Adds a row's value, keeping the smallest when `smallest`, else the largest.
     fn add(&mut self, value: Option<i64>, smallest: bool) {
         let Some(value) = value else { return };
+        let beyond = |held: i64| if smallest { value < held } else { value > held };
         match self.value {
             Some(held) if held == value => self.holders += 1,
-            Some(held) if (value < held) != smallest => {}
+            Some(held) if !beyond(held) => {}
             _ => {
                 self.value = Some(value);
                 self.holders = 1;
