@@ -562,4 +562,38 @@ mod tests {
         }
         Ok(())
     }
+
+    /// A file with no rows (a fold of nothing) still gets a rollup: empty, with the columns
+    /// DuckDB's own count writes, so that readers take its files and the older ones alike.
+    #[test]
+    fn an_empty_source_counts_into_an_empty_rollup_of_the_same_columns()
+    -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let connection = crate::tables::open_duckdb()?;
+        connection.execute_batch(SYNTHETIC_SOURCE)?;
+        connection.execute_batch("DELETE FROM source")?;
+        let ours = dir.path().join("ours.parquet");
+        let written = cells::write(
+            &connection,
+            &format!("SELECT {} FROM source", cells::select_list()),
+            &ours,
+        )?;
+        assert_eq!(written, 0);
+        let theirs = dir.path().join("theirs.parquet");
+        connection.execute_batch(&format!(
+            "COPY ({}) TO {} (FORMAT parquet, COMPRESSION zstd)",
+            joined_cells("source"),
+            path_literal(&theirs)
+        ))?;
+        let describe = |file: &Path| -> Result<Vec<(String, String)>, duckdb::Error> {
+            let mut statement = connection.prepare(&format!(
+                "DESCRIBE SELECT * FROM read_parquet({})",
+                path_literal(file)
+            ))?;
+            let rows = statement.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?;
+            rows.collect()
+        };
+        assert_eq!(describe(&ours)?, describe(&theirs)?);
+        Ok(())
+    }
 }
