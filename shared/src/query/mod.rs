@@ -184,7 +184,6 @@ impl QueryEngine {
             crate::tables::open_duckdb().map_err(|err| QueryError::Internal(err.to_string()))?;
         let mut setup = vec![
             "SET autoinstall_known_extensions = false".to_owned(),
-            "SET enable_object_cache = true".to_owned(),
             format!(
                 "SET temp_directory = {}",
                 sql::path_literal(&settings.temp_dir)
