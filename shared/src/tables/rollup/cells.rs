@@ -45,6 +45,10 @@ const STAGED: [(&str, &str); 20] = [
     ("l_max_n", "BIGINT"),
 ];
 
+/// How a rollup is written: small row groups, so that a set's rows are a few of them (see
+/// [`Cells::rows`]).
+const PARQUET_OPTIONS: &str = "FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 8192";
+
 /// The source rows' text columns a cell is keyed by besides its grouping key, and the key
 /// columns of every grouping set.
 const TEXTS: [&str; 9] = [
@@ -131,7 +135,7 @@ pub(super) fn write(connection: &Connection, query: &str, path: &Path) -> Result
         })
         .collect();
     connection.execute_batch(&format!(
-        "COPY (SELECT {} FROM rollup_cells) TO {} (FORMAT parquet, COMPRESSION zstd);
+        "COPY (SELECT {} FROM rollup_cells) TO {} ({PARQUET_OPTIONS});
          DROP TABLE rollup_cells;",
         written.join(", "),
         path_literal(path)
@@ -373,11 +377,18 @@ impl Cells {
             .map(|text| &**text)
     }
 
-    /// Every cell as one batch of [`STAGED`] rows.
+    /// Every cell as one batch of [`STAGED`] rows, ordered by grouping set, then job. A read
+    /// names one set (the summary only `totals`, ~150 of a 10 M base rollup's 274 000 rows);
+    /// with each set's rows together in row groups of their own, the others' row groups are
+    /// skipped by their statistics. In hash order every row group held every set, and the
+    /// 10 M summary read them all.
     fn rows(&self, sets: &[Set]) -> Result<RecordBatch, TableError> {
         let mut rows = ArrowRows::new(&STAGED, self.cells.len())?;
-        for (key, cell) in &self.cells {
-            let name = sets.get(key.set).map(|set| set.name);
+        let name = |key: &CellKey| sets.get(key.set).map(|set| set.name);
+        let mut ordered: Vec<(&CellKey, &Cell)> = self.cells.iter().collect();
+        ordered.sort_unstable_by_key(|(key, _)| (name(key), self.value(key.job)));
+        for (key, cell) in ordered {
+            let name = name(key);
             rows.text(name)?;
             rows.text(self.value(key.group))?;
             rows.text(self.value(key.job))?;

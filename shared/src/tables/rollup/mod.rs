@@ -566,6 +566,76 @@ mod tests {
     /// A file with no rows (a fold of nothing) still gets a rollup: empty, with the columns
     /// DuckDB's own count writes, so that readers take its files and the older ones alike.
     #[test]
+    fn a_rollup_keeps_each_grouping_set_in_row_groups_of_its_own()
+    -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let connection = crate::tables::open_duckdb()?;
+        connection.execute_batch(SYNTHETIC_SOURCE)?;
+        let path = dir.path().join("rollup.parquet");
+        let written = cells::write(
+            &connection,
+            &format!("SELECT {} FROM source", cells::select_list()),
+            &path,
+        )?;
+        let file = path_literal(&path);
+        // Each row against the one before it: by grouping set, then job (a null job first).
+        let out_of_order: i64 = connection.query_row(
+            &format!(
+                "SELECT count(*) FROM (
+                     SELECT grouping, job_id,
+                            lag(grouping) OVER (ORDER BY file_row_number) AS previous,
+                            lag(job_id) OVER (ORDER BY file_row_number) AS previous_job
+                     FROM read_parquet({file}, file_row_number = true))
+                 WHERE grouping < previous
+                    OR (grouping = previous AND job_id IS NULL AND previous_job IS NOT NULL)
+                    OR (grouping = previous AND job_id < previous_job)"
+            ),
+            [],
+            |row| row.get(0),
+        )?;
+        assert_eq!(out_of_order, 0, "rollup rows out of (grouping, job) order");
+        // Row groups small enough that a set's rows are few of them, and the test's file has
+        // several: a read of one set then opens only the row groups its rows are in, the
+        // others' `grouping` statistics ruling it out.
+        let (groups, largest): (i64, i64) = connection.query_row(
+            &format!(
+                "SELECT count(*), max(row_group_num_rows)
+                 FROM parquet_metadata({file}) WHERE path_in_schema = 'grouping'"
+            ),
+            [],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )?;
+        assert!(
+            groups >= 3,
+            "{written} rows in {groups} row groups: too few to test"
+        );
+        assert!(largest <= 8192, "a row group of {largest} rows");
+        let mut statement = connection.prepare(&format!(
+            "SELECT s.grouping, s.n,
+                    (SELECT count(*) FROM parquet_metadata({file}) m
+                     WHERE m.path_in_schema = 'grouping'
+                       AND s.grouping BETWEEN m.stats_min_value AND m.stats_max_value)
+             FROM (SELECT grouping, count(*) AS n FROM read_parquet({file}) GROUP BY ALL) s"
+        ))?;
+        let sets = statement.query_map([], |row| {
+            Ok((
+                row.get::<_, String>(0)?,
+                row.get::<_, i64>(1)?,
+                row.get::<_, i64>(2)?,
+            ))
+        })?;
+        for set in sets {
+            let (name, rows, opened) = set?;
+            let needed = (rows + 8191) / 8192 + 1;
+            assert!(
+                opened <= needed,
+                "{name}: {rows} rows, yet {opened} row groups' statistics admit it"
+            );
+        }
+        Ok(())
+    }
+
+    #[test]
     fn an_empty_source_counts_into_an_empty_rollup_of_the_same_columns()
     -> Result<(), Box<dyn std::error::Error>> {
         let dir = tempfile::tempdir()?;
