@@ -507,24 +507,40 @@ mod tests {
         CASE WHEN i % 5 = 0 THEN -1 ELSE 1 END AS sign
     FROM range(30000) t(i)";
 
+    /// A database whose table `source` holds [`SYNTHETIC_SOURCE`]'s rows.
+    fn synthetic_source() -> Result<Connection, TableError> {
+        let connection = crate::tables::open_duckdb()?;
+        connection.execute_batch(SYNTHETIC_SOURCE)?;
+        Ok(connection)
+    }
+
+    /// Writes the rollup of `source` to `path` as built ([`cells::write`]). Returns its rows.
+    fn count_in_rust(connection: &Connection, path: &Path) -> Result<u64, TableError> {
+        cells::write(
+            connection,
+            &format!("SELECT {} FROM source", cells::select_list()),
+            path,
+        )
+    }
+
+    /// Writes the rollup of `source` to `path` as DuckDB's join counts it ([`joined_cells`]).
+    fn count_joined(connection: &Connection, path: &Path) -> Result<(), duckdb::Error> {
+        connection.execute_batch(&format!(
+            "COPY ({}) TO {} (FORMAT parquet, COMPRESSION zstd)",
+            joined_cells("source"),
+            path_literal(path)
+        ))
+    }
+
     #[test]
     fn cells_counted_in_rust_are_the_cells_duckdb_counts() -> Result<(), Box<dyn std::error::Error>>
     {
         let dir = tempfile::tempdir()?;
-        let connection = crate::tables::open_duckdb()?;
-        connection.execute_batch(SYNTHETIC_SOURCE)?;
+        let connection = synthetic_source()?;
         let ours = dir.path().join("ours.parquet");
-        let written = cells::write(
-            &connection,
-            &format!("SELECT {} FROM source", cells::select_list()),
-            &ours,
-        )?;
+        let written = count_in_rust(&connection, &ours)?;
         let theirs = dir.path().join("theirs.parquet");
-        connection.execute_batch(&format!(
-            "COPY ({}) TO {} (FORMAT parquet, COMPRESSION zstd)",
-            joined_cells("source"),
-            path_literal(&theirs)
-        ))?;
+        count_joined(&connection, &theirs)?;
         let count = |sql: &str| -> Result<i64, duckdb::Error> {
             connection.query_row(sql, [], |row| row.get::<_, i64>(0))
         };
@@ -563,20 +579,13 @@ mod tests {
         Ok(())
     }
 
-    /// A file with no rows (a fold of nothing) still gets a rollup: empty, with the columns
-    /// DuckDB's own count writes, so that readers take its files and the older ones alike.
     #[test]
     fn a_rollup_keeps_each_grouping_set_in_row_groups_of_its_own()
     -> Result<(), Box<dyn std::error::Error>> {
         let dir = tempfile::tempdir()?;
-        let connection = crate::tables::open_duckdb()?;
-        connection.execute_batch(SYNTHETIC_SOURCE)?;
+        let connection = synthetic_source()?;
         let path = dir.path().join("rollup.parquet");
-        let written = cells::write(
-            &connection,
-            &format!("SELECT {} FROM source", cells::select_list()),
-            &path,
-        )?;
+        let written = count_in_rust(&connection, &path)?;
         let file = path_literal(&path);
         // Each row against the one before it: by grouping set, then job (a null job first).
         let out_of_order: i64 = connection.query_row(
@@ -635,26 +644,19 @@ mod tests {
         Ok(())
     }
 
+    /// A file with no rows (a fold of nothing) still gets a rollup: empty, with the columns
+    /// DuckDB's own count writes, so that readers take its files and the older ones alike.
     #[test]
     fn an_empty_source_counts_into_an_empty_rollup_of_the_same_columns()
     -> Result<(), Box<dyn std::error::Error>> {
         let dir = tempfile::tempdir()?;
-        let connection = crate::tables::open_duckdb()?;
-        connection.execute_batch(SYNTHETIC_SOURCE)?;
+        let connection = synthetic_source()?;
         connection.execute_batch("DELETE FROM source")?;
         let ours = dir.path().join("ours.parquet");
-        let written = cells::write(
-            &connection,
-            &format!("SELECT {} FROM source", cells::select_list()),
-            &ours,
-        )?;
+        let written = count_in_rust(&connection, &ours)?;
         assert_eq!(written, 0);
         let theirs = dir.path().join("theirs.parquet");
-        connection.execute_batch(&format!(
-            "COPY ({}) TO {} (FORMAT parquet, COMPRESSION zstd)",
-            joined_cells("source"),
-            path_literal(&theirs)
-        ))?;
+        count_joined(&connection, &theirs)?;
         let describe = |file: &Path| -> Result<Vec<(String, String)>, duckdb::Error> {
             let mut statement = connection.prepare(&format!(
                 "DESCRIBE SELECT * FROM read_parquet({})",
