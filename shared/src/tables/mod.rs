@@ -18,7 +18,7 @@ pub mod task_attempts;
 pub fn open_duckdb() -> Result<duckdb::Connection, task_attempts::TableError> {
     // A request reads the same files in several statements (a page's bound, then its rows),
     // and without the cache each statement parses every footer again: a 10 M base's holds
-    // statistics for ~80 row groups of 75 columns. Our files never change under a name, and
+    // statistics for ~70 row groups of 75 columns. Our files never change under a name, and
     // DuckDB checks a cached footer against the file's modification time anyway.
     // Global, for the connections queries clone from this one; set after opening, as it is
     // the Parquet extension's, which loads after the database's configuration.
@@ -30,7 +30,7 @@ pub fn open_duckdb() -> Result<duckdb::Connection, task_attempts::TableError> {
 
 #[cfg(test)]
 mod tests {
-    /// DuckDB 1.3 renamed the footer cache's setting and still accepts the old name, without
+    /// DuckDB renamed the footer cache's setting and still accepts the old name, without
     /// effect: `SET enable_object_cache = true` left it off. A plain `SET` would hold only on
     /// the connection that ran it, not on those a query clones from it.
     #[test]
