@@ -45,9 +45,9 @@ const STAGED: [(&str, &str); 20] = [
     ("l_max_n", "BIGINT"),
 ];
 
-/// How a rollup is written: small row groups, so that a set's rows are a few of them (see
+/// Rows per row group of a rollup: small, so that a set's rows are a few of them (see
 /// [`Cells::rows`]).
-const PARQUET_OPTIONS: &str = "FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 8192";
+pub(super) const ROW_GROUP_ROWS: u64 = 8192;
 
 /// The source rows' text columns a cell is keyed by besides its grouping key, and the key
 /// columns of every grouping set.
@@ -135,7 +135,8 @@ pub(super) fn write(connection: &Connection, query: &str, path: &Path) -> Result
         })
         .collect();
     connection.execute_batch(&format!(
-        "COPY (SELECT {} FROM rollup_cells) TO {} ({PARQUET_OPTIONS});
+        "COPY (SELECT {} FROM rollup_cells) TO {}
+             (FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE {ROW_GROUP_ROWS});
          DROP TABLE rollup_cells;",
         written.join(", "),
         path_literal(path)

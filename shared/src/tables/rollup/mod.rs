@@ -606,7 +606,7 @@ mod tests {
         // Row groups small enough that a set's rows are few of them, and the test's file has
         // several: a read of one set then opens only the row groups its rows are in, the
         // others' `grouping` statistics ruling it out.
-        let (groups, largest): (i64, i64) = connection.query_row(
+        let (groups, largest): (u64, u64) = connection.query_row(
             &format!(
                 "SELECT count(*), max(row_group_num_rows)
                  FROM parquet_metadata({file}) WHERE path_in_schema = 'grouping'"
@@ -618,7 +618,10 @@ mod tests {
             groups >= 3,
             "{written} rows in {groups} row groups: too few to test"
         );
-        assert!(largest <= 8192, "a row group of {largest} rows");
+        assert!(
+            largest <= cells::ROW_GROUP_ROWS,
+            "a row group of {largest} rows"
+        );
         let mut statement = connection.prepare(&format!(
             "SELECT s.grouping, s.n,
                     (SELECT count(*) FROM parquet_metadata({file}) m
@@ -629,13 +632,13 @@ mod tests {
         let sets = statement.query_map([], |row| {
             Ok((
                 row.get::<_, String>(0)?,
-                row.get::<_, i64>(1)?,
-                row.get::<_, i64>(2)?,
+                row.get::<_, u64>(1)?,
+                row.get::<_, u64>(2)?,
             ))
         })?;
         for set in sets {
             let (name, rows, opened) = set?;
-            let needed = (rows + 8191) / 8192 + 1;
+            let needed = rows.div_ceil(cells::ROW_GROUP_ROWS) + 1;
             assert!(
                 opened <= needed,
                 "{name}: {rows} rows, yet {opened} row groups' statistics admit it"
