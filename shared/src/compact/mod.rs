@@ -48,7 +48,7 @@ use crate::tables::manifest::{
 };
 use crate::tables::newest::{LocalDeletes, LocalFiles};
 use crate::tables::rollup::{self, RowsByFile};
-use crate::tables::task_attempts::{self, RowFilter, TableError};
+use crate::tables::task_attempts::{self, RowFilter, TableError, WrittenRows};
 use crate::tables::{catalog, manifest};
 
 /// Raw objects fetched and parsed at once.
@@ -544,17 +544,33 @@ impl Compactor {
             let live = stored.live;
             let merged = merge_stored(stored.attempts, &fold);
             let added = merged.new.len() as u64;
-            let rows = task_attempts::write_parquet(
+            let staged = task_attempts::stage(
                 &connection,
                 &cluster_name,
                 &session_name,
                 &merged.all(),
                 &write_failures,
-                &path,
             )?;
+            let rows = staged.rows();
             if rows > 0 {
-                rollup::write_rollup(&connection, &path, &live, &write_rollup_path)?;
-                key_index::write_key_index(&connection, &path, &write_index_path)?;
+                // DuckDB's Parquet writer keeps about one core busy and the rollup's count is
+                // one core's work, so the rollup and key index are made from the staged rows
+                // while the delta is written, not from the delta read back after.
+                let describer = connection.try_clone().map_err(TableError::from)?;
+                std::thread::scope(|scope| {
+                    let described = scope.spawn(move || -> Result<(), CompactError> {
+                        let rows = WrittenRows::Staged;
+                        rollup::write_rollup(&describer, rows, &live, &write_rollup_path)?;
+                        key_index::write_key_index(&describer, rows, &write_index_path)?;
+                        Ok(())
+                    });
+                    let written = staged.write(&path);
+                    let described = described.join().unwrap_or_else(|_| {
+                        Err(CompactError::Worker("the rollup's thread panicked".into()))
+                    });
+                    written?;
+                    described
+                })?;
             }
             Ok((rows, added, superseded))
         })
@@ -778,13 +794,9 @@ impl Compactor {
             }
             connection.execute_batch(&setup).map_err(TableError::from)?;
             let rows = task_attempts::write_newest(&connection, &attempts.files(), &write_path)?;
-            rollup::write_rollup(
-                &connection,
-                &write_path,
-                &RowsByFile::new(),
-                &write_rollup_path,
-            )?;
-            key_index::write_key_index(&connection, &write_path, &write_index_path)?;
+            let written = WrittenRows::File(&write_path);
+            rollup::write_rollup(&connection, written, &RowsByFile::new(), &write_rollup_path)?;
+            key_index::write_key_index(&connection, written, &write_index_path)?;
             Ok(rows)
         })
         .await?;

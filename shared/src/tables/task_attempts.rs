@@ -180,7 +180,7 @@ fn create_table(name: &str) -> String {
         .iter()
         .map(|(column, kind)| format!("{column} {kind}"))
         .collect();
-    format!("CREATE TEMP TABLE {name} ({})", columns.join(", "))
+    format!("CREATE TABLE {name} ({})", columns.join(", "))
 }
 
 fn hex(id: Option<&Id>) -> Option<&str> {
@@ -205,13 +205,60 @@ pub fn write_parquet(
     failures: &FailureContext,
     path: &Path,
 ) -> Result<u64, TableError> {
+    let staged = stage(connection, cluster, session, attempts, failures)?;
+    staged.write(path)?;
+    connection.execute_batch(&format!("DROP TABLE {STAGED}"))?;
+    Ok(staged.rows())
+}
+
+/// The table [`stage`] fills. Not a temporary table: what describes the file (its rollup, its
+/// key index) reads it on a connection of its own while the file is written.
+const STAGED: &str = "staged_attempts";
+
+/// A file's rows, staged in DuckDB in the order the file will hold them.
+#[derive(Debug)]
+pub struct Staged<'c> {
+    connection: &'c Connection,
+    rows: u64,
+}
+
+impl Staged<'_> {
+    /// How many rows the file will hold.
+    pub fn rows(&self) -> u64 {
+        self.rows
+    }
+
+    /// Writes the staged rows as the Parquet file at `path`.
+    pub fn write(&self, path: &Path) -> Result<(), TableError> {
+        let copy = format!(
+            // DuckDB keeps insertion order (`preserve_insertion_order`, on by default), so the
+            // file is in the order the rows were appended.
+            "COPY (SELECT {} FROM {STAGED}) TO {} ({PARQUET_OPTIONS})",
+            report_times::encoded_select(),
+            path_literal(path)
+        );
+        self.connection.execute_batch(&copy)?;
+        Ok(())
+    }
+}
+
+/// Stages `attempts` as rows of a `task_attempts` file in a table of `connection`'s database,
+/// sorted by job and creation time (so a table page's top-N skips row groups by their
+/// statistics), with their views under `failures`. A previously staged file's rows are replaced.
+pub fn stage<'c>(
+    connection: &'c Connection,
+    cluster: &str,
+    session: &str,
+    attempts: &[&TaskAttempt],
+    failures: &FailureContext,
+) -> Result<Staged<'c>, TableError> {
     let mut ordered = attempts.to_vec();
     ordered.sort_by_cached_key(|attempt| row_order(attempt));
     let attempts = ordered.as_slice();
-    connection.execute_batch("DROP TABLE IF EXISTS staged_attempts")?;
-    connection.execute_batch(&create_table("staged_attempts"))?;
+    connection.execute_batch(&format!("DROP TABLE IF EXISTS {STAGED}"))?;
+    connection.execute_batch(&create_table(STAGED))?;
     {
-        let mut appender = connection.appender("staged_attempts")?;
+        let mut appender = connection.appender(STAGED)?;
         let builders = std::thread::available_parallelism().map_or(1, usize::from);
         let per_batch = attempts.len().div_ceil(builders).clamp(1, ROWS_PER_BATCH);
         let chunks: Vec<&[&TaskAttempt]> = attempts.chunks(per_batch).collect();
@@ -224,16 +271,41 @@ pub fn write_parquet(
         }
         appender.flush()?;
     }
-    let copy = format!(
-        // DuckDB keeps insertion order (`preserve_insertion_order`, on by default), so the
-        // file is in the order the rows were appended.
-        "COPY (SELECT {} FROM staged_attempts) TO {} ({PARQUET_OPTIONS})",
-        report_times::encoded_select(),
-        path_literal(path)
-    );
-    connection.execute_batch(&copy)?;
-    connection.execute_batch("DROP TABLE staged_attempts")?;
-    Ok(attempts.len() as u64)
+    Ok(Staged {
+        connection,
+        rows: attempts.len() as u64,
+    })
+}
+
+/// Where the rows of a `task_attempts` file just written are read back from by what describes
+/// it (its rollup and its key index).
+#[derive(Clone, Copy, Debug)]
+pub enum WrittenRows<'a> {
+    /// The Parquet file.
+    File(&'a Path),
+    /// The table the file was written from ([`stage`]), in the file's order, in the same
+    /// DuckDB database: nothing is decoded again, and it can be read while the file is being
+    /// written.
+    Staged,
+}
+
+impl WrittenRows<'_> {
+    /// The rows as a relation of the file's columns and `row_number`, each row's position in
+    /// the file (from 0).
+    pub fn relation(&self) -> String {
+        match self {
+            Self::File(path) => format!(
+                "(SELECT * EXCLUDE (file_row_number), file_row_number AS row_number FROM {})",
+                super::newest::read_parquet(&[path], ", file_row_number = true")
+            ),
+            // Rows appended to a new table get row ids 0, 1, … in the order appended, which is
+            // the order `Staged::write` keeps.
+            Self::Staged => format!(
+                "(SELECT {}, rowid AS row_number FROM {STAGED})",
+                report_times::encoded_select()
+            ),
+        }
+    }
 }
 
 /// `work` over each of `items`, each on its own thread, the results in order.
@@ -859,5 +931,47 @@ mod tests {
             first_out_of_order, None,
             "the file is not in {SORT_ORDER} order"
         );
+    }
+
+    #[test]
+    fn staged_rows_read_as_the_file_written_from_them_reads() {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let path = dir.path().join("delta.parquet");
+        // Several append batches and row groups, so row numbers cross both.
+        let attempts: Vec<TaskAttempt> = (0..2 * ROW_GROUP_ROWS + 1_000).map(attempt).collect();
+        let references: Vec<&TaskAttempt> = attempts.iter().collect();
+        let connection = Connection::open_in_memory().expect("DuckDB opens");
+        let failures = FailureContext::default();
+        let staged =
+            stage(&connection, "c", "s", &references, &failures).expect("the rows are staged");
+        staged.write(&path).expect("the delta is written");
+        let only_in = |left: WrittenRows<'_>, right: WrittenRows<'_>| -> i64 {
+            connection
+                .query_row(
+                    &format!(
+                        "SELECT count(*) FROM (SELECT * FROM {} EXCEPT ALL SELECT * FROM {})",
+                        left.relation(),
+                        right.relation()
+                    ),
+                    [],
+                    |row| row.get(0),
+                )
+                .expect("compares")
+        };
+        let file = WrittenRows::File(&path);
+        assert_eq!(only_in(WrittenRows::Staged, file), 0);
+        assert_eq!(only_in(file, WrittenRows::Staged), 0);
+        let positions: (i64, i64, i64) = connection
+            .query_row(
+                &format!(
+                    "SELECT count(*), min(row_number), max(row_number) FROM {}",
+                    WrittenRows::Staged.relation()
+                ),
+                [],
+                |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
+            )
+            .expect("counts");
+        let rows = i64::try_from(staged.rows()).expect("fits");
+        assert_eq!(positions, (rows, 0, rows - 1));
     }
 }

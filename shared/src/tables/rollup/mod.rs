@@ -33,8 +33,8 @@ use duckdb::Connection;
 
 mod cells;
 
-use super::newest::{path_literal, rows_at};
-use super::task_attempts::TableError;
+use super::newest::rows_at;
+use super::task_attempts::{TableError, WrittenRows};
 
 /// The format of the rollups this build writes. A session with a file whose rollup has
 /// another format (or none) is counted by scanning until its next base rewrites them all.
@@ -327,19 +327,16 @@ pub fn newest_cells(source: &str, only: &[&str]) -> String {
 /// Stored rows, by file: a file's path and row numbers in it.
 pub type RowsByFile = Vec<(PathBuf, Vec<i64>)>;
 
-/// Writes the rollup of the `task_attempts` file at `file` to `path`: its rows, minus the
+/// Writes the rollup of a `task_attempts` file, its rows read from `file`, to `path`: its rows, minus the
 /// stored versions in `superseded` (the live versions its rows replace). Returns the rollup's
 /// row count.
 pub fn write_rollup(
     connection: &Connection,
-    file: &Path,
+    file: WrittenRows<'_>,
     superseded: &RowsByFile,
     path: &Path,
 ) -> Result<u64, TableError> {
-    let plus = derived(&format!(
-        "(SELECT {SOURCE} FROM read_parquet({}))",
-        path_literal(file)
-    ));
+    let plus = derived(&format!("(SELECT {SOURCE} FROM {})", file.relation()));
     if superseded.is_empty() {
         // A base, or a delta that replaced nothing: no version to subtract or pair.
         let query = format!(
@@ -386,6 +383,7 @@ pub fn write_rollup(
 
 #[cfg(test)]
 mod tests {
+    use super::super::newest::path_literal;
     use super::*;
 
     #[test]
