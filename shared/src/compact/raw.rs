@@ -58,11 +58,19 @@ pub enum RawError {
 
 const MAX_QUARANTINED_TEXT: usize = 64 * 1024;
 
-/// Reads and parses one raw object (the parse runs on a blocking thread: it is CPU work).
-#[tracing::instrument(name = "read_raw", skip(storage), fields(key = %key))]
-pub async fn read_raw(storage: &dyn Storage, key: &ObjectKey) -> Result<RawObject, RawError> {
+/// Reads and parses one raw object. The parse runs on a blocking thread (it is CPU work) once
+/// `parsers` has a permit for it: more parses at once than cores would only share the cores,
+/// and take them from the fold, which runs beside them.
+#[tracing::instrument(name = "read_raw", skip(storage, parsers), fields(key = %key))]
+pub async fn read_raw(
+    storage: &dyn Storage,
+    key: &ObjectKey,
+    parsers: &tokio::sync::Semaphore,
+) -> Result<RawObject, RawError> {
     let cluster = raw_object_cluster(key).ok_or_else(|| RawError::NotRaw(key.clone()))?;
     let stored = storage.get(key).await?;
+    // The semaphore is never closed; if it were, parsing without a permit is still correct.
+    let _parsing = parsers.acquire().await.ok();
     let key = key.clone();
     let parse_key = key.clone();
     tokio::task::spawn_blocking(move || parse_raw(parse_key, cluster, &stored.body))
