@@ -51,7 +51,7 @@ use crate::tables::rollup::{self, RowsByFile};
 use crate::tables::task_attempts::{self, RowFilter, TableError, WrittenRows};
 use crate::tables::{catalog, manifest};
 
-/// Raw objects fetched and parsed at once.
+/// Raw objects fetched at once (parsed at most one per core).
 const READ_PARALLELISM: usize = 8;
 
 /// Tuning of compaction.
@@ -903,7 +903,6 @@ struct Landed {
     sequence: u64,
 }
 
-/// One session's share of a compaction run.
 /// One session's events of a run, folded as their objects are read.
 #[derive(Default)]
 struct SessionFold {
@@ -927,6 +926,7 @@ impl SessionFold {
     }
 }
 
+/// One session's share of a compaction run.
 struct SessionBatch<'a> {
     /// Shared with the blocking write, which reads it without a copy.
     tasks: &'a Arc<SessionTasks>,
