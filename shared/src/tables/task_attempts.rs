@@ -195,22 +195,6 @@ fn at<T>(reported: Option<&Reported<T>>) -> Option<i64> {
 /// staged table.
 const ROWS_PER_BATCH: usize = 122_880;
 
-/// Writes rows for `attempts` (viewed through `failures`) as one ZSTD Parquet file at `path`,
-/// sorted by job and creation time so row-group statistics prune. Returns the row count.
-pub fn write_parquet(
-    connection: &Connection,
-    cluster: &str,
-    session: &str,
-    attempts: &[&TaskAttempt],
-    failures: &FailureContext,
-    path: &Path,
-) -> Result<u64, TableError> {
-    let staged = stage(connection, cluster, session, attempts, failures)?;
-    staged.write(path)?;
-    connection.execute_batch(&format!("DROP TABLE {STAGED}"))?;
-    Ok(staged.rows())
-}
-
 /// The table [`stage`] fills. Not a temporary table: what describes the file (its rollup, its
 /// key index) reads it on a connection of its own while the file is written.
 const STAGED: &str = "staged_attempts";
@@ -228,7 +212,7 @@ impl Staged<'_> {
         self.rows
     }
 
-    /// Writes the staged rows as the Parquet file at `path`.
+    /// Writes the staged rows, in the order staged, as one ZSTD Parquet file at `path`.
     pub fn write(&self, path: &Path) -> Result<(), TableError> {
         let copy = format!(
             // DuckDB keeps insertion order (`preserve_insertion_order`, on by default), so the
@@ -885,16 +869,11 @@ mod tests {
         let attempts: Vec<TaskAttempt> = (0..300_000).map(attempt).collect();
         let references: Vec<&TaskAttempt> = attempts.iter().collect();
         let connection = Connection::open_in_memory().expect("DuckDB opens");
-        let rows = write_parquet(
-            &connection,
-            "c",
-            "s",
-            &references,
-            &FailureContext::default(),
-            &path,
-        )
-        .expect("the delta is written");
-        assert_eq!(rows, 300_000);
+        let failures = FailureContext::default();
+        let staged =
+            stage(&connection, "c", "s", &references, &failures).expect("the rows are staged");
+        staged.write(&path).expect("the delta is written");
+        assert_eq!(staged.rows(), 300_000);
         let order = |by: &str| -> Vec<(Option<String>, i32)> {
             let sql = format!(
                 "SELECT task_id, attempt_number FROM read_parquet({}, file_row_number = true) \

@@ -327,16 +327,16 @@ pub fn newest_cells(source: &str, only: &[&str]) -> String {
 /// Stored rows, by file: a file's path and row numbers in it.
 pub type RowsByFile = Vec<(PathBuf, Vec<i64>)>;
 
-/// Writes the rollup of a `task_attempts` file, its rows read from `file`, to `path`: its rows, minus the
-/// stored versions in `superseded` (the live versions its rows replace). Returns the rollup's
-/// row count.
+/// Writes the rollup of a `task_attempts` file, its rows read from `rows`, to `path`: its rows,
+/// minus the stored versions in `superseded` (the live versions its rows replace). Returns the
+/// rollup's row count.
 pub fn write_rollup(
     connection: &Connection,
-    file: WrittenRows<'_>,
+    rows: WrittenRows<'_>,
     superseded: &RowsByFile,
     path: &Path,
 ) -> Result<u64, TableError> {
-    let plus = derived(&format!("(SELECT {SOURCE} FROM {})", file.relation()));
+    let plus = derived(&format!("(SELECT {SOURCE} FROM {})", rows.relation()));
     if superseded.is_empty() {
         // A base, or a delta that replaced nothing: no version to subtract or pair.
         let query = format!(
