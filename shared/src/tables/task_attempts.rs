@@ -860,20 +860,28 @@ mod tests {
         attempt
     }
 
-    #[test]
-    fn a_delta_is_written_in_the_order_duckdb_sorts_it() {
+    /// `rows` synthetic attempts staged in a new database and written to a file in `dir`
+    /// (returned, so it lives as long as the test): the database, still holding the staged
+    /// rows, and the file.
+    fn staged_delta(rows: u64) -> (tempfile::TempDir, PathBuf, Connection) {
         let dir = tempfile::tempdir().expect("temporary directory");
         let path = dir.path().join("delta.parquet");
-        // More rows than one append batch or one DuckDB row group, so that the write runs in
-        // parallel and order is kept across batches.
-        let attempts: Vec<TaskAttempt> = (0..300_000).map(attempt).collect();
+        let attempts: Vec<TaskAttempt> = (0..rows).map(attempt).collect();
         let references: Vec<&TaskAttempt> = attempts.iter().collect();
         let connection = Connection::open_in_memory().expect("DuckDB opens");
         let failures = FailureContext::default();
         let staged =
             stage(&connection, "c", "s", &references, &failures).expect("the rows are staged");
         staged.write(&path).expect("the delta is written");
-        assert_eq!(staged.rows(), 300_000);
+        assert_eq!(staged.rows(), rows);
+        (dir, path, connection)
+    }
+
+    #[test]
+    fn a_delta_is_written_in_the_order_duckdb_sorts_it() {
+        // More rows than one append batch or one DuckDB row group, so that the write runs in
+        // parallel and order is kept across batches.
+        let (_dir, path, connection) = staged_delta(300_000);
         let order = |by: &str| -> Vec<(Option<String>, i32)> {
             let sql = format!(
                 "SELECT task_id, attempt_number FROM read_parquet({}, file_row_number = true) \
@@ -914,16 +922,9 @@ mod tests {
 
     #[test]
     fn staged_rows_read_as_the_file_written_from_them_reads() {
-        let dir = tempfile::tempdir().expect("temporary directory");
-        let path = dir.path().join("delta.parquet");
         // Several append batches and row groups, so row numbers cross both.
-        let attempts: Vec<TaskAttempt> = (0..2 * ROW_GROUP_ROWS + 1_000).map(attempt).collect();
-        let references: Vec<&TaskAttempt> = attempts.iter().collect();
-        let connection = Connection::open_in_memory().expect("DuckDB opens");
-        let failures = FailureContext::default();
-        let staged =
-            stage(&connection, "c", "s", &references, &failures).expect("the rows are staged");
-        staged.write(&path).expect("the delta is written");
+        let rows = 2 * ROW_GROUP_ROWS + 1_000;
+        let (_dir, path, connection) = staged_delta(rows);
         let only_in = |left: WrittenRows<'_>, right: WrittenRows<'_>| -> i64 {
             connection
                 .query_row(
@@ -950,7 +951,7 @@ mod tests {
                 |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
             )
             .expect("counts");
-        let rows = i64::try_from(staged.rows()).expect("fits");
+        let rows = i64::try_from(rows).expect("fits");
         assert_eq!(positions, (rows, 0, rows - 1));
     }
 }
