@@ -195,6 +195,9 @@ fn at<T>(reported: Option<&Reported<T>>) -> Option<i64> {
 /// staged table.
 const ROWS_PER_BATCH: usize = 122_880;
 
+/// Groups of batches a stage builds at least, one after another: see [`stage`].
+const GROUPS: usize = 4;
+
 /// The table [`stage`] fills. Not a temporary table: what describes the file (its rollup, its
 /// key index) reads it on a connection of its own while the file is written.
 const STAGED: &str = "staged_attempts";
@@ -244,14 +247,29 @@ pub fn stage<'c>(
     {
         let mut appender = connection.appender(STAGED)?;
         let builders = std::thread::available_parallelism().map_or(1, usize::from);
-        let per_batch = attempts.len().div_ceil(builders).clamp(1, ROWS_PER_BATCH);
+        // Several groups, so that appending one (DuckDB copying the batch in, one core) overlaps
+        // building the next (Rust work, a core per chunk).
+        let per_batch = attempts
+            .len()
+            .div_ceil(builders * GROUPS)
+            .clamp(1, ROWS_PER_BATCH);
         let chunks: Vec<&[&TaskAttempt]> = attempts.chunks(per_batch).collect();
+        let mut built = Vec::new();
         for group in chunks.chunks(builders) {
-            // Building rows is Rust work on one core while DuckDB waits; the chunks of a group
-            // are built side by side and appended in order.
-            for batch in on_threads(group, |chunk| batch_of(chunk, cluster, session, failures))? {
-                appender.append_record_batch(batch)?;
-            }
+            let (next, appended) = on_threads(
+                group,
+                |chunk| batch_of(chunk, cluster, session, failures),
+                || {
+                    built
+                        .drain(..)
+                        .try_for_each(|batch| appender.append_record_batch(batch))
+                },
+            );
+            appended?;
+            built = next?;
+        }
+        for batch in built {
+            appender.append_record_batch(batch)?;
         }
         appender.flush()?;
     }
@@ -292,24 +310,28 @@ impl WrittenRows<'_> {
     }
 }
 
-/// `work` over each of `items`, each on its own thread, the results in order.
-fn on_threads<I: Sync, T: Send>(
+/// `work` over each of `items`, each on its own thread, the results in order, while
+/// `meanwhile` runs on this thread.
+fn on_threads<I: Sync, T: Send, M>(
     items: &[I],
     work: impl Fn(&I) -> Result<T, TableError> + Sync,
-) -> Result<Vec<T>, TableError> {
+    meanwhile: impl FnOnce() -> M,
+) -> (Result<Vec<T>, TableError>, M) {
     std::thread::scope(|scope| {
         let handles: Vec<_> = items
             .iter()
             .map(|item| scope.spawn(|| work(item)))
             .collect();
-        handles
+        let done = meanwhile();
+        let results = handles
             .into_iter()
             .map(|handle| {
                 handle
                     .join()
                     .unwrap_or_else(|_| Err(TableError::Corrupt("a row builder panicked".into())))
             })
-            .collect()
+            .collect();
+        (results, done)
     })
 }
 
