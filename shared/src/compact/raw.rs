@@ -7,6 +7,7 @@ use std::io::Read as _;
 use flate2::read::GzDecoder;
 
 use crate::event::RayEvent;
+use crate::event::encoding::with_shared_ids;
 use crate::layout::{ClusterName, raw_object_cluster};
 use crate::storage::{ObjectKey, Storage, StorageError};
 
@@ -120,7 +121,7 @@ thread_local! {
 /// Parses the bytes of one raw object.
 fn parse_raw(key: ObjectKey, cluster: ClusterName, body: &[u8]) -> Result<RawObject, RawError> {
     INFLATED.with_borrow_mut(|buffer| {
-        let parsed = parse_text(key, cluster, body, buffer);
+        let parsed = with_shared_ids(|| parse_text(key, cluster, body, buffer));
         if buffer.capacity() > KEPT_INFLATE {
             *buffer = Vec::new();
         }

@@ -6,6 +6,9 @@
 //! those into the forms the rest of Afterglow works with (hex IDs, integers, nanoseconds) and owns
 //! no knowledge of which field uses which rule.
 
+use std::borrow::Borrow;
+use std::cell::RefCell;
+use std::collections::HashSet;
 use std::fmt;
 use std::sync::Arc;
 
@@ -40,24 +43,56 @@ impl Serialize for Id {
 impl Id {
     /// Decodes Ray's base64 form. Returns `None` for the empty string (an unset `bytes` field).
     pub fn from_base64(text: &str) -> Result<Option<Self>, base64::DecodeError> {
+        Self::decode_base64(text, Self::from_bytes)
+    }
+
+    /// Decodes Ray's base64 form into an ID of its own, never one shared by
+    /// [`with_shared_ids`]: for ids that are unique by design (event ids), where looking for an
+    /// equal one would only cost.
+    pub fn from_base64_unshared(text: &str) -> Result<Option<Self>, base64::DecodeError> {
+        Self::decode_base64(text, |bytes| {
+            Self::with_hex(bytes, |hex| Self(Arc::from(hex)))
+        })
+    }
+
+    /// Builds an ID from raw bytes, shared with an equal one when [`with_shared_ids`] runs.
+    pub fn from_bytes(bytes: &[u8]) -> Self {
+        Self::with_hex(bytes, |hex| {
+            SHARED.with_borrow_mut(|shared| match shared {
+                Some(shared) => match shared.get(hex) {
+                    Some(id) => id.clone(),
+                    None => {
+                        let id = Self(Arc::from(hex));
+                        shared.insert(id.clone());
+                        id
+                    }
+                },
+                None => Self(Arc::from(hex)),
+            })
+        })
+    }
+
+    /// `make` of the base64 `text`'s bytes; `None` for the empty string.
+    fn decode_base64(
+        text: &str,
+        make: impl FnOnce(&[u8]) -> Self,
+    ) -> Result<Option<Self>, base64::DecodeError> {
         if text.is_empty() {
             return Ok(None);
         }
         // Every Ray id is at most 28 bytes: decode on the stack.
         let mut buffer = [0u8; 48];
         match BASE64.decode_slice(text, &mut buffer) {
-            Ok(len) => Ok(Some(Self::from_bytes(
-                buffer.get(..len).unwrap_or_default(),
-            ))),
+            Ok(len) => Ok(Some(make(buffer.get(..len).unwrap_or_default()))),
             Err(base64::DecodeSliceError::OutputSliceTooSmall) => {
-                Ok(Some(Self::from_bytes(&BASE64.decode(text)?)))
+                Ok(Some(make(&BASE64.decode(text)?)))
             }
             Err(base64::DecodeSliceError::DecodeError(err)) => Err(err),
         }
     }
 
-    /// Builds an ID from raw bytes.
-    pub fn from_bytes(bytes: &[u8]) -> Self {
+    /// `make` of the lowercase hex form of `bytes`.
+    fn with_hex(bytes: &[u8], make: impl FnOnce(&str) -> Self) -> Self {
         const DIGITS: &[u8; 16] = b"0123456789abcdef";
         // Every Ray id is at most 28 bytes: the digits go on the stack.
         let mut buffer = [0u8; 64];
@@ -74,7 +109,7 @@ impl Id {
             pair[1] = DIGITS[usize::from(byte & 0x0f)];
         }
         // Hex digits are ASCII, so the conversion cannot fail.
-        Self(Arc::from(std::str::from_utf8(hex).unwrap_or_default()))
+        make(std::str::from_utf8(hex).unwrap_or_default())
     }
 
     /// Reads the lowercase hex form back; `None` unless it is non-empty, even-length lowercase
@@ -114,6 +149,13 @@ impl Id {
         }
     }
 
+    /// The raw bytes, decoded into the start of `out`; `None` when `out` is too short.
+    pub fn bytes_into<'a>(&self, out: &'a mut [u8]) -> Option<&'a [u8]> {
+        let bytes = out.get_mut(..self.byte_len())?;
+        self.decode_into(bytes);
+        Some(bytes)
+    }
+
     /// Decodes the hex form into `bytes`, which is `byte_len()` long.
     fn decode_into(&self, bytes: &mut [u8]) {
         fn nibble(digit: u8) -> u8 {
@@ -138,6 +180,37 @@ impl Id {
     pub fn byte_len(&self) -> usize {
         self.0.len() / 2
     }
+}
+
+// An `Id` hashes and compares as its hex text, so a set of them can be searched by text.
+impl Borrow<str> for Id {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+thread_local! {
+    /// The ids read so far on this thread inside [`with_shared_ids`], if it is running.
+    static SHARED: RefCell<Option<HashSet<Id, foldhash::fast::RandomState>>> =
+        const { RefCell::new(None) };
+}
+
+/// Runs `read` so that the equal ids it decodes on this thread share one allocation.
+///
+/// A raw object names the same job, node, worker and parent task in nearly every event: shared,
+/// they cost one hash lookup each instead of an allocation, a hex encoding and a free, and the
+/// fold that keeps them holds one copy (perf: decoding ids was a sixth of parsing). The ids
+/// seen are forgotten when `read` returns, so nothing outlives the object read.
+pub fn with_shared_ids<T>(read: impl FnOnce() -> T) -> T {
+    /// Restores the enclosing scope's ids, even when `read` panics.
+    struct Restore(Option<HashSet<Id, foldhash::fast::RandomState>>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            SHARED.set(self.0.take());
+        }
+    }
+    let _restore = Restore(SHARED.replace(Some(HashSet::default())));
+    read()
 }
 
 impl fmt::Debug for Id {
@@ -176,6 +249,26 @@ pub mod opt_id {
         match id {
             Some(id) => serializer.serialize_str(&id.to_base64()),
             None => serializer.serialize_str(""),
+        }
+    }
+}
+
+/// [`opt_id`] for ids that are unique by design (an event's own id): never shared.
+pub mod opt_unique_id {
+    use serde::de::{self, Deserialize, Deserializer};
+
+    use super::Id;
+
+    pub use super::opt_id::serialize;
+
+    /// Reads Ray's base64 form.
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Id>, D::Error> {
+        let text: Option<std::borrow::Cow<'de, str>> = Option::deserialize(deserializer)?;
+        match text {
+            None => Ok(None),
+            Some(text) => Id::from_base64_unshared(&text).map_err(|err| {
+                de::Error::custom(format_args!("invalid base64 ID {text:?}: {err}"))
+            }),
         }
     }
 }
@@ -555,6 +648,34 @@ mod tests {
         assert_eq!(serde_json::from_str::<Ids>(r#"{"id": ""}"#)?.id, None);
         assert_eq!(serde_json::from_str::<Ids>(r#"{}"#)?.id, None);
         assert_eq!(serde_json::from_str::<Ids>(r#"{"id": null}"#)?.id, None);
+        Ok(())
+    }
+
+    #[test]
+    fn equal_ids_read_together_share_one_text_and_event_ids_never_do()
+    -> Result<(), base64::DecodeError> {
+        let job = "AQAAAA==";
+        let read = || -> Result<_, base64::DecodeError> {
+            Ok([
+                Id::from_base64(job)?,
+                Id::from_base64(job)?,
+                Id::from_base64_unshared(job)?,
+                Id::from_base64_unshared(job)?,
+            ])
+        };
+        let [Some(first), Some(second), Some(unique), Some(other)] = with_shared_ids(read)? else {
+            panic!("{job} is an id");
+        };
+        assert!(Arc::ptr_eq(&first.0, &second.0), "shared inside the scope");
+        assert!(!Arc::ptr_eq(&first.0, &unique.0) && !Arc::ptr_eq(&unique.0, &other.0));
+        assert!([&second, &unique, &other].iter().all(|id| **id == first));
+        let [Some(after), Some(again), ..] = read()? else {
+            panic!("{job} is an id");
+        };
+        assert!(
+            !Arc::ptr_eq(&after.0, &first.0) && !Arc::ptr_eq(&after.0, &again.0),
+            "forgotten when the scope ends"
+        );
         Ok(())
     }
 

@@ -23,7 +23,7 @@ use self::cluster::{
     NodeDefinitionEvent, NodeLifecycleEvent, PlacementGroupDefinitionEvent,
     PlacementGroupLifecycleEvent, WorkerDefinitionEvent, WorkerLifecycleEvent,
 };
-use self::encoding::{Id, Timestamp, opt_id, ray_enum};
+use self::encoding::{Id, Timestamp, opt_id, opt_unique_id, ray_enum};
 use self::submission::{PlatformEvent, SubmissionJobDefinitionEvent, SubmissionJobLifecycleEvent};
 use self::task::{
     ActorTaskDefinitionEvent, LegacyTaskExecutionEvent, TaskDefinitionEvent, TaskLifecycleEvent,
@@ -167,7 +167,7 @@ pub enum EventError {
 #[derive(Deserialize, Default)]
 #[serde(default, rename_all = "camelCase")]
 struct WireEvent {
-    #[serde(alias = "event_id", with = "opt_id")]
+    #[serde(alias = "event_id", with = "opt_unique_id")]
     event_id: Option<Id>,
     #[serde(alias = "source_type")]
     source_type: SourceType,
