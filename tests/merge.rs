@@ -15,7 +15,7 @@ use shared::merge::{SessionTasks, TaskView};
 fn fold(events: &[String]) -> anyhow::Result<BTreeMap<(String, i64), TaskView>> {
     let mut session = SessionTasks::default();
     for text in events {
-        session.apply(&RayEvent::from_json(text)?);
+        session.apply(RayEvent::from_json(text)?);
     }
     Ok(session
         .views()
@@ -141,7 +141,7 @@ fn profile_spans_agree_with_ray() -> anyhow::Result<()> {
     for run in FixtureRun::all()? {
         let mut session = SessionTasks::default();
         for text in run_events(&run)?.concat() {
-            session.apply(&RayEvent::from_json(&text)?);
+            session.apply(RayEvent::from_json(&text)?);
         }
         let ours = session
             .attempts

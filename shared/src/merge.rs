@@ -13,7 +13,10 @@
 //! reported (terminal states win, immune to clock skew), times from the transitions, error only
 //! on `FAILED`, and the failures Ray synthesizes when the job ends or the worker dies.
 
+mod attempt_map;
 pub mod entities;
+
+pub use attempt_map::AttemptMap;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -95,52 +98,56 @@ pub struct TaskDefinition {
 }
 
 impl TaskDefinition {
-    fn from_descriptor(descriptor: &FunctionDescriptor) -> (String, String, String) {
-        let module = descriptor.module_name().unwrap_or_default().to_owned();
-        let (class, function) = descriptor
-            .class_and_function()
-            .map(|(class, function)| (class.to_owned(), function.to_owned()))
-            .unwrap_or_default();
-        (module, class, function)
+    /// `(module, class, function)` from whichever language member is set (only Python has a
+    /// module).
+    fn from_descriptor(descriptor: FunctionDescriptor) -> (String, String, String) {
+        if let Some(python) = descriptor.python_function_descriptor {
+            return (python.module_name, python.class_name, python.function_name);
+        }
+        descriptor
+            .java_function_descriptor
+            .or(descriptor.cpp_function_descriptor)
+            .map(|other| (String::new(), other.class_name, other.function_name))
+            .unwrap_or_default()
     }
 
     /// From a `TASK_DEFINITION_EVENT`.
-    pub fn from_task(event: &TaskDefinitionEvent) -> Self {
-        let (module_name, class_name, function_name) = Self::from_descriptor(&event.task_func);
+    pub fn from_task(event: TaskDefinitionEvent) -> Self {
+        let (module_name, class_name, function_name) = Self::from_descriptor(event.task_func);
         Self {
-            name: event.task_name.clone(),
-            task_type: event.task_type.clone(),
-            language: event.language.clone(),
+            name: event.task_name,
+            task_type: event.task_type,
+            language: event.language,
             module_name,
             class_name,
             function_name,
-            parent_task_id: event.parent_task_id.clone(),
+            parent_task_id: event.parent_task_id,
             actor_id: None,
-            placement_group_id: event.placement_group_id.clone(),
-            required_resources: event.required_resources.clone(),
-            serialized_runtime_env: event.serialized_runtime_env.clone(),
-            call_site: event.call_site.clone(),
-            label_selector: event.label_selector.clone(),
+            placement_group_id: event.placement_group_id,
+            required_resources: event.required_resources,
+            serialized_runtime_env: event.serialized_runtime_env,
+            call_site: event.call_site,
+            label_selector: event.label_selector,
         }
     }
 
     /// From an `ACTOR_TASK_DEFINITION_EVENT`.
-    pub fn from_actor_task(event: &ActorTaskDefinitionEvent) -> Self {
-        let (module_name, class_name, function_name) = Self::from_descriptor(&event.actor_func);
+    pub fn from_actor_task(event: ActorTaskDefinitionEvent) -> Self {
+        let (module_name, class_name, function_name) = Self::from_descriptor(event.actor_func);
         Self {
-            name: event.actor_task_name.clone(),
+            name: event.actor_task_name,
             task_type: TaskType::ACTOR_TASK,
-            language: event.language.clone(),
+            language: event.language,
             module_name,
             class_name,
             function_name,
-            parent_task_id: event.parent_task_id.clone(),
-            actor_id: event.actor_id.clone(),
-            placement_group_id: event.placement_group_id.clone(),
-            required_resources: event.required_resources.clone(),
-            serialized_runtime_env: event.serialized_runtime_env.clone(),
-            call_site: event.call_site.clone(),
-            label_selector: event.label_selector.clone(),
+            parent_task_id: event.parent_task_id,
+            actor_id: event.actor_id,
+            placement_group_id: event.placement_group_id,
+            required_resources: event.required_resources,
+            serialized_runtime_env: event.serialized_runtime_env,
+            call_site: event.call_site,
+            label_selector: event.label_selector,
         }
     }
 
@@ -201,20 +208,16 @@ impl LogInfo {
         keep_latest(&mut self.stderr_end, other.stderr_end);
     }
 
-    fn reported(at: i64, info: &TaskLogInfo) -> Self {
-        let text = |value: &Option<String>| {
+    fn reported(at: i64, info: TaskLogInfo) -> Self {
+        let text = |value: Option<String>| {
             value
-                .as_ref()
                 .filter(|text| !text.is_empty())
-                .map(|text| Reported {
-                    at,
-                    value: text.clone(),
-                })
+                .map(|value| Reported { at, value })
         };
         let number = |value: Option<i64>| value.map(|value| Reported { at, value });
         Self {
-            stdout_file: text(&info.stdout_file),
-            stderr_file: text(&info.stderr_file),
+            stdout_file: text(info.stdout_file),
+            stderr_file: text(info.stderr_file),
             stdout_start: number(info.stdout_start),
             stdout_end: number(info.stdout_end),
             stderr_start: number(info.stderr_start),
@@ -332,17 +335,17 @@ impl TaskAttempt {
 
     /// Folds in one task event reported at `at` (the event's timestamp, ns). Events about other
     /// entities are ignored.
-    pub fn apply(&mut self, at: i64, payload: &EventPayload) {
+    pub fn apply(&mut self, at: i64, payload: EventPayload) {
         match payload {
             EventPayload::TaskDefinition(event) => {
                 self.set_job(event.job_id.as_ref());
-                self.merge_definition(at, TaskDefinition::from_task(event));
+                self.merge_definition(at, TaskDefinition::from_task(*event));
             }
             EventPayload::ActorTaskDefinition(event) => {
                 self.set_job(event.job_id.as_ref());
-                self.merge_definition(at, TaskDefinition::from_actor_task(event));
+                self.merge_definition(at, TaskDefinition::from_actor_task(*event));
             }
-            EventPayload::TaskLifecycle(event) => self.apply_lifecycle(at, event),
+            EventPayload::TaskLifecycle(event) => self.apply_lifecycle(at, *event),
             EventPayload::TaskProfile(event) => {
                 self.set_job(event.job_id.as_ref());
                 let events = &event.profile_events;
@@ -380,40 +383,37 @@ impl TaskAttempt {
         );
     }
 
-    fn apply_lifecycle(&mut self, at: i64, event: &TaskLifecycleEvent) {
+    fn apply_lifecycle(&mut self, at: i64, event: TaskLifecycleEvent) {
         self.set_job(event.job_id.as_ref());
         for transition in &event.state_transitions {
             if let Some(number) = transition.state.number() {
                 self.add_status_time(number, transition.timestamp.nanos());
             }
         }
-        keep_latest(&mut self.node_id, event.node_id.clone().and_then(stamp(at)));
-        keep_latest(
-            &mut self.worker_id,
-            event.worker_id.clone().and_then(stamp(at)),
-        );
+        keep_latest(&mut self.node_id, event.node_id.and_then(stamp(at)));
+        keep_latest(&mut self.worker_id, event.worker_id.and_then(stamp(at)));
         // Ray: "worker pid can never be 0", so 0 means "not reported".
         if event.worker_pid != 0 {
             keep_latest(&mut self.worker_pid, stamp(at)(event.worker_pid));
         }
-        if let Some(error) = &event.ray_error_info {
+        if let Some(error) = event.ray_error_info {
             keep_latest(
                 &mut self.error,
                 stamp(at)(ReportedError {
                     error_type: error.error_type.to_string(),
-                    message: error.error_message.clone(),
+                    message: error.error_message,
                 }),
             );
         }
         keep_latest(
             &mut self.actor_repr_name,
-            event.actor_repr_name.clone().and_then(stamp(at)),
+            event.actor_repr_name.and_then(stamp(at)),
         );
         keep_latest(
             &mut self.is_debugger_paused,
             event.is_debugger_paused.and_then(stamp(at)),
         );
-        if let Some(info) = &event.task_log_info {
+        if let Some(info) = event.task_log_info {
             self.log_info.merge(LogInfo::reported(at, info));
         }
     }
@@ -601,7 +601,7 @@ impl TaskAttempt {
 pub struct SessionTasks {
     /// Attempts by key. Hashed, not ordered: a sorted map moves its (large) values around
     /// on every insert and compares ids all the way down, which was most of folding's cost.
-    pub attempts: HashMap<AttemptKey, TaskAttempt, foldhash::fast::RandomState>,
+    pub attempts: AttemptMap,
     /// Job ends and worker deaths seen so far.
     pub failures: FailureContext,
 }
@@ -609,14 +609,16 @@ pub struct SessionTasks {
 impl SessionTasks {
     /// Folds in one event of the session; events about other entities only feed failure
     /// synthesis or are ignored.
-    pub fn apply(&mut self, event: &RayEvent) {
+    ///
+    /// Takes the event: what the attempt keeps of it is moved, not copied, and a run folds
+    /// hundreds of thousands of them.
+    pub fn apply(&mut self, event: RayEvent) {
         let at = event.timestamp.map_or(0, |timestamp| timestamp.nanos());
         self.failures.apply(&event.payload);
         if let Some(key) = AttemptKey::of(&event.payload) {
             self.attempts
-                .entry(key.clone())
-                .or_insert_with(|| TaskAttempt::new(&key))
-                .apply(at, &event.payload);
+                .get_or_insert_with(&key, || TaskAttempt::new(&key))
+                .apply(at, event.payload);
         }
     }
 
@@ -978,7 +980,7 @@ mod tests {
             let mut session = SessionTasks::default();
             for text in &order {
                 let event = RayEvent::from_json(text).unwrap_or_else(|err| panic!("{err}: {text}"));
-                session.apply(&event);
+                session.apply(event);
             }
             results.push(session.views().map(|(_, view)| view).collect());
         }
