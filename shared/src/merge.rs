@@ -599,8 +599,9 @@ impl TaskAttempt {
 /// synthesis needs, folded from events in any order.
 #[derive(Clone, Debug, Default)]
 pub struct SessionTasks {
-    /// Attempts by key. Hashed, not ordered: a sorted map moves its (large) values around
-    /// on every insert and compares ids all the way down, which was most of folding's cost.
+    /// Attempts by key, in the order first seen. Not a sorted map: one moves its (large)
+    /// values around on every insert and compares ids all the way down, which was most of
+    /// folding's cost.
     pub attempts: AttemptMap,
     /// Job ends and worker deaths seen so far.
     pub failures: FailureContext,

@@ -235,10 +235,18 @@ pub mod opt_id {
 
     /// Reads Ray's base64 form.
     pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Id>, D::Error> {
+        decode_with(deserializer, Id::from_base64)
+    }
+
+    /// Reads Ray's base64 form with `decode`.
+    pub(super) fn decode_with<'de, D: Deserializer<'de>>(
+        deserializer: D,
+        decode: impl FnOnce(&str) -> Result<Option<Id>, base64::DecodeError>,
+    ) -> Result<Option<Id>, D::Error> {
         let text: Option<std::borrow::Cow<'de, str>> = Option::deserialize(deserializer)?;
         match text {
             None => Ok(None),
-            Some(text) => Id::from_base64(&text).map_err(|err| {
+            Some(text) => decode(&text).map_err(|err| {
                 de::Error::custom(format_args!("invalid base64 ID {text:?}: {err}"))
             }),
         }
@@ -255,7 +263,7 @@ pub mod opt_id {
 
 /// [`opt_id`] for ids that are unique by design (an event's own id): never shared.
 pub mod opt_unique_id {
-    use serde::de::{self, Deserialize, Deserializer};
+    use serde::de::Deserializer;
 
     use super::Id;
 
@@ -263,13 +271,7 @@ pub mod opt_unique_id {
 
     /// Reads Ray's base64 form.
     pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Id>, D::Error> {
-        let text: Option<std::borrow::Cow<'de, str>> = Option::deserialize(deserializer)?;
-        match text {
-            None => Ok(None),
-            Some(text) => Id::from_base64_unshared(&text).map_err(|err| {
-                de::Error::custom(format_args!("invalid base64 ID {text:?}: {err}"))
-            }),
-        }
+        super::opt_id::decode_with(deserializer, Id::from_base64_unshared)
     }
 }
 
