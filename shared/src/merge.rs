@@ -23,7 +23,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use serde::{Deserialize, Serialize};
 
 use crate::event::cluster::{DriverJobState, WorkerState};
-use crate::event::common::{FunctionDescriptor, Language, TaskStatus, TaskType};
+use crate::event::common::{Language, TaskStatus, TaskType};
 use crate::event::encoding::Id;
 use crate::event::task::{
     ActorTaskDefinitionEvent, TaskDefinitionEvent, TaskLifecycleEvent, TaskLogInfo,
@@ -98,22 +98,9 @@ pub struct TaskDefinition {
 }
 
 impl TaskDefinition {
-    /// `(module, class, function)` from whichever language member is set (only Python has a
-    /// module).
-    fn from_descriptor(descriptor: FunctionDescriptor) -> (String, String, String) {
-        if let Some(python) = descriptor.python_function_descriptor {
-            return (python.module_name, python.class_name, python.function_name);
-        }
-        descriptor
-            .java_function_descriptor
-            .or(descriptor.cpp_function_descriptor)
-            .map(|other| (String::new(), other.class_name, other.function_name))
-            .unwrap_or_default()
-    }
-
     /// From a `TASK_DEFINITION_EVENT`.
     pub fn from_task(event: TaskDefinitionEvent) -> Self {
-        let (module_name, class_name, function_name) = Self::from_descriptor(event.task_func);
+        let (module_name, class_name, function_name) = event.task_func.into_parts();
         Self {
             name: event.task_name,
             task_type: event.task_type,
@@ -133,7 +120,7 @@ impl TaskDefinition {
 
     /// From an `ACTOR_TASK_DEFINITION_EVENT`.
     pub fn from_actor_task(event: ActorTaskDefinitionEvent) -> Self {
-        let (module_name, class_name, function_name) = Self::from_descriptor(event.actor_func);
+        let (module_name, class_name, function_name) = event.actor_func.into_parts();
         Self {
             name: event.actor_task_name,
             task_type: TaskType::ACTOR_TASK,
@@ -618,7 +605,7 @@ impl SessionTasks {
         self.failures.apply(&event.payload);
         if let Some(key) = AttemptKey::of(&event.payload) {
             self.attempts
-                .get_or_insert_with(&key, || TaskAttempt::new(&key))
+                .get_or_insert_with(key, TaskAttempt::new)
                 .apply(at, event.payload);
         }
     }

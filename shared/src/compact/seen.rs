@@ -7,6 +7,9 @@ use crate::event::encoding::Id;
 /// Longest id kept inline: Ray's event ids are 28 bytes (reference §2.1).
 const INLINE: usize = 31;
 
+// The length is kept in a byte.
+const _: () = assert!(INLINE <= u8::MAX as usize);
+
 /// The event ids a run has taken, so that a re-delivered copy is dropped.
 ///
 /// Kept as the ids' bytes, inline: a set of the ids themselves hashed and compared their hex
@@ -32,7 +35,7 @@ impl SeenEvents {
         let (length, bytes) = key.split_at_mut(1);
         match id.bytes_into(bytes) {
             Some(decoded) => {
-                // At most `INLINE` bytes were decoded, so the length fits.
+                // At most `INLINE` bytes were decoded, so the length fits (asserted above).
                 length[0] = decoded.len() as u8;
                 self.inline.insert(key)
             }

@@ -137,11 +137,62 @@ impl FunctionDescriptor {
             .map(|other| (other.class_name.as_str(), other.function_name.as_str()))
     }
 
-    /// Python module name, when the function is Python.
-    pub fn module_name(&self) -> Option<&str> {
-        self.python_function_descriptor
-            .as_ref()
-            .map(|python| python.module_name.as_str())
+    /// `(module, class name, function name)` from whichever language member is set, in the
+    /// order [`FunctionDescriptor::class_and_function`] reads them; only Python has a module.
+    /// Taken, not copied: the fold keeps them.
+    pub fn into_parts(self) -> (String, String, String) {
+        if let Some(python) = self.python_function_descriptor {
+            return (python.module_name, python.class_name, python.function_name);
+        }
+        self.java_function_descriptor
+            .or(self.cpp_function_descriptor)
+            .map(|other| (String::new(), other.class_name, other.function_name))
+            .unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_descriptors_parts_are_the_names_it_shows() {
+        let names = |class: &str, function: &str| LanguageFunctionDescriptor {
+            class_name: class.into(),
+            function_name: function.into(),
+        };
+        let python = PythonFunctionDescriptor {
+            module_name: "app.tasks".into(),
+            class_name: "Worker".into(),
+            function_name: "run".into(),
+            function_hash: "ab".into(),
+        };
+        let descriptors = [
+            FunctionDescriptor::default(),
+            FunctionDescriptor {
+                cpp_function_descriptor: Some(names("", "cpp_run")),
+                ..Default::default()
+            },
+            FunctionDescriptor {
+                java_function_descriptor: Some(names("io.Job", "java_run")),
+                cpp_function_descriptor: Some(names("", "cpp_run")),
+                ..Default::default()
+            },
+            FunctionDescriptor {
+                python_function_descriptor: Some(python),
+                java_function_descriptor: Some(names("io.Job", "java_run")),
+                ..Default::default()
+            },
+        ];
+        let modules = ["", "", "", "app.tasks"];
+        for (descriptor, module) in descriptors.into_iter().zip(modules) {
+            let shown = descriptor
+                .class_and_function()
+                .map(|(class, function)| (class.to_owned(), function.to_owned()))
+                .unwrap_or_default();
+            let parts = descriptor.into_parts();
+            assert_eq!(parts, (module.to_owned(), shown.0, shown.1));
+        }
     }
 }
 

@@ -42,6 +42,7 @@ impl Serialize for Id {
 
 impl Id {
     /// Decodes Ray's base64 form. Returns `None` for the empty string (an unset `bytes` field).
+    /// Inside [`with_shared_ids`], equal ids share one text.
     pub fn from_base64(text: &str) -> Result<Option<Self>, base64::DecodeError> {
         Self::decode_base64(text, Self::from_bytes)
     }
@@ -677,6 +678,38 @@ mod tests {
         assert!(
             !Arc::ptr_eq(&after.0, &first.0) && !Arc::ptr_eq(&after.0, &again.0),
             "forgotten when the scope ends"
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn an_events_own_id_is_not_shared_and_a_nested_scope_leaves_the_outer_one()
+    -> Result<(), Box<dyn std::error::Error>> {
+        // A node id and an event id of the same 28 bytes, in one event.
+        let same = BASE64.encode([7u8; 28]);
+        let line = format!(
+            r#"{{"eventId": "{same}", "nodeId": "{same}", "eventType": "NODE_DEFINITION_EVENT", "nodeDefinitionEvent": {{"nodeId": "{same}"}}}}"#
+        );
+        let (event, before, after) = with_shared_ids(|| {
+            let before = Id::from_base64(&same);
+            let event = crate::event::RayEvent::from_json(&line);
+            let after = with_shared_ids(|| Id::from_base64(&same)).and(Id::from_base64(&same));
+            (event, before, after)
+        });
+        let (event, before, after) = (event?, before?, after?);
+        let (Some(event_id), Some(node_id), Some(before), Some(after)) =
+            (event.event_id, event.node_id, before, after)
+        else {
+            panic!("every id is set");
+        };
+        assert!(Arc::ptr_eq(&node_id.0, &before.0), "the node id is shared");
+        assert!(
+            !Arc::ptr_eq(&event_id.0, &node_id.0),
+            "the event's own id is not"
+        );
+        assert!(
+            Arc::ptr_eq(&after.0, &before.0),
+            "the outer scope's ids outlive an inner one"
         );
         Ok(())
     }

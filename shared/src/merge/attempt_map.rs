@@ -27,22 +27,23 @@ impl AttemptMap {
         self.attempts.is_empty()
     }
 
-    /// The attempt at `key`, made by `new` when there is none yet.
+    /// The attempt at `key`, made by `new` from the key when there is none yet.
     pub fn get_or_insert_with(
         &mut self,
-        key: &AttemptKey,
-        new: impl FnOnce() -> TaskAttempt,
+        key: AttemptKey,
+        new: impl FnOnce(&AttemptKey) -> TaskAttempt,
     ) -> &mut TaskAttempt {
-        let place = match self.places.get(key) {
+        let place = match self.places.get(&key) {
             Some(place) => *place,
             None => {
                 let place = self.attempts.len();
-                self.attempts.push((key.clone(), new()));
                 self.places.insert(key.clone(), place);
+                let attempt = new(&key);
+                self.attempts.push((key, attempt));
                 place
             }
         };
-        // `places` only names places of `attempts`, which never shrinks.
+        // `places` only names places of `attempts`, which never shrinks: this cannot panic.
         &mut self.attempts[place].1
     }
 
@@ -92,7 +93,7 @@ mod tests {
         let mut map = AttemptMap::default();
         let mut made = 0;
         for key in keys.iter().chain(&keys) {
-            map.get_or_insert_with(key, || {
+            map.get_or_insert_with(key.clone(), |key| {
                 made += 1;
                 TaskAttempt::new(key)
             });

@@ -191,11 +191,12 @@ fn at<T>(reported: Option<&Reported<T>>) -> Option<i64> {
     reported.map(|reported| reported.at)
 }
 
-/// Rows handed to DuckDB at a time: the write holds one batch as Arrow columns besides the
-/// staged table.
+/// Rows handed to DuckDB at most at a time: a stage holds at most two groups of batches (one
+/// being appended, the next being built) as Arrow columns besides the staged table.
 const ROWS_PER_BATCH: usize = 122_880;
 
-/// Groups of batches a stage builds at least, one after another: see [`stage`].
+/// Groups of batches (a batch per core in each) a stage's rows are split into, unless they are
+/// too few or too many: [`stage`] appends one group while it builds the next.
 const GROUPS: usize = 4;
 
 /// The table [`stage`] fills. Not a temporary table: what describes the file (its rollup, its
