@@ -18,7 +18,7 @@ pub mod entities;
 
 pub use attempt_map::AttemptMap;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -624,12 +624,8 @@ impl SessionTasks {
 /// each attempt was first seen (writers sort rows themselves). Views without a task id are
 /// dropped: they cannot be keyed.
 pub fn merge_all(attempts: impl IntoIterator<Item = TaskAttempt>) -> Vec<TaskAttempt> {
-    // Attempts stay where they were pushed and a map finds them: sorting large values, or
-    // keeping them in a sorted map, moves them far more than merging does.
     let attempts = attempts.into_iter();
-    let mut merged: Vec<TaskAttempt> = Vec::with_capacity(attempts.size_hint().0);
-    let mut positions: HashMap<AttemptKey, usize, foldhash::fast::RandomState> =
-        HashMap::with_capacity_and_hasher(merged.capacity(), Default::default());
+    let mut merged = AttemptMap::with_capacity(attempts.size_hint().0);
     for attempt in attempts {
         let Some(task_id) = attempt.task_id.clone() else {
             continue;
@@ -638,18 +634,9 @@ pub fn merge_all(attempts: impl IntoIterator<Item = TaskAttempt>) -> Vec<TaskAtt
             task_id,
             attempt_number: attempt.attempt_number,
         };
-        match positions
-            .get(&key)
-            .and_then(|&position| merged.get_mut(position))
-        {
-            Some(existing) => existing.merge(attempt),
-            None => {
-                positions.insert(key, merged.len());
-                merged.push(attempt);
-            }
-        }
+        merged.merge_in(key, attempt);
     }
-    merged
+    merged.into_values()
 }
 
 /// Stored versions of attempts merged with a fold's attempts, without copying the fold.

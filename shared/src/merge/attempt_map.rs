@@ -1,4 +1,5 @@
-//! [`AttemptMap`]: the attempts a fold builds, by key, kept in the order first seen.
+//! [`AttemptMap`]: task attempts by key (a fold's, or stored versions being merged), kept in
+//! the order first seen.
 
 use std::collections::HashMap;
 
@@ -17,6 +18,14 @@ pub struct AttemptMap {
 }
 
 impl AttemptMap {
+    /// An empty map with room for `capacity` attempts.
+    pub fn with_capacity(capacity: usize) -> Self {
+        Self {
+            attempts: Vec::with_capacity(capacity),
+            places: HashMap::with_capacity_and_hasher(capacity, Default::default()),
+        }
+    }
+
     /// Number of attempts.
     pub fn len(&self) -> usize {
         self.attempts.len()
@@ -45,6 +54,30 @@ impl AttemptMap {
         };
         // `places` only names places of `attempts`, which never shrinks: this cannot panic.
         &mut self.attempts[place].1
+    }
+
+    /// Merges `attempt` into the one at `key` ([`TaskAttempt::merge`]), or keeps it there
+    /// when it is the first.
+    pub fn merge_in(&mut self, key: AttemptKey, attempt: TaskAttempt) {
+        match self
+            .places
+            .get(&key)
+            .and_then(|&place| self.attempts.get_mut(place))
+        {
+            Some((_, existing)) => existing.merge(attempt),
+            None => {
+                self.places.insert(key.clone(), self.attempts.len());
+                self.attempts.push((key, attempt));
+            }
+        }
+    }
+
+    /// The attempts, in the order first seen.
+    pub fn into_values(self) -> Vec<TaskAttempt> {
+        self.attempts
+            .into_iter()
+            .map(|(_, attempt)| attempt)
+            .collect()
     }
 
     /// The key as stored and the attempt at `key`.
@@ -87,7 +120,7 @@ mod tests {
     }
 
     #[test]
-    fn an_attempt_is_made_once_and_found_by_its_key() -> Result<(), &'static str> {
+    fn an_attempt_is_made_or_merged_once_and_found_by_its_key() -> Result<(), &'static str> {
         let keys = [key("aa", 0), key("bb", 0), key("aa", 1)];
         let keys: Vec<AttemptKey> = keys.into_iter().collect::<Option<_>>().ok_or("hex")?;
         let mut map = AttemptMap::default();
@@ -112,6 +145,24 @@ mod tests {
                 (Some(&key.task_id), key.attempt_number)
             );
         }
+        // A second view of an attempt is merged into the first, not kept beside it.
+        let job = Id::from_hex("01000000").ok_or("hex")?;
+        let mut later = TaskAttempt::new(&keys[1]);
+        later.job_id = Some(job.clone());
+        map.merge_in(keys[1].clone(), later);
+        assert_eq!(map.len(), 3);
+        assert_eq!(
+            map.get(&keys[1])
+                .and_then(|attempt| attempt.job_id.as_ref()),
+            Some(&job)
+        );
+        let values = map.clone().into_values();
+        assert_eq!(values.len(), 3);
+        assert_eq!(
+            values[1].job_id.as_ref(),
+            Some(&job),
+            "in the order first seen"
+        );
         let other = key("bb", 1).ok_or("hex")?;
         assert!(map.get(&other).is_none());
         Ok(())
