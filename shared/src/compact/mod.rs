@@ -573,7 +573,7 @@ impl Compactor {
                 std::thread::scope(|scope| {
                     let described = scope.spawn(move || -> Result<(), CompactError> {
                         let rows = WrittenRows::Staged;
-                        rollup::write_rollup(&describer, rows, &live, &write_rollup_path)?;
+                        rollup::write_rollup(&describer, rows, &live, &write_rollup_path, 1)?;
                         key_index::write_key_index(&describer, rows, &write_index_path)?;
                         Ok(())
                     });
@@ -808,7 +808,13 @@ impl Compactor {
             connection.execute_batch(&setup).map_err(TableError::from)?;
             let rows = task_attempts::write_newest(&connection, &attempts.files(), &write_path)?;
             let written = WrittenRows::File(&write_path);
-            rollup::write_rollup(&connection, written, &RowsByFile::new(), &write_rollup_path)?;
+            rollup::write_rollup(
+                &connection,
+                written,
+                &RowsByFile::new(),
+                &write_rollup_path,
+                rollup::every_core(),
+            )?;
             key_index::write_key_index(&connection, written, &write_index_path)?;
             Ok(rows)
         })

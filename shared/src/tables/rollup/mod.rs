@@ -327,14 +327,26 @@ pub fn newest_cells(source: &str, only: &[&str]) -> String {
 /// Stored rows, by file: a file's path and row numbers in it.
 pub type RowsByFile = Vec<(PathBuf, Vec<i64>)>;
 
+/// The most threads that count one rollup's rows.
+const MAX_COUNTING_THREADS: usize = 8;
+
+/// Threads to count a rollup on when nothing runs beside it: one per core.
+pub fn every_core() -> usize {
+    std::thread::available_parallelism()
+        .map_or(1, usize::from)
+        .clamp(1, MAX_COUNTING_THREADS)
+}
+
 /// Writes the rollup of a `task_attempts` file, its rows read from `rows`, to `path`: its rows,
-/// minus the stored versions in `superseded` (the live versions its rows replace). Returns the
-/// rollup's row count.
+/// minus the stored versions in `superseded` (the live versions its rows replace), counted on
+/// `threads` threads (one when other work runs beside it, [`every_core`] when none does).
+/// Returns the rollup's row count.
 pub fn write_rollup(
     connection: &Connection,
     rows: WrittenRows<'_>,
     superseded: &RowsByFile,
     path: &Path,
+    threads: usize,
 ) -> Result<u64, TableError> {
     let plus = derived(&format!("(SELECT {SOURCE} FROM {})", rows.relation()));
     if superseded.is_empty() {
@@ -343,7 +355,7 @@ pub fn write_rollup(
             "WITH source AS (SELECT *, 1 AS sign FROM {plus}) SELECT {} FROM source",
             cells::select_list()
         );
-        return cells::write(connection, &query, path);
+        return cells::write(connection, &query, path, threads);
     }
     connection.execute_batch(&format!(
         "DROP TABLE IF EXISTS rollup_minus;
@@ -376,7 +388,7 @@ pub fn write_rollup(
         same = same.join(" AND "),
         columns = cells::select_list(),
     );
-    let written = cells::write(connection, &query, path)?;
+    let written = cells::write(connection, &query, path, threads)?;
     connection.execute_batch("DROP TABLE rollup_minus")?;
     Ok(written)
 }
@@ -514,11 +526,12 @@ mod tests {
 
     /// Writes the rollup of `source` to `path` as built ([`cells::write`]). Returns its rows.
     fn count_in_rust(connection: &Connection, path: &Path) -> Result<u64, TableError> {
-        cells::write(
-            connection,
-            &format!("SELECT {} FROM source", cells::select_list()),
-            path,
-        )
+        cells::write(connection, &source_rows(), path, 1)
+    }
+
+    /// The query that streams `source`'s rows to be counted.
+    fn source_rows() -> String {
+        format!("SELECT {} FROM source", cells::select_list())
     }
 
     /// Writes the rollup of `source` to `path` as DuckDB's join counts it ([`joined_cells`]).
@@ -533,10 +546,22 @@ mod tests {
     #[test]
     fn cells_counted_in_rust_are_the_cells_duckdb_counts() -> Result<(), Box<dyn std::error::Error>>
     {
+        // On one thread, and dealt to four whose cells are merged (each counting some rows).
+        for threads in [1, 4] {
+            let (written, counters) = cells_against_duckdb(threads)?;
+            assert_eq!(counters, threads, "threads that counted rows");
+            assert!(written > 1_000, "{written} cells");
+        }
+        Ok(())
+    }
+
+    /// Counts [`SYNTHETIC_SOURCE`] on `threads` threads and compares the rollup with DuckDB's
+    /// count. Returns the rollup's rows and how many threads counted any.
+    fn cells_against_duckdb(threads: usize) -> Result<(u64, usize), Box<dyn std::error::Error>> {
         let dir = tempfile::tempdir()?;
         let connection = synthetic_source()?;
         let ours = dir.path().join("ours.parquet");
-        let written = count_in_rust(&connection, &ours)?;
+        let (written, counters) = cells::write_on(&connection, &source_rows(), &ours, threads)?;
         let theirs = dir.path().join("theirs.parquet");
         count_joined(&connection, &theirs)?;
         let count = |sql: &str| -> Result<i64, duckdb::Error> {
@@ -548,7 +573,6 @@ mod tests {
         );
         let expected = count(&format!("SELECT count(*) FROM {theirs}"))?;
         assert_eq!(written, expected as u64);
-        assert!(expected > 1_000, "{expected} cells");
         for (left, right) in [(&ours, &theirs), (&theirs, &ours)] {
             let extra = count(&format!(
                 "SELECT count(*) FROM (SELECT * FROM {left} EXCEPT ALL SELECT * FROM {right})"
@@ -574,7 +598,7 @@ mod tests {
             let rows = count(&format!("SELECT count(*) FROM {ours} WHERE {condition}"))?;
             assert!(rows > 0, "no cell where {condition}");
         }
-        Ok(())
+        Ok((written, counters))
     }
 
     #[test]
