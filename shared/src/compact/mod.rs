@@ -566,9 +566,10 @@ impl Compactor {
             )?;
             let rows = staged.rows();
             if rows > 0 {
-                // DuckDB's Parquet writer keeps about one core busy and the rollup's count is
-                // one core's work, so the rollup and key index are made from the staged rows
-                // while the delta is written, not from the delta read back after.
+                // DuckDB's Parquet writer keeps about one core busy and the rollup's count
+                // about another (one counting thread, the fetching thread converting its
+                // rows), so the rollup and key index are made from the staged rows while the
+                // delta is written, not from the delta read back after.
                 let describer = connection.try_clone().map_err(TableError::from)?;
                 std::thread::scope(|scope| {
                     let described = scope.spawn(move || -> Result<(), CompactError> {

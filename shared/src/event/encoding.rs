@@ -244,7 +244,7 @@ pub mod opt_id {
         deserializer: D,
         decode: impl FnOnce(&str) -> Result<Option<Id>, base64::DecodeError>,
     ) -> Result<Option<Id>, D::Error> {
-        let decoded = super::read_text(deserializer, |text| {
+        let decoded = super::read_text(deserializer, "a base64 id or null", |text| {
             decode(text).map_err(|err| format!("invalid base64 ID {text:?}: {err}"))
         })?;
         Ok(decoded.flatten())
@@ -434,8 +434,8 @@ impl Timestamp {
 }
 
 /// Nanoseconds since the epoch of the form Ray prints, `YYYY-MM-DDTHH:MM:SS[.fffffffff]Z`
-/// (1 to 9 fractional digits), for a valid date and time from 1970 to 2262; `None` for
-/// anything else, which chrono then reads or refuses. Every event carries a few timestamps,
+/// (1 to 9 fractional digits), for a valid date and time in the years 1970 to 2261; `None`
+/// for anything else, which chrono then reads or refuses. Every event carries a few timestamps,
 /// and chrono's general parser was a twentieth of parsing (perf).
 fn parse_utc(text: &[u8]) -> Option<i64> {
     fn digits(text: &[u8]) -> Option<i64> {
@@ -449,34 +449,16 @@ fn parse_utc(text: &[u8]) -> Option<i64> {
         [date_time @ .., b'Z'] if date_time.len() >= 19 => date_time.split_at(19),
         _ => return None,
     };
-    let [
-        y0,
-        y1,
-        y2,
-        y3,
-        b'-',
-        m0,
-        m1,
-        b'-',
-        d0,
-        d1,
-        b'T',
-        h0,
-        h1,
-        b':',
-        n0,
-        n1,
-        b':',
-        s0,
-        s1,
-    ] = *date_time
-    else {
+    let separators = [(4, b'-'), (7, b'-'), (10, b'T'), (13, b':'), (16, b':')];
+    if separators
+        .iter()
+        .any(|&(at, separator)| date_time.get(at) != Some(&separator))
+    {
         return None;
-    };
-    let year = digits(&[y0, y1, y2, y3])?;
-    let month = digits(&[m0, m1])?;
-    let day = digits(&[d0, d1])?;
-    let (hour, minute, second) = (digits(&[h0, h1])?, digits(&[n0, n1])?, digits(&[s0, s1])?);
+    }
+    let field = |from: usize, to: usize| date_time.get(from..to).and_then(digits);
+    let (year, month, day) = (field(0, 4)?, field(5, 7)?, field(8, 10)?);
+    let (hour, minute, second) = (field(11, 13)?, field(14, 16)?, field(17, 19)?);
     let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
     let month_days = match month {
         2 if leap => 29,
@@ -485,7 +467,8 @@ fn parse_utc(text: &[u8]) -> Option<i64> {
         1..=12 => 31,
         _ => return None,
     };
-    // A leap second (60) and years past 2261, whose nanoseconds may not fit, go to chrono.
+    // A leap second (60), years before 1970 (the day arithmetic below divides as if the year
+    // were not negative) and years past 2261 (whose nanoseconds may not fit) go to chrono.
     if !(1970..=2261).contains(&year)
         || !(1..=month_days).contains(&day)
         || hour > 23
@@ -496,8 +479,8 @@ fn parse_utc(text: &[u8]) -> Option<i64> {
     }
     let nanos = match fraction {
         [] => 0,
-        [b'.', digits_ @ ..] if (1..=9).contains(&digits_.len()) => {
-            digits(digits_)? * 10i64.pow(9 - digits_.len() as u32)
+        [b'.', fraction_digits @ ..] if (1..=9).contains(&fraction_digits.len()) => {
+            digits(fraction_digits)? * 10i64.pow(9 - fraction_digits.len() as u32)
         }
         _ => return None,
     };
@@ -558,7 +541,7 @@ pub struct TimestampError {
 
 impl<'de> Deserialize<'de> for Timestamp {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        read_text(deserializer, Self::parse_rfc3339)?.ok_or_else(|| {
+        read_text(deserializer, "an RFC 3339 timestamp", Self::parse_rfc3339)?.ok_or_else(|| {
             de::Error::invalid_type(de::Unexpected::Other("null"), &"an RFC 3339 timestamp")
         })
     }
@@ -571,14 +554,15 @@ impl<'de> Deserialize<'de> for Timestamp {
 /// has escapes, in the parser's scratch buffer).
 fn read_text<'de, D, T, E>(
     deserializer: D,
+    expecting: &'static str,
     read: impl FnOnce(&str) -> Result<T, E>,
 ) -> Result<Option<T>, D::Error>
 where
     D: Deserializer<'de>,
     E: fmt::Display,
 {
-    /// The visitor: `read` once, for the string.
-    struct Text<F>(F);
+    /// The visitor: `read` once, for the string; what is expected, for errors.
+    struct Text<F>(&'static str, F);
 
     impl<'de, T, E, F> Visitor<'de> for Text<F>
     where
@@ -588,11 +572,11 @@ where
         type Value = Option<T>;
 
         fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("a string or null")
+            f.write_str(self.0)
         }
 
         fn visit_str<R: de::Error>(self, text: &str) -> Result<Self::Value, R> {
-            (self.0)(text).map(Some).map_err(R::custom)
+            (self.1)(text).map(Some).map_err(R::custom)
         }
 
         fn visit_none<R: de::Error>(self) -> Result<Self::Value, R> {
@@ -608,7 +592,7 @@ where
         }
     }
 
-    deserializer.deserialize_option(Text(read))
+    deserializer.deserialize_option(Text(expecting, read))
 }
 
 /// Declares a protobuf enum as Ray prints it: by name, with the proto number kept so that the
@@ -932,6 +916,22 @@ mod tests {
             (5 * 51 + 2 * 3 + 3 * 2) * 2 * 3,
             "read without chrono"
         );
+    }
+
+    #[test]
+    fn every_day_from_1970_to_2261_is_read_quickly_as_chrono_reads_it() {
+        use chrono::Datelike as _;
+        let mut days = 0;
+        let first = chrono::NaiveDate::from_ymd_opt(1970, 1, 1);
+        for day in first.iter().flat_map(|first| first.iter_days()) {
+            if day.year() > 2261 {
+                break;
+            }
+            let text = format!("{day}T23:59:59.999999999Z");
+            assert_eq!(parse_utc(text.as_bytes()), chrono_nanos(&text), "{text}");
+            days += 1;
+        }
+        assert_eq!(days, 292 * 365 + 71, "days of 1970-2261 (71 leap years)");
     }
 
     #[test]

@@ -194,12 +194,15 @@ fn count(
             }
         }
         drop(senders);
-        let mut cells = Cells::default();
-        for helper in helpers {
-            let counted = helper
+        let mut counted = helpers.into_iter().map(|helper| {
+            helper
                 .join()
-                .unwrap_or_else(|_| Err(TableError::Corrupt("a rollup counter panicked".into())))?;
-            cells.merge(counted);
+                .unwrap_or_else(|_| Err(TableError::Corrupt("a rollup counter panicked".into())))
+        });
+        // The first counter's cells take in the others'; one counter's are the result.
+        let mut cells = counted.next().unwrap_or_else(|| Ok(Cells::default()))?;
+        for other in counted {
+            cells.merge(other?);
         }
         Ok(cells)
     })
@@ -385,7 +388,9 @@ impl Cells {
         let (wait, rounded_wait) = measure(Measure::Wait)?;
         let created = column(batch, "creation_time_ms")?;
         let last = column(batch, "last_ms")?;
-        self.counters = 1;
+        if batch.num_rows() > 0 {
+            self.counters = 1;
+        }
         for at in 0..batch.num_rows() {
             let mut ids = [None; TEXTS.len()];
             for (slot, (id, array)) in ids.iter_mut().zip(&texts).enumerate() {

@@ -327,10 +327,12 @@ pub fn newest_cells(source: &str, only: &[&str]) -> String {
 /// Stored rows, by file: a file's path and row numbers in it.
 pub type RowsByFile = Vec<(PathBuf, Vec<i64>)>;
 
-/// The most threads that count one rollup's rows.
+/// The most threads that count one rollup's rows: each holds cells of its own (a 10 M base's
+/// rollup is ~274 000 cells), so more threads than a Lambda's cores would only cost memory.
 const MAX_COUNTING_THREADS: usize = 8;
 
-/// Threads to count a rollup on when nothing runs beside it: one per core.
+/// Threads to count a rollup on when nothing runs beside it: one per core, up to
+/// [`MAX_COUNTING_THREADS`] (DuckDB's threads, streaming the rows to them, take little).
 pub fn every_core() -> usize {
     std::thread::available_parallelism()
         .map_or(1, usize::from)
@@ -666,6 +668,22 @@ mod tests {
                 "{name}: {rows} rows, yet {opened} row groups' statistics admit it"
             );
         }
+        Ok(())
+    }
+
+    /// A counter that fails stops the count with its error; the thread handing it batches
+    /// is not left waiting for it.
+    #[test]
+    fn a_failed_count_on_several_threads_is_an_error() -> Result<(), TableError> {
+        let dir = tempfile::tempdir().map_err(|err| TableError::Corrupt(err.to_string()))?;
+        let connection = synthetic_source()?;
+        let without_sign = source_rows().replace("sign", "1 AS signed");
+        let failed = cells::write_on(&connection, &without_sign, &dir.path().join("r"), 4);
+        assert!(
+            matches!(&failed, Err(TableError::Corrupt(reason)) if reason.contains("sign")),
+            "{:?}",
+            failed.map(|(rows, _)| rows)
+        );
         Ok(())
     }
 
