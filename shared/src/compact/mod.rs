@@ -49,7 +49,7 @@ use crate::tables::manifest::{
 };
 use crate::tables::newest::{LocalDeletes, LocalFiles};
 use crate::tables::rollup::{self, RowsByFile};
-use crate::tables::task_attempts::{self, RowFilter, TableError, WrittenRows};
+use crate::tables::task_attempts::{self, RowFilter, TableError};
 use crate::tables::{catalog, manifest};
 
 /// Raw objects fetched at once (parsed at most one per core).
@@ -557,34 +557,24 @@ impl Compactor {
             let live = stored.live;
             let merged = merge_stored(stored.attempts, &fold);
             let added = merged.new.len() as u64;
-            let staged = task_attempts::stage(
-                &connection,
+            let rows = task_attempts::write_delta(
+                &path,
                 &cluster_name,
                 &session_name,
                 &merged.all(),
                 &write_failures,
             )?;
-            let rows = staged.rows();
             if rows > 0 {
-                // DuckDB's Parquet writer keeps about one core busy and the rollup's count
-                // about another (one counting thread, the fetching thread converting its
-                // rows), so the rollup and key index are made from the staged rows while the
-                // delta is written, not from the delta read back after.
-                let describer = connection.try_clone().map_err(TableError::from)?;
-                std::thread::scope(|scope| {
-                    let described = scope.spawn(move || -> Result<(), CompactError> {
-                        let rows = WrittenRows::Staged;
-                        rollup::write_rollup(&describer, rows, &live, &write_rollup_path, 1)?;
-                        key_index::write_key_index(&describer, rows, &write_index_path)?;
-                        Ok(())
-                    });
-                    let written = staged.write(&path);
-                    let described = described.join().unwrap_or_else(|_| {
-                        Err(CompactError::Worker("the rollup's thread panicked".into()))
-                    });
-                    written?;
-                    described
-                })?;
+                // Read back from the file: DuckDB decodes the few columns these need faster
+                // than it took the rows in to write the file from (docs/performance.md).
+                rollup::write_rollup(
+                    &connection,
+                    &path,
+                    &live,
+                    &write_rollup_path,
+                    rollup::every_core(),
+                )?;
+                key_index::write_key_index(&connection, &path, &write_index_path)?;
             }
             Ok((rows, added, superseded))
         })
@@ -808,15 +798,14 @@ impl Compactor {
             }
             connection.execute_batch(&setup).map_err(TableError::from)?;
             let rows = task_attempts::write_newest(&connection, &attempts.files(), &write_path)?;
-            let written = WrittenRows::File(&write_path);
             rollup::write_rollup(
                 &connection,
-                written,
+                &write_path,
                 &RowsByFile::new(),
                 &write_rollup_path,
                 rollup::every_core(),
             )?;
-            key_index::write_key_index(&connection, written, &write_index_path)?;
+            key_index::write_key_index(&connection, &write_path, &write_index_path)?;
             Ok(rows)
         })
         .await?;

@@ -19,7 +19,7 @@ use std::path::Path;
 use duckdb::Connection;
 
 use super::newest::{path_literal, read_parquet};
-use super::task_attempts::{ROW_GROUP_ROWS, TableError, WrittenRows};
+use super::task_attempts::{ROW_GROUP_ROWS, TableError, file_rows};
 
 /// How a key index is written: sorted by key, so each row group's min/max statistics bound
 /// its keys and a lookup reads one of them.
@@ -43,11 +43,11 @@ pub fn block_rows(block: u32) -> (u64, u64) {
     (first, first + ROW_GROUP_ROWS - 1)
 }
 
-/// Writes the key index of a `task_attempts` file, its rows read from `data`, to `path`.
+/// Writes the key index of the `task_attempts` file `data` to `path`.
 /// Returns its rows (the data file's).
 pub fn write_key_index(
     connection: &Connection,
-    data: WrittenRows<'_>,
+    data: &Path,
     path: &Path,
 ) -> Result<u64, TableError> {
     let copy = format!(
@@ -55,7 +55,7 @@ pub fn write_key_index(
                FROM {data} ORDER BY key)
          TO {path} ({PARQUET_OPTIONS})",
         key = key_of("task_id"),
-        data = data.relation(),
+        data = file_rows(data),
         path = path_literal(path),
     );
     Ok(connection.execute(&copy, [])? as u64)
@@ -205,7 +205,7 @@ mod tests {
             ))
             .expect("data written");
         assert_eq!(
-            write_key_index(&connection, WrittenRows::File(&data), &index).expect("index written"),
+            write_key_index(&connection, &data, &index).expect("index written"),
             rows
         );
         let found = blocks_of(

@@ -9,6 +9,7 @@ pub mod entities;
 pub mod key_index;
 pub mod manifest;
 pub mod newest;
+mod parquet_file;
 pub mod report_times;
 pub mod rollup;
 pub mod task_attempts;

@@ -14,6 +14,13 @@
 //! need from them, whether an attempt's definition arrived, is [`DEFINED`], which reads a
 //! column never stored by reference.
 
+use std::sync::Arc;
+
+use duckdb::arrow::array::{Array, ArrayRef, AsArray, Int64Array, Int64Builder, UInt8Builder};
+use duckdb::arrow::datatypes::{DataType, Field, FieldRef, Int64Type, Schema};
+use duckdb::arrow::error::ArrowError;
+use duckdb::arrow::record_batch::RecordBatch;
+
 /// SQL true for a stored `task_attempts` row whose definition arrived (Ray's lists show only
 /// those). `definition_at` may be stored by reference (NULL with a code), but the definition's
 /// name is written exactly when the definition is, by every build.
@@ -69,33 +76,62 @@ fn reference_column(column: &str) -> String {
     format!("{column}_ref")
 }
 
-/// The select list that writes the rows of a relation with every [`COLUMNS`]-shaped column
-/// (times absolute) in this encoding: `* REPLACE (…)` and the `…_ref` columns.
+/// The rows of `batch`, whose columns are [`COLUMNS`]' (times absolute), in this encoding: each
+/// referenced time replaced by NULL where it equals one of its candidates (the first that it
+/// equals giving the code), and a `…_ref` column of codes (`UTINYINT`) after the others for
+/// each, in [`REFERENCED`] order. Candidates are compared as the row has them, before any is
+/// itself replaced: [`decode`] restores them first.
 ///
 /// [`COLUMNS`]: super::task_attempts
-pub fn encoded_select() -> String {
-    let mut replaced = Vec::new();
-    let mut references = Vec::new();
+pub fn encode(batch: &RecordBatch) -> Result<RecordBatch, ArrowError> {
+    let times = |name: &str| -> Result<&Int64Array, ArrowError> {
+        batch
+            .column_by_name(name)
+            .and_then(|column| column.as_primitive_opt::<Int64Type>())
+            .ok_or_else(|| {
+                ArrowError::SchemaError(format!("no BIGINT column {name} to encode times by"))
+            })
+    };
+    let schema = batch.schema();
+    let mut fields: Vec<FieldRef> = schema.fields().iter().cloned().collect();
+    let mut columns: Vec<ArrayRef> = batch.columns().to_vec();
     for (column, candidates) in REFERENCED {
-        let mut code = String::from("CASE");
-        let mut equal = Vec::new();
-        for candidate in candidates {
-            let anchor = ANCHORS[usize::from(*candidate)];
-            code.push_str(&format!(" WHEN {column} = {anchor} THEN {candidate}"));
-            equal.push(format!("{column} = {anchor}"));
+        let values = times(column)?;
+        let anchors = candidates
+            .iter()
+            .map(|code| times(ANCHORS[usize::from(*code)]).map(|anchor| (*code, anchor)))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut kept = Int64Builder::with_capacity(batch.num_rows());
+        let mut codes = UInt8Builder::with_capacity(batch.num_rows());
+        for row in 0..batch.num_rows() {
+            let time = values.is_valid(row).then(|| values.value(row));
+            let code = time.and_then(|time| {
+                anchors
+                    .iter()
+                    .find(|(_, anchor)| anchor.is_valid(row) && anchor.value(row) == time)
+                    .map(|(code, _)| *code)
+            });
+            match code {
+                Some(code) => {
+                    kept.append_null();
+                    codes.append_value(code);
+                }
+                None => {
+                    kept.append_option(time);
+                    codes.append_null();
+                }
+            }
         }
-        code.push_str(" END::UTINYINT");
-        references.push(format!("{code} AS {}", reference_column(column)));
-        replaced.push(format!(
-            "CASE WHEN coalesce({}, FALSE) THEN NULL ELSE {column} END AS {column}",
-            equal.join(" OR ")
-        ));
+        let position = schema.index_of(column)?;
+        columns[position] = Arc::new(kept.finish());
+        fields.push(Arc::new(Field::new(
+            reference_column(column),
+            DataType::UInt8,
+            true,
+        )));
+        columns.push(Arc::new(codes.finish()));
     }
-    format!(
-        "* REPLACE ({}), {}",
-        replaced.join(", "),
-        references.join(", ")
-    )
+    RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
 }
 
 /// Why a stored reference could not be followed.
@@ -163,5 +199,120 @@ mod tests {
             _ => None,
         };
         assert!(decode(row).is_err());
+    }
+
+    /// Every column [`encode`] reads (each referenced time and each anchor, once), as BIGINT
+    /// columns holding `value(column, row)` for `rows` rows.
+    fn times_batch(rows: usize, value: impl Fn(&str, usize) -> Option<i64>) -> RecordBatch {
+        let mut names: Vec<&str> = ANCHORS.to_vec();
+        for (column, _) in REFERENCED {
+            if !names.contains(&column) {
+                names.push(column);
+            }
+        }
+        let fields: Vec<Field> = names
+            .iter()
+            .map(|name| Field::new(*name, DataType::Int64, true))
+            .collect();
+        let columns: Vec<ArrayRef> = names
+            .iter()
+            .map(|name| {
+                let values: Int64Array = (0..rows).map(|row| value(name, row)).collect();
+                Arc::new(values) as ArrayRef
+            })
+            .collect();
+        RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).expect("a batch")
+    }
+
+    /// Row `row` of `batch`'s column `name`: None when null, absent or not an integer.
+    fn cell(batch: &RecordBatch, name: &str, row: usize) -> Option<i64> {
+        let column = batch.column_by_name(name)?;
+        if column.is_null(row) {
+            return None;
+        }
+        if let Some(times) = column.as_primitive_opt::<Int64Type>() {
+            return Some(times.value(row));
+        }
+        column
+            .as_primitive_opt::<duckdb::arrow::datatypes::UInt8Type>()
+            .map(|codes| i64::from(codes.value(row)))
+    }
+
+    #[test]
+    fn a_time_equal_to_a_candidate_is_stored_as_the_first_candidate_it_equals() {
+        // Row 0: node and worker reported at FINISHED. Row 1: the worker with the node, at no
+        // transition. Row 2: nothing reported. Row 3: the error at FAILED, which FINISHED
+        // also equals (FAILED comes first among the error's candidates).
+        let batch = times_batch(4, |name, row| match (name, row) {
+            ("ts_finished" | "node_id_at" | "worker_id_at", 0) => Some(100),
+            ("node_id_at" | "worker_id_at", 1) => Some(7),
+            ("ts_failed" | "ts_finished" | "reported_error_at", 3) => Some(5),
+            _ => None,
+        });
+        let encoded = encode(&batch).expect("encodes");
+        let stored = |name: &str| -> Vec<(Option<i64>, Option<i64>)> {
+            (0..4)
+                .map(|row| {
+                    (
+                        cell(&encoded, name, row),
+                        cell(&encoded, &reference_column(name), row),
+                    )
+                })
+                .collect()
+        };
+        // node_id_at equals FINISHED (11); worker_id_at equals the node's time (14, its first
+        // candidate) as reported, though that is stored by reference itself.
+        assert_eq!(
+            stored("node_id_at"),
+            [
+                (None, Some(11)),
+                (Some(7), None),
+                (None, None),
+                (None, None)
+            ]
+        );
+        assert_eq!(
+            stored("worker_id_at"),
+            [
+                (None, Some(14)),
+                (None, Some(14)),
+                (None, None),
+                (None, None)
+            ]
+        );
+        assert_eq!(
+            stored("reported_error_at"),
+            [(None, None), (None, None), (None, None), (None, Some(12))]
+        );
+        let codes = REFERENCED.len();
+        assert_eq!(encoded.num_columns(), batch.num_columns() + codes);
+    }
+
+    #[test]
+    fn encoded_times_decode_to_the_times_reported() -> Result<(), BadReference> {
+        // Times drawn from a few values, so that most equal some other column of their row.
+        let rows = 2_000;
+        let value = |name: &str, row: usize| -> Option<i64> {
+            let mixed = (row as u64 + 1)
+                .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+                .rotate_left(name.len() as u32 * 7);
+            (!mixed.is_multiple_of(5)).then_some((mixed % 3) as i64)
+        };
+        let batch = times_batch(rows, value);
+        let encoded = encode(&batch).expect("encodes");
+        let mut by_reference = 0;
+        for row in 0..rows {
+            let decoded = decode(|name| cell(&encoded, name, row))?;
+            for (column, time) in decoded {
+                assert_eq!(time, value(column, row), "{column} of row {row}");
+                by_reference +=
+                    usize::from(cell(&encoded, &reference_column(column), row).is_some());
+            }
+        }
+        assert!(
+            by_reference > rows,
+            "only {by_reference} times stored by reference"
+        );
+        Ok(())
     }
 }

@@ -10,6 +10,7 @@ use duckdb::{Connection, params};
 
 use super::arrow_rows::ArrowRows;
 use super::newest::{TableFiles, path_literal, rows_at};
+use super::parquet_file::ParquetFile;
 use super::report_times;
 use super::rollup::RowsByFile;
 
@@ -123,9 +124,9 @@ const COLUMNS: &[(&str, &str)] = &[
 const SORT_ORDER: &str = "job_id, creation_time_ms, task_id, attempt_number";
 
 /// Where a fresh attempt's row goes in [`SORT_ORDER`], as DuckDB orders it: ascending, NULLs
-/// last (DuckDB's default), text by its bytes. Sorting references here before the rows reach
-/// DuckDB spares the write DuckDB's sort of every wide row (the `COPY` of a run of 500
-/// objects went 0.57-0.62 -> 0.37-0.45 s). Each id's first eight bytes are held inline, so
+/// last (DuckDB's default), text by its bytes. Sorting references to the attempts before
+/// their rows are built spares sorting the wide rows (DuckDB's sort of a run of 500 objects
+/// took 0.2 s more than these keys). Each id's first eight bytes are held inline, so
 /// that comparing two keys rarely follows a pointer into an attempt (comparing through the
 /// attempts took 0.2-0.4 s; these keys, 57-72 ms). The job and creation time are the ones
 /// [`TaskAttempt::view`] writes in the row; the test compares the file with DuckDB's
@@ -154,13 +155,14 @@ fn inline_text(text: Option<&str>) -> (bool, u64, &[u8]) {
     (false, u64::from_be_bytes(packed), rest)
 }
 
-/// How files are written. ZSTD at DuckDB's default level (3): level 1 wrote 2.5 % smaller
-/// files, but the 10 M streaming store it left answered pages and lookups 10-20 % slower.
+/// How DuckDB writes the files it writes (a fold's base; [`write_delta`] writes a delta alike).
+/// ZSTD at DuckDB's default level (3): level 1 wrote 2.5 % smaller files, but the 10 M
+/// streaming store it left answered pages and lookups 10-20 % slower.
 const PARQUET_OPTIONS: &str =
     "FORMAT parquet, COMPRESSION zstd, PARQUET_VERSION V2, ROW_GROUP_SIZE 122880";
 
-/// Rows per row group in [`PARQUET_OPTIONS`]: a key index names blocks of this many rows (see
-/// [`super::key_index`]).
+/// Rows per row group of every `task_attempts` file ([`PARQUET_OPTIONS`], [`write_delta`]): a key
+/// index names blocks of this many rows (see [`super::key_index`]).
 pub const ROW_GROUP_ROWS: u64 = 122_880;
 
 /// Why the table could not be written or read.
@@ -172,15 +174,9 @@ pub enum TableError {
     /// A stored row is not one this build wrote.
     #[error("corrupt task_attempts row: {0}")]
     Corrupt(String),
-}
-
-/// The `CREATE TABLE` statement for an in-memory staging table named `name`.
-fn create_table(name: &str) -> String {
-    let columns: Vec<String> = COLUMNS
-        .iter()
-        .map(|(column, kind)| format!("{column} {kind}"))
-        .collect();
-    format!("CREATE TABLE {name} ({})", columns.join(", "))
+    /// A file written from Arrow batches ([`write_delta`]) could not be.
+    #[error("Parquet: {0}")]
+    Parquet(#[from] parquet::errors::ParquetError),
 }
 
 fn hex(id: Option<&Id>) -> Option<&str> {
@@ -191,124 +187,80 @@ fn at<T>(reported: Option<&Reported<T>>) -> Option<i64> {
     reported.map(|reported| reported.at)
 }
 
-/// Rows handed to DuckDB at most at a time: a stage holds at most two groups of batches (one
-/// being appended, the next being built) as Arrow columns besides the staged table.
+/// Rows built at most at a time: a write holds at most two groups of batches (one being
+/// written, the next being built) as Arrow columns.
 const ROWS_PER_BATCH: usize = 122_880;
 
-/// Groups of batches (a batch per core in each) a stage's rows are split into, unless they are
-/// too few or too many: [`stage`] appends one group while it builds the next.
+/// Groups of batches (a batch per core in each) a file's rows are split into, unless they are
+/// too few or too many: [`write_delta`] writes one group while it builds the next.
 const GROUPS: usize = 4;
 
-/// The table [`stage`] fills. Not a temporary table: what describes the file (its rollup, its
-/// key index) reads it on a connection of its own while the file is written.
-const STAGED: &str = "staged_attempts";
-
-/// A file's rows, staged in DuckDB in the order the file will hold them.
-#[derive(Debug)]
-pub struct Staged<'c> {
-    connection: &'c Connection,
-    rows: u64,
-}
-
-impl Staged<'_> {
-    /// How many rows the file will hold.
-    pub fn rows(&self) -> u64 {
-        self.rows
-    }
-
-    /// Writes the staged rows, in the order staged, as one ZSTD Parquet file at `path`.
-    pub fn write(&self, path: &Path) -> Result<(), TableError> {
-        let copy = format!(
-            // DuckDB keeps insertion order (`preserve_insertion_order`, on by default), so the
-            // file is in the order the rows were appended.
-            "COPY (SELECT {} FROM {STAGED}) TO {} ({PARQUET_OPTIONS})",
-            report_times::encoded_select(),
-            path_literal(path)
-        );
-        self.connection.execute_batch(&copy)?;
-        Ok(())
-    }
-}
-
-/// Stages `attempts` as rows of a `task_attempts` file in a table of `connection`'s database,
-/// sorted by job and creation time (so a table page's top-N skips row groups by their
-/// statistics), with their views under `failures`. A previously staged file's rows are replaced.
-pub fn stage<'c>(
-    connection: &'c Connection,
+/// Writes `attempts` as a `task_attempts` file at `path`, sorted by job and creation time (so
+/// a table page's top-N skips row groups by their statistics), with their views under
+/// `failures` and their report times by reference ([`report_times::encode`]). Returns the rows
+/// written; with none, no file is written.
+pub fn write_delta(
+    path: &Path,
     cluster: &str,
     session: &str,
     attempts: &[&TaskAttempt],
     failures: &FailureContext,
-) -> Result<Staged<'c>, TableError> {
+) -> Result<u64, TableError> {
+    if attempts.is_empty() {
+        return Ok(0);
+    }
     let mut ordered = attempts.to_vec();
     ordered.sort_by_cached_key(|attempt| row_order(attempt));
     let attempts = ordered.as_slice();
-    connection.execute_batch(&format!("DROP TABLE IF EXISTS {STAGED}"))?;
-    connection.execute_batch(&create_table(STAGED))?;
-    {
-        let mut appender = connection.appender(STAGED)?;
-        let builders = std::thread::available_parallelism().map_or(1, usize::from);
-        // Several groups, so that appending one (DuckDB copying the batch in, one core) overlaps
-        // building the next (Rust work, a core per chunk).
-        let per_batch = attempts
-            .len()
-            .div_ceil(builders * GROUPS)
-            .clamp(1, ROWS_PER_BATCH);
-        let chunks: Vec<&[&TaskAttempt]> = attempts.chunks(per_batch).collect();
-        let mut built = Vec::new();
-        for group in chunks.chunks(builders) {
-            let (next, appended) = on_threads(
-                group,
-                |chunk| batch_of(chunk, cluster, session, failures),
-                || {
-                    built
-                        .drain(..)
-                        .try_for_each(|batch| appender.append_record_batch(batch))
-                },
-            );
-            appended?;
-            built = next?;
+    let builders = std::thread::available_parallelism().map_or(1, usize::from);
+    // Several groups, so that writing one (encoding and compressing, one core) overlaps
+    // building the next (a core per chunk).
+    let per_batch = attempts
+        .len()
+        .div_ceil(builders * GROUPS)
+        .clamp(1, ROWS_PER_BATCH);
+    let chunks: Vec<&[&TaskAttempt]> = attempts.chunks(per_batch).collect();
+    let encoded = |chunk: &&[&TaskAttempt]| -> Result<RecordBatch, TableError> {
+        let batch = batch_of(chunk, cluster, session, failures)?;
+        report_times::encode(&batch).map_err(|err| TableError::Corrupt(err.to_string()))
+    };
+    let mut file: Option<ParquetFile> = None;
+    let mut write = |batches: Vec<RecordBatch>| -> Result<(), TableError> {
+        for batch in batches {
+            let open = match file.as_mut() {
+                Some(open) => open,
+                None => file.insert(ParquetFile::create(
+                    path,
+                    batch.schema(),
+                    ROW_GROUP_ROWS as usize,
+                )?),
+            };
+            open.write(&batch)?;
         }
-        for batch in built {
-            appender.append_record_batch(batch)?;
-        }
-        appender.flush()?;
+        Ok(())
+    };
+    let mut built = Vec::new();
+    for group in chunks.chunks(builders) {
+        let (next, written) = on_threads(group, encoded, || write(std::mem::take(&mut built)));
+        written?;
+        built = next?;
     }
-    Ok(Staged {
-        connection,
-        rows: attempts.len() as u64,
-    })
+    write(built)?;
+    let rows = match file {
+        Some(file) => file.finish()?,
+        None => 0,
+    };
+    Ok(rows)
 }
 
-/// Where the rows of a `task_attempts` file just written are read back from by what describes
-/// it (its rollup and its key index).
-#[derive(Clone, Copy, Debug)]
-pub enum WrittenRows<'a> {
-    /// The Parquet file.
-    File(&'a Path),
-    /// The table the file was written from ([`stage`]), in the file's order, in the same
-    /// DuckDB database: nothing is decoded again, and it can be read while the file is being
-    /// written.
-    Staged,
-}
-
-impl WrittenRows<'_> {
-    /// The rows as a relation of the file's columns and `row_number`, each row's position in
-    /// the file (from 0).
-    pub fn relation(&self) -> String {
-        match self {
-            Self::File(path) => format!(
-                "(SELECT * EXCLUDE (file_row_number), file_row_number AS row_number FROM {})",
-                super::newest::read_parquet(&[path], ", file_row_number = true")
-            ),
-            // Rows appended to a new table get row ids 0, 1, … in the order appended, which is
-            // the order `Staged::write` keeps.
-            Self::Staged => format!(
-                "(SELECT {}, rowid AS row_number FROM {STAGED})",
-                report_times::encoded_select()
-            ),
-        }
-    }
+/// The rows of the `task_attempts` file at `path` as a relation of its columns and
+/// `row_number`, each row's position in the file (from 0): what describes a file just written
+/// (its rollup and its key index) reads.
+pub fn file_rows(path: &Path) -> String {
+    format!(
+        "(SELECT * EXCLUDE (file_row_number), file_row_number AS row_number FROM {})",
+        super::newest::read_parquet(&[path], ", file_row_number = true")
+    )
 }
 
 /// `work` over each of `items`, each on its own thread, the results in order, while
@@ -883,20 +835,18 @@ mod tests {
         attempt
     }
 
-    /// `rows` synthetic attempts staged in a new database and written to a file in `dir`
-    /// (returned, so it lives as long as the test): the database, still holding the staged
-    /// rows, and the file.
-    fn staged_delta(rows: u64) -> (tempfile::TempDir, PathBuf, Connection) {
+    /// `rows` synthetic attempts written as a delta in a new temporary directory (returned, so
+    /// it lives as long as the test): the delta, and a database to read it with.
+    fn written_delta(rows: u64) -> (tempfile::TempDir, PathBuf, Connection) {
         let dir = tempfile::tempdir().expect("temporary directory");
         let path = dir.path().join("delta.parquet");
         let attempts: Vec<TaskAttempt> = (0..rows).map(attempt).collect();
         let references: Vec<&TaskAttempt> = attempts.iter().collect();
-        let connection = Connection::open_in_memory().expect("DuckDB opens");
         let failures = FailureContext::default();
-        let staged =
-            stage(&connection, "c", "s", &references, &failures).expect("the rows are staged");
-        staged.write(&path).expect("the delta is written");
-        assert_eq!(staged.rows(), rows);
+        let written =
+            write_delta(&path, "c", "s", &references, &failures).expect("the delta is written");
+        assert_eq!(written, rows);
+        let connection = Connection::open_in_memory().expect("DuckDB opens");
         (dir, path, connection)
     }
 
@@ -904,7 +854,7 @@ mod tests {
     fn a_delta_is_written_in_the_order_duckdb_sorts_it() {
         // More rows than one append batch or one DuckDB row group, so that the write runs in
         // parallel and order is kept across batches.
-        let (_dir, path, connection) = staged_delta(300_000);
+        let (_dir, path, connection) = written_delta(300_000);
         let order = |by: &str| -> Vec<(Option<String>, i32)> {
             let sql = format!(
                 "SELECT task_id, attempt_number FROM read_parquet({}, file_row_number = true) \
@@ -944,37 +894,51 @@ mod tests {
     }
 
     #[test]
-    fn staged_rows_read_as_the_file_written_from_them_reads() {
-        // Several append batches and row groups, so row numbers cross both.
+    fn a_delta_reads_back_as_the_attempts_written_in_row_groups_a_key_index_names()
+    -> Result<(), Box<dyn std::error::Error>> {
+        // Several batches and row groups, so row numbers cross both.
         let rows = 2 * ROW_GROUP_ROWS + 1_000;
-        let (_dir, path, connection) = staged_delta(rows);
-        let only_in = |left: WrittenRows<'_>, right: WrittenRows<'_>| -> i64 {
-            connection
-                .query_row(
-                    &format!(
-                        "SELECT count(*) FROM (SELECT * FROM {} EXCEPT ALL SELECT * FROM {})",
-                        left.relation(),
-                        right.relation()
-                    ),
-                    [],
-                    |row| row.get(0),
-                )
-                .expect("compares")
-        };
-        let file = WrittenRows::File(&path);
-        assert_eq!(only_in(WrittenRows::Staged, file), 0);
-        assert_eq!(only_in(file, WrittenRows::Staged), 0);
-        let positions: (i64, i64, i64) = connection
-            .query_row(
-                &format!(
-                    "SELECT count(*), min(row_number), max(row_number) FROM {}",
-                    WrittenRows::Staged.relation()
-                ),
-                [],
-                |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
-            )
-            .expect("counts");
-        let rows = i64::try_from(rows).expect("fits");
-        assert_eq!(positions, (rows, 0, rows - 1));
+        let (_dir, path, connection) = written_delta(rows);
+        let groups: Vec<(i64, i64)> = connection
+            .prepare(&format!(
+                "SELECT row_group_id, row_group_num_rows FROM parquet_metadata({}) \
+                 GROUP BY ALL ORDER BY row_group_id",
+                path_literal(&path)
+            ))?
+            .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?
+            .collect::<Result<_, _>>()?;
+        let full = i64::try_from(ROW_GROUP_ROWS)?;
+        assert_eq!(groups, [(0, full), (1, full), (2, 1_000)]);
+        let numbers: (i64, i64, i64) = connection.query_row(
+            &format!(
+                "SELECT count(*), min(row_number), max(row_number) FROM {}",
+                file_rows(&path)
+            ),
+            [],
+            |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
+        )?;
+        let count = i64::try_from(rows)?;
+        assert_eq!(numbers, (count, 0, count - 1));
+        // Read back as compaction reads stored versions: every attempt as it was written, its
+        // job the one its row names (from the task id when no event named one).
+        let file = crate::tables::newest::read_parquet(&[path.as_path()], "");
+        let mut read = query_attempts(&connection, &format!("SELECT * FROM {file}"))?;
+        let mut written: Vec<TaskAttempt> = (0..rows)
+            .map(|n| {
+                let mut written = attempt(n);
+                written.job_id = written.job_hex().and_then(Id::from_hex);
+                written
+            })
+            .collect();
+        let key = |attempt: &TaskAttempt| (attempt.task_id.clone(), attempt.attempt_number);
+        read.sort_by_key(key);
+        written.sort_by_key(key);
+        assert_eq!(read.len(), written.len());
+        let differing = read
+            .iter()
+            .zip(&written)
+            .find(|(read, written)| read != written);
+        assert!(differing.is_none(), "read back otherwise: {differing:?}");
+        Ok(())
     }
 }

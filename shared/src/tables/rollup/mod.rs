@@ -34,7 +34,7 @@ use duckdb::Connection;
 mod cells;
 
 use super::newest::rows_at;
-use super::task_attempts::{TableError, WrittenRows};
+use super::task_attempts::{TableError, file_rows};
 
 /// The format of the rollups this build writes. A session with a file whose rollup has
 /// another format (or none) is counted by scanning until its next base rewrites them all.
@@ -339,18 +339,18 @@ pub fn every_core() -> usize {
         .clamp(1, MAX_COUNTING_THREADS)
 }
 
-/// Writes the rollup of a `task_attempts` file, its rows read from `rows`, to `path`: its rows,
-/// minus the stored versions in `superseded` (the live versions its rows replace), counted on
-/// `threads` threads (one when other work runs beside it, [`every_core`] when none does).
+/// Writes the rollup of the `task_attempts` file `file` to `path`: its rows, minus the stored
+/// versions in `superseded` (the live versions its rows replace), counted on `threads`
+/// threads (one when other work runs beside it, [`every_core`] when none does).
 /// Returns the rollup's row count.
 pub fn write_rollup(
     connection: &Connection,
-    rows: WrittenRows<'_>,
+    file: &Path,
     superseded: &RowsByFile,
     path: &Path,
     threads: usize,
 ) -> Result<u64, TableError> {
-    let plus = derived(&format!("(SELECT {SOURCE} FROM {})", rows.relation()));
+    let plus = derived(&format!("(SELECT {SOURCE} FROM {})", file_rows(file)));
     if superseded.is_empty() {
         // A base, or a delta that replaced nothing: no version to subtract or pair.
         let query = format!(
