@@ -1,4 +1,5 @@
-//! Rows for DuckDB as Arrow columns, filled one row at a time.
+//! Rows as Arrow columns, filled one row at a time: for DuckDB's appender, and for the parquet
+//! crate (a run's delta, see [`super::parquet_file`]).
 //!
 //! DuckDB's row appender boxes every value of every row (75 per attempt) and converts each on
 //! its own; handing it whole Arrow columns costs one conversion per column, and text is copied

@@ -315,4 +315,73 @@ mod tests {
         );
         Ok(())
     }
+
+    /// The encoding as DuckDB computed it when it wrote the files (through fd24c07): a select
+    /// list over rows with absolute times.
+    fn encoding_in_sql() -> String {
+        let mut replaced = Vec::new();
+        let mut references = Vec::new();
+        for (column, candidates) in REFERENCED {
+            let mut code = String::from("CASE");
+            let mut equal = Vec::new();
+            for candidate in candidates {
+                let anchor = ANCHORS[usize::from(*candidate)];
+                code.push_str(&format!(" WHEN {column} = {anchor} THEN {candidate}"));
+                equal.push(format!("{column} = {anchor}"));
+            }
+            code.push_str(" END::UTINYINT");
+            references.push(format!("{code} AS {}", reference_column(column)));
+            replaced.push(format!(
+                "CASE WHEN coalesce({}, FALSE) THEN NULL ELSE {column} END AS {column}",
+                equal.join(" OR ")
+            ));
+        }
+        format!(
+            "* REPLACE ({}), {}",
+            replaced.join(", "),
+            references.join(", ")
+        )
+    }
+
+    #[test]
+    fn times_are_encoded_as_duckdb_encoded_them() -> Result<(), Box<dyn std::error::Error>> {
+        let rows = 2_000;
+        let batch = times_batch(rows, |name, row| {
+            let mixed = (row as u64 + 1)
+                .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+                .rotate_left(name.len() as u32 * 5);
+            (!mixed.is_multiple_of(4)).then_some((mixed % 3) as i64)
+        });
+        let encoded = encode(&batch)?;
+        let connection = duckdb::Connection::open_in_memory()?;
+        let columns: Vec<String> = batch
+            .schema()
+            .fields()
+            .iter()
+            .map(|field| format!("{} BIGINT", field.name()))
+            .collect();
+        connection.execute_batch(&format!("CREATE TABLE t ({})", columns.join(", ")))?;
+        {
+            let mut appender = connection.appender("t")?;
+            appender.append_record_batch(batch.clone())?;
+            appender.flush()?;
+        }
+        let mut statement = connection.prepare(&format!(
+            "SELECT {} FROM t ORDER BY rowid",
+            encoding_in_sql()
+        ))?;
+        let by_duckdb: Vec<RecordBatch> = statement.query_arrow([])?.collect();
+        let by_duckdb = duckdb::arrow::compute::concat_batches(&by_duckdb[0].schema(), &by_duckdb)?;
+        assert_eq!(
+            by_duckdb.schema(),
+            encoded.schema(),
+            "columns, their order and types"
+        );
+        assert_eq!(by_duckdb, encoded);
+        let codes: usize = (0..REFERENCED.len())
+            .map(|offset| rows - encoded.column(batch.num_columns() + offset).null_count())
+            .sum();
+        assert!(codes > rows, "only {codes} times stored by reference");
+        Ok(())
+    }
 }

@@ -155,7 +155,8 @@ fn inline_text(text: Option<&str>) -> (bool, u64, &[u8]) {
     (false, u64::from_be_bytes(packed), rest)
 }
 
-/// How DuckDB writes the files it writes (a fold's base; [`write_delta`] writes a delta alike).
+/// How DuckDB writes the files it writes (a fold's base; [`write_delta`] writes a delta with the
+/// same compression, row groups and integer encoding, see [`super::parquet_file`]).
 /// ZSTD at DuckDB's default level (3): level 1 wrote 2.5 % smaller files, but the 10 M
 /// streaming store it left answered pages and lookups 10-20 % slower.
 const PARQUET_OPTIONS: &str =
@@ -174,9 +175,18 @@ pub enum TableError {
     /// A stored row is not one this build wrote.
     #[error("corrupt task_attempts row: {0}")]
     Corrupt(String),
-    /// A file written from Arrow batches ([`write_delta`]) could not be.
-    #[error("Parquet: {0}")]
-    Parquet(#[from] parquet::errors::ParquetError),
+    /// A delta could not be written ([`write_delta`]).
+    #[error("writing {}: {source}", path.display())]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: parquet::errors::ParquetError,
+    },
+    /// Rows could not be put in the stored encoding (a column this build should have built
+    /// is missing).
+    #[error("encoding report times: {0}")]
+    Encode(#[from] duckdb::arrow::error::ArrowError),
 }
 
 fn hex(id: Option<&Id>) -> Option<&str> {
@@ -222,20 +232,23 @@ pub fn write_delta(
     let chunks: Vec<&[&TaskAttempt]> = attempts.chunks(per_batch).collect();
     let encoded = |chunk: &&[&TaskAttempt]| -> Result<RecordBatch, TableError> {
         let batch = batch_of(chunk, cluster, session, failures)?;
-        report_times::encode(&batch).map_err(|err| TableError::Corrupt(err.to_string()))
+        Ok(report_times::encode(&batch)?)
+    };
+    let failed = |source| TableError::Write {
+        path: path.to_owned(),
+        source,
     };
     let mut file: Option<ParquetFile> = None;
     let mut write = |batches: Vec<RecordBatch>| -> Result<(), TableError> {
         for batch in batches {
             let open = match file.as_mut() {
                 Some(open) => open,
-                None => file.insert(ParquetFile::create(
-                    path,
-                    batch.schema(),
-                    ROW_GROUP_ROWS as usize,
-                )?),
+                None => file.insert(
+                    ParquetFile::create(path, batch.schema(), ROW_GROUP_ROWS as usize)
+                        .map_err(failed)?,
+                ),
             };
-            open.write(&batch)?;
+            open.write(&batch).map_err(failed)?;
         }
         Ok(())
     };
@@ -247,7 +260,7 @@ pub fn write_delta(
     }
     write(built)?;
     let rows = match file {
-        Some(file) => file.finish()?,
+        Some(file) => file.finish().map_err(failed)?,
         None => 0,
     };
     Ok(rows)
@@ -831,6 +844,43 @@ mod tests {
                 + i64::try_from(mixed % 50_000_000_000).unwrap_or_default();
             let pending = TaskStatus::PENDING_ARGS_AVAIL.number().unwrap_or_default();
             attempt.status_times.insert(pending, created);
+            // Facts reported as Ray reports them, so that their times are stored by
+            // reference: node, worker, pid and log position at RUNNING; an error at FAILED;
+            // and, for some, a node and worker reported at no transition (stored as they are).
+            let running = TaskStatus::RUNNING.number().unwrap_or_default();
+            let failed = TaskStatus::FAILED.number().unwrap_or_default();
+            let reported_at = match n % 3 {
+                0 => Some(created + 10),
+                1 => Some(created + 7),
+                _ => None,
+            };
+            if n.is_multiple_of(3) {
+                attempt.status_times.insert(running, created + 10);
+                attempt.worker_pid = Some(Reported {
+                    at: created + 10,
+                    value: 4_000 + (n % 100) as u32,
+                });
+                attempt.log_info.stdout_file = Some(Reported {
+                    at: created + 10,
+                    value: format!("worker-{}.out", n % 7),
+                });
+            }
+            if let Some(at) = reported_at {
+                attempt.node_id =
+                    Id::from_hex(&format!("{:056x}", n % 16)).map(|value| Reported { at, value });
+                attempt.worker_id =
+                    Id::from_hex(&format!("{:056x}", n % 64)).map(|value| Reported { at, value });
+            }
+            if n.is_multiple_of(5) {
+                attempt.status_times.insert(failed, created + 20);
+                attempt.error = Some(Reported {
+                    at: created + 20,
+                    value: ReportedError {
+                        error_type: "TASK_EXECUTION_EXCEPTION".to_owned(),
+                        message: format!("ValueError: bad input {n}"),
+                    },
+                });
+            }
         }
         attempt
     }
@@ -852,8 +902,8 @@ mod tests {
 
     #[test]
     fn a_delta_is_written_in_the_order_duckdb_sorts_it() {
-        // More rows than one append batch or one DuckDB row group, so that the write runs in
-        // parallel and order is kept across batches.
+        // More rows than one batch or one row group, so that rows are built on several threads
+        // and order is kept across batches and row groups.
         let (_dir, path, connection) = written_delta(300_000);
         let order = |by: &str| -> Vec<(Option<String>, i32)> {
             let sql = format!(
@@ -919,9 +969,42 @@ mod tests {
         )?;
         let count = i64::try_from(rows)?;
         assert_eq!(numbers, (count, 0, count - 1));
+        // Report times are stored by reference where they equal another time of their row,
+        // their codes as UTINYINT, and as themselves where they equal none.
+        let file = crate::tables::newest::read_parquet(&[path.as_path()], "");
+        for (column, kind) in connection
+            .prepare(&format!("DESCRIBE SELECT * FROM {file}"))?
+            .query_map([], |row| {
+                Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?))
+            })?
+            .collect::<Result<Vec<_>, _>>()?
+        {
+            if column.ends_with("_ref") {
+                assert_eq!(kind, "UTINYINT", "{column}");
+            }
+        }
+        let stored: (i64, i64, i64, i64, i64) = connection.query_row(
+            &format!(
+                "SELECT count(node_id_at_ref), count(worker_id_at_ref), count(worker_pid_at_ref), \
+                 count(reported_error_at_ref), count(node_id_at) FROM {file}"
+            ),
+            [],
+            |row| {
+                Ok((
+                    row.get(0)?,
+                    row.get(1)?,
+                    row.get(2)?,
+                    row.get(3)?,
+                    row.get(4)?,
+                ))
+            },
+        )?;
+        assert!(
+            stored.0 > 0 && stored.1 > stored.0 && stored.2 > 0 && stored.3 > 0 && stored.4 > 0,
+            "report times stored by reference and as themselves: {stored:?}"
+        );
         // Read back as compaction reads stored versions: every attempt as it was written, its
         // job the one its row names (from the task id when no event named one).
-        let file = crate::tables::newest::read_parquet(&[path.as_path()], "");
         let mut read = query_attempts(&connection, &format!("SELECT * FROM {file}"))?;
         let mut written: Vec<TaskAttempt> = (0..rows)
             .map(|n| {

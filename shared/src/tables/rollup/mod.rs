@@ -341,7 +341,7 @@ pub fn every_core() -> usize {
 
 /// Writes the rollup of the `task_attempts` file `file` to `path`: its rows, minus the stored
 /// versions in `superseded` (the live versions its rows replace), counted on `threads`
-/// threads (one when other work runs beside it, [`every_core`] when none does).
+/// threads ([`every_core`] when nothing runs beside it).
 /// Returns the rollup's row count.
 pub fn write_rollup(
     connection: &Connection,
