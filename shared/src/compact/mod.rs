@@ -565,15 +565,9 @@ impl Compactor {
                 &write_failures,
             )?;
             if rows > 0 {
-                // Read back from the file: DuckDB decodes the few columns these need faster
-                // than it took the rows in to write the file from (docs/performance.md).
-                rollup::write_rollup(
-                    &connection,
-                    &path,
-                    &live,
-                    &write_rollup_path,
-                    rollup::every_core(),
-                )?;
+                // From the file just written: DuckDB decodes the few columns these need in
+                // tens of milliseconds (docs/performance.md).
+                rollup::write_rollup(&connection, &path, &live, &write_rollup_path)?;
                 key_index::write_key_index(&connection, &path, &write_index_path)?;
             }
             Ok((rows, added, superseded))
@@ -803,7 +797,6 @@ impl Compactor {
                 &write_path,
                 &RowsByFile::new(),
                 &write_rollup_path,
-                rollup::every_core(),
             )?;
             key_index::write_key_index(&connection, &write_path, &write_index_path)?;
             Ok(rows)

@@ -331,25 +331,24 @@ pub type RowsByFile = Vec<(PathBuf, Vec<i64>)>;
 /// rollup is ~274 000 cells), so more threads than a Lambda's cores would only cost memory.
 const MAX_COUNTING_THREADS: usize = 8;
 
-/// Threads to count a rollup on when nothing runs beside it: one per core, up to
+/// Threads to count a rollup on (nothing runs beside it): one per core, up to
 /// [`MAX_COUNTING_THREADS`] (DuckDB's threads, streaming the rows to them, take little).
-pub fn every_core() -> usize {
+fn every_core() -> usize {
     std::thread::available_parallelism()
         .map_or(1, usize::from)
         .clamp(1, MAX_COUNTING_THREADS)
 }
 
 /// Writes the rollup of the `task_attempts` file `file` to `path`: its rows, minus the stored
-/// versions in `superseded` (the live versions its rows replace), counted on `threads`
-/// threads ([`every_core`] when nothing runs beside it).
-/// Returns the rollup's row count.
+/// versions in `superseded` (the live versions its rows replace), counted on every core
+/// ([`every_core`]). Returns the rollup's row count.
 pub fn write_rollup(
     connection: &Connection,
     file: &Path,
     superseded: &RowsByFile,
     path: &Path,
-    threads: usize,
 ) -> Result<u64, TableError> {
+    let threads = every_core();
     let plus = derived(&format!("(SELECT {SOURCE} FROM {})", file_rows(file)));
     if superseded.is_empty() {
         // A base, or a delta that replaced nothing: no version to subtract or pair.
