@@ -8,21 +8,26 @@
 
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::Arc;
 
 use duckdb::Connection;
-use duckdb::arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
-use duckdb::arrow::datatypes::{DataType, Int32Type, Int64Type};
+use duckdb::arrow::array::{
+    Array, ArrayAccessor, ArrayRef, AsArray, BooleanArray, LargeStringArray, PrimitiveArray,
+    RecordBatch, StringArray, StringViewArray,
+};
+use duckdb::arrow::compute::cast;
+use duckdb::arrow::datatypes::{ArrowPrimitiveType, DataType, Field, Int32Type, Int64Type, Schema};
 use foldhash::fast::FixedState;
 
-use super::{GroupingSet, Measure, grouping_sets, rounded};
+use super::{GroupingSet, Measure, grouping_sets, round_up};
 use crate::tables::arrow_rows::ArrowRows;
-use crate::tables::newest::path_literal;
+use crate::tables::parquet_file::ParquetFile;
 use crate::tables::task_attempts::TableError;
 
-/// The columns of a rollup row as they are staged (DuckDB types), in the file's order. The
-/// holder counts are staged as integers and written as `DOUBLE`, the type DuckDB's `count_if`
+/// The columns of a rollup row as they are counted (DuckDB types), in the file's order. The
+/// [`HOLDERS`] are counted as integers and written as `DOUBLE`, the type DuckDB's `count_if`
 /// (a `HUGEINT`) was written as, so files of either build read alike.
-const STAGED: [(&str, &str); 20] = [
+const COUNTED: [(&str, &str); 20] = [
     ("grouping", "VARCHAR"),
     ("group_key", "VARCHAR"),
     ("job_id", "VARCHAR"),
@@ -44,6 +49,9 @@ const STAGED: [(&str, &str); 20] = [
     ("c_min_n", "BIGINT"),
     ("l_max_n", "BIGINT"),
 ];
+
+/// The columns of [`COUNTED`] that count the holders of an extreme.
+const HOLDERS: [&str; 4] = ["d_min_n", "d_max_n", "c_min_n", "l_max_n"];
 
 /// Rows per row group of a rollup: small, so that a set's rows are a few of them (see
 /// [`Cells::rows`]).
@@ -69,15 +77,6 @@ const STATE: usize = 1;
 const TYPE: usize = 2;
 const ERROR_TYPE: usize = 3;
 
-/// The rounded measure's column among the streamed rows.
-fn rounded_column(measure: Measure) -> Option<&'static str> {
-    match measure {
-        Measure::Duration => Some("rounded_duration_ms"),
-        Measure::Wait => Some("rounded_wait_ms"),
-        Measure::Nothing => None,
-    }
-}
-
 /// The select list that streams `source` (a relation with the derived source columns and
 /// `sign`) to [`write`].
 pub(super) fn select_list() -> String {
@@ -93,12 +92,14 @@ pub(super) fn select_list() -> String {
         ]
         .map(str::to_owned),
     );
-    for measure in [Measure::Duration, Measure::Wait] {
-        if let (Some(column), Some(rounded_name)) = (measure.column(), rounded_column(measure)) {
-            columns.push(column.to_owned());
-            columns.push(format!("{} AS {rounded_name}", rounded(column)));
-        }
-    }
+    // The measures are rounded while they are counted ([`round_up`], tested equal to the
+    // `rounded` SQL): two columns fewer to compute and stream.
+    columns.extend(
+        [Measure::Duration, Measure::Wait]
+            .into_iter()
+            .filter_map(Measure::column)
+            .map(str::to_owned),
+    );
     columns.join(", ")
 }
 
@@ -122,37 +123,37 @@ pub(super) fn write_on(
 ) -> Result<(u64, usize), TableError> {
     let sets: Vec<Set> = grouping_sets().map(Set::new).collect::<Result<_, _>>()?;
     let cells = count(connection, query, &sets, threads)?;
-    let rows = cells.rows(&sets)?;
-    let count = rows.num_rows() as u64;
-    connection.execute_batch("DROP TABLE IF EXISTS rollup_cells")?;
-    let columns: Vec<String> = STAGED
-        .iter()
-        .map(|(name, kind)| format!("{name} {kind}"))
-        .collect();
-    connection.execute_batch(&format!(
-        "CREATE TEMP TABLE rollup_cells ({})",
-        columns.join(", ")
-    ))?;
-    {
-        let mut appender = connection.appender("rollup_cells")?;
-        appender.append_record_batch(rows)?;
-        appender.flush()?;
-    }
-    let written: Vec<String> = STAGED
-        .iter()
-        .map(|(name, _)| match *name {
-            "d_min_n" | "d_max_n" | "c_min_n" | "l_max_n" => format!("{name}::DOUBLE AS {name}"),
-            _ => (*name).to_owned(),
-        })
-        .collect();
-    connection.execute_batch(&format!(
-        "COPY (SELECT {} FROM rollup_cells) TO {}
-             (FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE {ROW_GROUP_ROWS});
-         DROP TABLE rollup_cells;",
-        written.join(", "),
-        path_literal(path)
-    ))?;
+    let rows = written(&cells.rows(&sets)?)?;
+    let failed = |source| TableError::Write {
+        path: path.to_owned(),
+        source,
+    };
+    // Written by the parquet crate: DuckDB's appender and `COPY` took ~0.1 s for a run's
+    // rollup of ~80 000 cells (docs/performance.md).
+    let mut file =
+        ParquetFile::create(path, rows.schema(), ROW_GROUP_ROWS as usize).map_err(failed)?;
+    file.write(&rows).map_err(failed)?;
+    let count = file.finish().map_err(failed)?;
     Ok((count, cells.counters))
+}
+
+/// `rows` (of [`COUNTED`] columns) as the file holds them: the holder counts as `DOUBLE`.
+fn written(rows: &RecordBatch) -> Result<RecordBatch, TableError> {
+    let mut fields = Vec::with_capacity(COUNTED.len());
+    let mut columns = Vec::with_capacity(COUNTED.len());
+    for (field, values) in rows.schema().fields().iter().zip(rows.columns()) {
+        if HOLDERS.contains(&field.name().as_str()) {
+            fields.push(Field::new(field.name(), DataType::Float64, true));
+            columns.push(cast(values, &DataType::Float64)?);
+        } else {
+            fields.push(field.as_ref().clone());
+            columns.push(Arc::clone(values));
+        }
+    }
+    Ok(RecordBatch::try_new(
+        Arc::new(Schema::new(fields)),
+        columns,
+    )?)
 }
 
 /// Counts the rows `query` streams into cells, its batches dealt in turn to `threads`
@@ -371,44 +372,44 @@ impl Cells {
     fn add(&mut self, batch: &RecordBatch, sets: &[Set]) -> Result<(), TableError> {
         let texts = TEXTS
             .iter()
-            .map(|name| column(batch, name))
+            .map(|name| Texts::of(column(batch, name)?))
             .collect::<Result<Vec<_>, _>>()?;
-        let complete = column(batch, "complete")?;
-        let retried = column(batch, "retried")?;
-        let sign = column(batch, "sign")?;
-        let message = column(batch, "error_message")?;
-        let measure = |measure: Measure| {
-            let (Some(name), Some(rounded_name)) = (measure.column(), rounded_column(measure))
-            else {
-                return Err(TableError::Corrupt(format!("{measure:?} is not streamed")));
-            };
-            Ok((column(batch, name)?, column(batch, rounded_name)?))
+        let complete = flags(column(batch, "complete")?)?;
+        let retried = flags(column(batch, "retried")?)?;
+        let sign = integers::<Int32Type>(column(batch, "sign")?, "INTEGER")?;
+        let message = Texts::of(column(batch, "error_message")?)?;
+        let big_ints = |name: &str| integers::<Int64Type>(column(batch, name)?, "BIGINT");
+        let measure = |measure: Measure| match measure.column() {
+            Some(name) => big_ints(name),
+            None => Err(TableError::Corrupt(format!("{measure:?} is not streamed"))),
         };
-        let (duration, rounded_duration) = measure(Measure::Duration)?;
-        let (wait, rounded_wait) = measure(Measure::Wait)?;
-        let created = column(batch, "creation_time_ms")?;
-        let last = column(batch, "last_ms")?;
+        let duration = measure(Measure::Duration)?;
+        let wait = measure(Measure::Wait)?;
+        let created = big_ints("creation_time_ms")?;
+        let last = big_ints("last_ms")?;
         if batch.num_rows() > 0 {
             self.counters = 1;
         }
         for at in 0..batch.num_rows() {
             let mut ids = [None; TEXTS.len()];
             for (slot, (id, array)) in ids.iter_mut().zip(&texts).enumerate() {
-                *id = self.text_id(slot, text(array, at)?);
+                *id = self.text_id(slot, array.get(at));
             }
+            let duration = value(duration, at);
+            let wait = value(wait, at);
             let row = Row {
                 texts: ids,
-                complete: flag(complete, at)?,
-                retried: flag(retried, at)?,
-                sign: integer(sign, at)?,
-                created: big_int(created, at)?,
-                last: big_int(last, at)?,
-                duration: big_int(duration, at)?,
-                rounded_duration: big_int(rounded_duration, at)?,
-                wait: big_int(wait, at)?,
-                rounded_wait: big_int(rounded_wait, at)?,
+                complete: value(complete, at),
+                retried: value(retried, at),
+                sign: value(sign, at),
+                created: value(created, at),
+                last: value(last, at),
+                duration,
+                rounded_duration: duration.map(round_up),
+                wait,
+                rounded_wait: wait.map(round_up),
             };
-            let example = text(message, at)?;
+            let example = message.get(at);
             for (index, set) in sets.iter().enumerate() {
                 self.count(index, set, &row, example);
             }
@@ -496,13 +497,13 @@ impl Cells {
             .map(|text| &**text)
     }
 
-    /// Every cell as one batch of [`STAGED`] rows, ordered by grouping set, then job. A read
+    /// Every cell as one batch of [`COUNTED`] rows, ordered by grouping set, then job. A read
     /// names one set (the summary only `totals`, ~150 of a 10 M base rollup's 274 000 rows);
     /// with each set's rows together in row groups of their own, the others' row groups are
     /// skipped by their statistics. In hash order every row group held every set, and the
     /// 10 M summary read them all.
     fn rows(&self, sets: &[Set]) -> Result<RecordBatch, TableError> {
-        let mut rows = ArrowRows::new(&STAGED, self.cells.len())?;
+        let mut rows = ArrowRows::new(&COUNTED, self.cells.len())?;
         let name = |key: &CellKey| sets.get(key.set).map(|set| set.name);
         let mut ordered: Vec<(&CellKey, &Cell)> = self.cells.iter().collect();
         ordered.sort_unstable_by_key(|(key, _)| (name(key), self.value(key.job)));
@@ -546,41 +547,54 @@ fn column<'a>(batch: &'a RecordBatch, name: &str) -> Result<&'a ArrayRef, TableE
         .ok_or_else(|| TableError::Corrupt(format!("rollup source without {name}")))
 }
 
-/// The text at `at` of a text column.
-fn text(array: &ArrayRef, at: usize) -> Result<Option<&str>, TableError> {
-    if array.is_null(at) {
-        return Ok(None);
+/// A text column, of whichever Arrow string type DuckDB streams it as.
+enum Texts<'a> {
+    Utf8(&'a StringArray),
+    LargeUtf8(&'a LargeStringArray),
+    Utf8View(&'a StringViewArray),
+}
+
+impl<'a> Texts<'a> {
+    /// The text column `array`.
+    fn of(array: &'a ArrayRef) -> Result<Self, TableError> {
+        match array.data_type() {
+            DataType::Utf8 => Ok(Self::Utf8(array.as_string::<i32>())),
+            DataType::LargeUtf8 => Ok(Self::LargeUtf8(array.as_string::<i64>())),
+            DataType::Utf8View => Ok(Self::Utf8View(array.as_string_view())),
+            other => Err(unexpected("text", other)),
+        }
     }
-    match array.data_type() {
-        DataType::Utf8 => Ok(Some(array.as_string::<i32>().value(at))),
-        DataType::LargeUtf8 => Ok(Some(array.as_string::<i64>().value(at))),
-        DataType::Utf8View => Ok(Some(array.as_string_view().value(at))),
-        other => Err(unexpected("text", other)),
+
+    /// The text at `at`.
+    fn get(&self, at: usize) -> Option<&'a str> {
+        match self {
+            Self::Utf8(texts) => texts.is_valid(at).then(|| texts.value(at)),
+            Self::LargeUtf8(texts) => texts.is_valid(at).then(|| texts.value(at)),
+            Self::Utf8View(texts) => texts.is_valid(at).then(|| texts.value(at)),
+        }
     }
 }
 
-/// The flag at `at` of a `BOOLEAN` column.
-fn flag(array: &ArrayRef, at: usize) -> Result<Option<bool>, TableError> {
-    match array.as_boolean_opt() {
-        Some(flags) => Ok((!flags.is_null(at)).then(|| flags.value(at))),
-        None => Err(unexpected("flag", array.data_type())),
-    }
+/// The `BOOLEAN` column `array`.
+fn flags(array: &ArrayRef) -> Result<&BooleanArray, TableError> {
+    array
+        .as_boolean_opt()
+        .ok_or_else(|| unexpected("flag", array.data_type()))
 }
 
-/// The value at `at` of an `INTEGER` column.
-fn integer(array: &ArrayRef, at: usize) -> Result<Option<i32>, TableError> {
-    match array.as_primitive_opt::<Int32Type>() {
-        Some(values) => Ok((!values.is_null(at)).then(|| values.value(at))),
-        None => Err(unexpected("INTEGER", array.data_type())),
-    }
+/// The integer column `array`, of Arrow type `T` (DuckDB's `kind`).
+fn integers<'a, T: ArrowPrimitiveType>(
+    array: &'a ArrayRef,
+    kind: &str,
+) -> Result<&'a PrimitiveArray<T>, TableError> {
+    array
+        .as_primitive_opt::<T>()
+        .ok_or_else(|| unexpected(kind, array.data_type()))
 }
 
-/// The value at `at` of a `BIGINT` column.
-fn big_int(array: &ArrayRef, at: usize) -> Result<Option<i64>, TableError> {
-    match array.as_primitive_opt::<Int64Type>() {
-        Some(values) => Ok((!values.is_null(at)).then(|| values.value(at))),
-        None => Err(unexpected("BIGINT", array.data_type())),
-    }
+/// The value at `at` of a typed column (within the batch the column was found in).
+fn value<A: ArrayAccessor>(array: A, at: usize) -> Option<A::Item> {
+    array.is_valid(at).then(|| array.value(at))
 }
 
 fn unexpected(wanted: &str, found: &DataType) -> TableError {
