@@ -8,6 +8,7 @@ pub mod catalog;
 pub mod entities;
 pub mod key_index;
 pub mod manifest;
+mod merged;
 pub mod newest;
 mod parquet_file;
 pub mod report_times;

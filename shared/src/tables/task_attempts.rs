@@ -10,7 +10,7 @@ use duckdb::{Connection, params};
 
 use super::arrow_rows::ArrowRows;
 use super::newest::{TableFiles, path_literal, rows_at};
-use super::parquet_file::ParquetFile;
+use super::parquet_file::{Layout, ParquetFile};
 use super::report_times;
 use super::rollup::RowsByFile;
 
@@ -118,12 +118,18 @@ const COLUMNS: &[(&str, &str)] = &[
     ("profile_events", "VARCHAR"),
 ];
 
-/// The order of rows in every file: by job, then creation, so row-group statistics let a
-/// job filter skip other jobs and a newest-first page skip older row groups. A delta's rows
-/// are put in this order in Rust ([`row_order`]); a fold's, by DuckDB.
-const SORT_ORDER: &str = "job_id, creation_time_ms, task_id, attempt_number";
+/// The order of rows in every file, ascending with NULLs last: by job, then creation, so
+/// row-group statistics let a job filter skip other jobs and a newest-first page skip older
+/// row groups. A delta's rows are put in this order in Rust ([`row_order`]); a fold merges
+/// the files in it ([`super::merged`]).
+const SORT_KEY: [&str; 4] = ["job_id", "creation_time_ms", "task_id", "attempt_number"];
 
-/// Where a fresh attempt's row goes in [`SORT_ORDER`], as DuckDB orders it: ascending, NULLs
+/// [`SORT_KEY`] as SQL's `ORDER BY` list.
+fn sort_order() -> String {
+    SORT_KEY.join(", ")
+}
+
+/// Where a fresh attempt's row goes in [`SORT_KEY`], as DuckDB orders it: ascending, NULLs
 /// last (DuckDB's default), text by its bytes. Sorting references to the attempts before
 /// their rows are built spares sorting the wide rows (DuckDB's sort of a run of 500 objects
 /// took 0.2 s more than these keys). Each id's first eight bytes are held inline, so
@@ -162,6 +168,13 @@ fn inline_text(text: Option<&str>) -> (bool, u64, &[u8]) {
 const PARQUET_OPTIONS: &str =
     "FORMAT parquet, COMPRESSION zstd, PARQUET_VERSION V2, ROW_GROUP_SIZE 122880";
 
+/// How the parquet crate writes `task_attempts` files (deltas, and bases [`super::merged`]
+/// merges): in [`ROW_GROUP_ROWS`], task ids by length then bytes as DuckDB wrote them.
+const LAYOUT: Layout = Layout {
+    row_group_rows: ROW_GROUP_ROWS as usize,
+    unique: &["task_id"],
+};
+
 /// Rows per row group of every `task_attempts` file ([`PARQUET_OPTIONS`], [`write_delta`]): a key
 /// index names blocks of this many rows (see [`super::key_index`]).
 pub const ROW_GROUP_ROWS: u64 = 122_880;
@@ -183,9 +196,18 @@ pub enum TableError {
         /// Why.
         source: parquet::errors::ParquetError,
     },
-    /// Rows could not be put in the stored encoding (a column this build should have built
-    /// is missing).
-    #[error("encoding report times: {0}")]
+    /// A file could not be read by the parquet crate (a fold's inputs, see
+    /// [`super::merged`]).
+    #[error("reading {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: parquet::errors::ParquetError,
+    },
+    /// Arrow refused rows this build built or read: a column missing, or not of the type
+    /// expected.
+    #[error("Arrow: {0}")]
     Encode(#[from] duckdb::arrow::error::ArrowError),
 }
 
@@ -243,10 +265,9 @@ pub fn write_delta(
         for batch in batches {
             let open = match file.as_mut() {
                 Some(open) => open,
-                None => file.insert(
-                    ParquetFile::create(path, batch.schema(), ROW_GROUP_ROWS as usize)
-                        .map_err(failed)?,
-                ),
+                None => {
+                    file.insert(ParquetFile::create(path, batch.schema(), &LAYOUT).map_err(failed)?)
+                }
             };
             open.write(&batch).map_err(failed)?;
         }
@@ -597,16 +618,21 @@ pub fn write_deletes(
 
 /// Folds a table's base and deltas into one file of the newest rows at `path` (see
 /// [`super::newest`]), without turning rows back into merge state: compaction wrote every delta
-/// row fully merged, so picking the newest version is the whole merge. Returns the row count.
+/// row fully merged, so picking the newest version is the whole merge. The sorted files are
+/// merged in Rust ([`super::merged`]); files it cannot merge (deltas of builds before deletion
+/// vectors, other columns) are sorted again by DuckDB. Returns the row count.
 pub fn write_newest(
     connection: &Connection,
     files: &TableFiles<'_>,
     path: &Path,
 ) -> Result<u64, TableError> {
+    if let Some(rows) = super::merged::merge_newest(connection, files, &SORT_KEY, &LAYOUT, path)? {
+        return Ok(rows);
+    }
     Ok(super::newest::write_newest(
         connection,
         files,
-        SORT_ORDER,
+        &sort_order(),
         PARQUET_OPTIONS,
         path,
     )?)
@@ -919,7 +945,7 @@ mod tests {
                 .expect("rows")
         };
         let written = order("file_row_number");
-        let sorted = order(SORT_ORDER);
+        let sorted = order(&sort_order());
         let nulls = |column: &str| -> i64 {
             connection
                 .query_row(
@@ -938,8 +964,10 @@ mod tests {
         }
         let first_out_of_order = written.iter().zip(&sorted).position(|(w, s)| w != s);
         assert_eq!(
-            first_out_of_order, None,
-            "the file is not in {SORT_ORDER} order"
+            first_out_of_order,
+            None,
+            "the file is not in {} order",
+            sort_order()
         );
     }
 

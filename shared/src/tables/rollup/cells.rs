@@ -21,7 +21,7 @@ use foldhash::fast::FixedState;
 
 use super::{GroupingSet, Measure, grouping_sets, round_up};
 use crate::tables::arrow_rows::ArrowRows;
-use crate::tables::parquet_file::ParquetFile;
+use crate::tables::parquet_file::{Layout, ParquetFile};
 use crate::tables::task_attempts::TableError;
 
 /// The columns of a rollup row as they are counted (DuckDB types), in the file's order. The
@@ -130,8 +130,11 @@ pub(super) fn write_on(
     };
     // Written by the parquet crate: DuckDB's appender and `COPY` took ~0.1 s for a run's
     // rollup of ~80 000 cells (docs/performance.md).
-    let mut file =
-        ParquetFile::create(path, rows.schema(), ROW_GROUP_ROWS as usize).map_err(failed)?;
+    let layout = Layout {
+        row_group_rows: ROW_GROUP_ROWS as usize,
+        unique: &[],
+    };
+    let mut file = ParquetFile::create(path, rows.schema(), &layout).map_err(failed)?;
     file.write(&rows).map_err(failed)?;
     let count = file.finish().map_err(failed)?;
     Ok((count, cells.counters))
