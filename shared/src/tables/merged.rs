@@ -4,13 +4,14 @@
 //! Every file a run or a fold writes is in one order ([`super::task_attempts`]'s sort key),
 //! and a fold keeps every row its deletion vectors do not drop, so the newest rows in that
 //! order are a merge of sorted files, not a sort. DuckDB's `ORDER BY … COPY` sorted them all
-//! again (a sort of ~80 wide columns that spills to disk) before encoding them at ~2.7 core-µs a
-//! row; here each file is read once in order, and the merged rows are encoded on a thread of
-//! their own while the next are merged.
+//! again, ~80 wide columns of them (a fold of a million rows peaked at 2.3 GB); here each file
+//! is read once in order, and the merged rows are encoded on a thread of their own while the
+//! next are merged (docs/performance.md).
 //!
-//! Only files this build can merge are merged here: every delta with a deletion vector, and
-//! every file with the same columns. Otherwise ([`merge_newest`] answers `None`) the fold is
-//! left to DuckDB, which matches columns by name.
+//! Files this build cannot merge are left to DuckDB, which matches columns by name and sorts
+//! whatever it is given: a delta without a deletion vector or files of other columns
+//! ([`merge_newest`] answers `None`), and a file found out of order or unreadable here (an
+//! error, after which nothing of the merge is left on disk).
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -21,27 +22,28 @@ use std::sync::mpsc::{Receiver, sync_channel};
 use duckdb::Connection;
 use duckdb::arrow::array::RecordBatch;
 use duckdb::arrow::compute::{SortOptions, interleave_record_batch};
-use duckdb::arrow::datatypes::SchemaRef;
+use duckdb::arrow::datatypes::{Field, Schema, SchemaRef};
 use duckdb::arrow::row::{Row, RowConverter, Rows, SortField};
 use parquet::arrow::arrow_reader::{
     ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder, RowSelection, RowSelector,
 };
 
-use super::newest::{TableFiles, read_parquet};
+use super::newest::{DeletionVector, TableFiles, read_parquet};
 use super::parquet_file::{Layout, ParquetFile};
 use super::task_attempts::TableError;
 
-/// Rows decoded from a file at a time, and rows gathered into each batch written: a few
-/// megabytes of each file's columns in memory at once.
+/// Rows decoded from a file at a time, and rows gathered into each batch written.
 const BATCH_ROWS: usize = 8192;
 
 /// One file being read in order, its rows dropped where its deletion vectors name them.
 struct Cursor<'a> {
     path: &'a Path,
     reader: ParquetRecordBatchReader,
-    /// The batch being merged, its place in [`Merge::held`], and its rows' sort keys.
+    /// The batch being merged: its place in [`Merge::held`].
     slot: usize,
+    /// The sort keys of the batch's rows.
     keys: Rows,
+    /// The batch's rows.
     rows: usize,
     /// The next row of the batch to merge.
     at: usize,
@@ -52,6 +54,8 @@ struct Merge {
     converter: RowConverter,
     sort_key: &'static [&'static str],
     schema: SchemaRef,
+    /// Rows per batch read and per batch gathered.
+    batch_rows: usize,
     /// Batches that merged rows still come from, until they are gathered.
     held: Vec<RecordBatch>,
     /// The rows merged and not yet gathered: (batch in `held`, row).
@@ -60,11 +64,13 @@ struct Merge {
 
 impl Merge {
     /// The next non-empty batch of `reader` (reading `path`), with its place in `held`, its
-    /// sort keys and its rows.
+    /// sort keys and its rows. Its rows must be in order, and none before `after` (the last
+    /// row of the file's batch before): a file out of order is an error, not a misordered base.
     fn next_batch(
         &mut self,
         path: &Path,
         reader: &mut ParquetRecordBatchReader,
+        after: Option<Row<'_>>,
     ) -> Result<Option<(usize, Rows, usize)>, TableError> {
         for batch in reader {
             let batch = batch.map_err(|err| TableError::Read {
@@ -85,6 +91,14 @@ impl Merge {
                 })
                 .collect::<Result<Vec<_>, _>>()?;
             let keys = self.converter.convert_columns(&columns)?;
+            let ordered = keys.iter().zip(keys.iter().skip(1)).all(|(a, b)| a <= b)
+                && after.is_none_or(|last| last <= keys.row(0));
+            if !ordered {
+                return Err(TableError::Corrupt(format!(
+                    "{} is not in the order it is folded in",
+                    path.display()
+                )));
+            }
             let rows = batch.num_rows();
             self.held.push(batch);
             return Ok(Some((self.held.len() - 1, keys, rows)));
@@ -99,7 +113,7 @@ impl Merge {
         mut reader: ParquetRecordBatchReader,
     ) -> Result<Option<Cursor<'a>>, TableError> {
         Ok(self
-            .next_batch(path, &mut reader)?
+            .next_batch(path, &mut reader, None)?
             .map(|(slot, keys, rows)| Cursor {
                 path,
                 reader,
@@ -116,7 +130,8 @@ impl Merge {
         if cursor.at < cursor.rows {
             return Ok(true);
         }
-        match self.next_batch(cursor.path, &mut cursor.reader)? {
+        let last = cursor.keys.row(cursor.rows - 1);
+        match self.next_batch(cursor.path, &mut cursor.reader, Some(last))? {
             Some((slot, keys, rows)) => {
                 cursor.slot = slot;
                 cursor.keys = keys;
@@ -138,10 +153,14 @@ impl Merge {
         self.merged.clear();
         let mut kept = Vec::with_capacity(cursors.len());
         for cursor in cursors.iter_mut() {
-            if let Some(batch) = self.held.get(cursor.slot) {
-                kept.push(batch.clone());
-                cursor.slot = kept.len() - 1;
-            }
+            let batch = self.held.get(cursor.slot).ok_or_else(|| {
+                TableError::Corrupt(format!(
+                    "a fold lost the batch of {}",
+                    cursor.path.display()
+                ))
+            })?;
+            kept.push(batch.clone());
+            cursor.slot = kept.len() - 1;
         }
         self.held = kept;
         Ok(Some(gathered))
@@ -149,9 +168,9 @@ impl Merge {
 }
 
 /// Writes the newest rows of `files` (each sorted by `sort_key`, ascending, nulls last) to
-/// `path`, merged in that order. Returns the rows written, or `None` when the files cannot be
-/// merged here (a delta without a deletion vector, or files of other columns): nothing is
-/// written then.
+/// `path`, merged in that order and laid out as `layout` says. Returns the rows written, or
+/// `None` when the files are not for this merge (a delta without a deletion vector, files of
+/// other columns): nothing is written then, nor after an error.
 pub(super) fn merge_newest(
     connection: &Connection,
     files: &TableFiles<'_>,
@@ -159,27 +178,23 @@ pub(super) fn merge_newest(
     layout: &Layout,
     path: &Path,
 ) -> Result<Option<u64>, TableError> {
+    merge_in_batches(connection, files, sort_key, layout, BATCH_ROWS, path)
+}
+
+/// [`merge_newest`], reading and gathering `batch_rows` rows at a time.
+fn merge_in_batches(
+    connection: &Connection,
+    files: &TableFiles<'_>,
+    sort_key: &'static [&'static str],
+    layout: &Layout,
+    batch_rows: usize,
+    path: &Path,
+) -> Result<Option<u64>, TableError> {
     let Some(vectors) = files.deletes.as_ref() else {
         return Ok(None);
     };
     let all: Vec<&Path> = files.base.iter().chain(&files.deltas).copied().collect();
-    let mut superseded: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
-    for vector in vectors {
-        let mut statement = connection.prepare(&format!(
-            "SELECT file, row FROM {}",
-            read_parquet(&[vector.path], "")
-        ))?;
-        let mut rows = statement.query([])?;
-        while let Some(row) = rows.next()? {
-            let (file, number): (i64, i64) = (row.get(0)?, row.get(1)?);
-            let read = usize::try_from(file)
-                .ok()
-                .and_then(|file| vector.files.get(file).copied().flatten());
-            if let (Some(read), Ok(number)) = (read, usize::try_from(number)) {
-                superseded.entry(read).or_default().push(number);
-            }
-        }
-    }
+    let mut superseded = superseded_rows(connection, vectors)?;
     let mut builders = Vec::with_capacity(all.len());
     for (index, file) in all.iter().enumerate() {
         let unreadable = |source| TableError::Read {
@@ -192,14 +207,9 @@ pub(super) fn merge_newest(
         let rows = usize::try_from(rows).map_err(|_| {
             TableError::Corrupt(format!("{}: a footer of {rows} rows", file.display()))
         })?;
-        let mut dropped = superseded.remove(&index).unwrap_or_default();
-        dropped.sort_unstable();
-        dropped.dedup();
-        builders.push((
-            *file,
-            builder.with_batch_size(BATCH_ROWS),
-            kept_rows(&dropped, rows),
-        ));
+        let dropped = superseded.remove(&index).unwrap_or_default();
+        let kept = kept_rows(&dropped, rows);
+        builders.push((*file, builder.with_batch_size(batch_rows), kept));
     }
     let Some(schema) = common_schema(builders.iter().map(|(_, builder, _)| builder.schema()))
     else {
@@ -221,9 +231,57 @@ pub(super) fn merge_newest(
         converter: RowConverter::new(fields)?,
         sort_key,
         schema: Arc::clone(&schema),
+        batch_rows,
         held: Vec::new(),
-        merged: Vec::with_capacity(BATCH_ROWS),
+        merged: Vec::with_capacity(batch_rows),
     };
+    let written = merge_to(&mut merge, builders, layout, path);
+    if written.is_err() {
+        // A partial base is nobody's: the fold failed, and the next one writes anew.
+        let _ = std::fs::remove_file(path);
+    }
+    written.map(Some)
+}
+
+/// The rows `vectors` name, by the index among the files read of the file holding them,
+/// sorted.
+fn superseded_rows(
+    connection: &Connection,
+    vectors: &[DeletionVector<'_>],
+) -> Result<BTreeMap<usize, Vec<usize>>, TableError> {
+    let mut superseded: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    for vector in vectors {
+        let mut statement = connection.prepare(&format!(
+            "SELECT file, row FROM {}",
+            read_parquet(&[vector.path], "")
+        ))?;
+        let mut rows = statement.query([])?;
+        while let Some(row) = rows.next()? {
+            let (file, number): (i64, i64) = (row.get(0)?, row.get(1)?);
+            // A position in a file not read matches nothing, as in `newest`'s reads.
+            let read = usize::try_from(file)
+                .ok()
+                .and_then(|file| vector.files.get(file).copied().flatten());
+            if let (Some(read), Ok(number)) = (read, usize::try_from(number)) {
+                superseded.entry(read).or_default().push(number);
+            }
+        }
+    }
+    for rows in superseded.values_mut() {
+        rows.sort_unstable();
+        rows.dedup();
+    }
+    Ok(superseded)
+}
+
+/// Merges the files `builders` open (each with the rows it keeps) into `path`: this thread
+/// merges, another encodes. Returns the rows written.
+fn merge_to(
+    merge: &mut Merge,
+    builders: Vec<(&Path, ParquetRecordBatchReaderBuilder<File>, RowSelection)>,
+    layout: &Layout,
+    path: &Path,
+) -> Result<u64, TableError> {
     let mut cursors = Vec::with_capacity(builders.len());
     for (file, builder, kept) in builders {
         let reader =
@@ -238,17 +296,18 @@ pub(super) fn merge_newest(
             cursors.push(cursor);
         }
     }
+    let schema = Arc::clone(&merge.schema);
     let (sender, batches) = sync_channel::<RecordBatch>(2);
-    let written = std::thread::scope(|scope| {
-        let writer = scope.spawn(|| write_all(path, Arc::clone(&schema), layout, batches));
-        let merged = merge_all(&mut merge, &mut cursors, |batch| sender.send(batch).is_ok());
+    std::thread::scope(|scope| {
+        let writer = scope.spawn(|| write_all(path, schema, layout, batches));
+        let merged = merge_all(merge, &mut cursors, |batch| sender.send(batch).is_ok());
         drop(sender);
         let written = writer
             .join()
             .unwrap_or_else(|_| Err(TableError::Corrupt("the fold's writer panicked".into())));
+        // The merge's error first: the writer saw only that its batches ended.
         merged.and(written)
-    })?;
-    Ok(Some(written))
+    })
 }
 
 /// Every row of `cursors` in order, handed to `send` in batches; stops early if `send` says
@@ -261,6 +320,7 @@ fn merge_all(
     while !cursors.is_empty() {
         // The cursor at the least row, and the least row of the others: its rows up to that
         // one go next, a run at a time (a base's rows come in long runs between a delta's).
+        // A fold has a base and at most a few dozen deltas, so a scan of them beats a heap.
         let mut least = 0;
         let mut next: Option<usize> = None;
         for index in 1..cursors.len() {
@@ -275,7 +335,7 @@ fn merge_all(
             let cursor = &mut cursors[least];
             merge.merged.push((cursor.slot, cursor.at));
             let more = merge.advance(cursor)?;
-            if merge.merged.len() >= BATCH_ROWS
+            if merge.merged.len() >= merge.batch_rows
                 && let Some(batch) = merge.gather(cursors)?
                 && !send(batch)
             {
@@ -339,7 +399,10 @@ fn kept_rows(dropped: &[usize], rows: usize) -> RowSelection {
     RowSelection::from(selectors)
 }
 
-/// The one schema of every file, by column names and types; none if two differ.
+/// The one schema of every file, by column names and types, every column nullable; none if
+/// two files differ. DuckDB marks a column required when the table it copied declared it
+/// `NOT NULL` (earlier builds staged rows in one), the crate's files never do, and a base
+/// merged from both must take either's rows.
 fn common_schema<'a>(mut schemas: impl Iterator<Item = &'a SchemaRef>) -> Option<SchemaRef> {
     let first = schemas.next()?;
     let same = |other: &SchemaRef| {
@@ -350,12 +413,20 @@ fn common_schema<'a>(mut schemas: impl Iterator<Item = &'a SchemaRef>) -> Option
                 .zip(first.fields())
                 .all(|(a, b)| a.name() == b.name() && a.data_type() == b.data_type())
     };
-    schemas.all(same).then(|| Arc::clone(first))
+    if !schemas.all(same) {
+        return None;
+    }
+    let fields: Vec<Field> = first
+        .fields()
+        .iter()
+        .map(|field| field.as_ref().clone().with_nullable(true))
+        .collect();
+    Some(Arc::new(Schema::new(fields)))
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::newest::{DeletionVector, path_literal, write_newest};
+    use super::super::newest::{path_literal, write_newest};
     use super::*;
 
     const SORT_KEY: [&str; 4] = ["job_id", "creation_time_ms", "task_id", "attempt_number"];
@@ -365,90 +436,52 @@ mod tests {
         unique: &["task_id"],
     };
 
-    /// Writes `select` to `path` sorted as every table file is, in DuckDB, compressed as
-    /// table files are (ZSTD) or as DuckDB compresses by default (Snappy).
-    fn copy_sorted(
+    /// Writes `select` to `path` in `order`, in DuckDB, compressed as table files are.
+    fn copy_in_order(
         connection: &Connection,
         select: &str,
+        order: &str,
         path: &Path,
-        zstd: bool,
     ) -> duckdb::Result<()> {
-        let compression = if zstd { "zstd" } else { "snappy" };
         connection.execute_batch(&format!(
-            "COPY ({select} ORDER BY {}) TO {}
-                 (FORMAT parquet, COMPRESSION {compression}, ROW_GROUP_SIZE 122880)",
-            SORT_KEY.join(", "),
+            "COPY ({select} ORDER BY {order}) TO {}
+                 (FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 122880)",
             path_literal(path)
         ))
     }
 
-    /// The rows of `versions` (a table of every version written, with the file `f` holding it
-    /// and its row `r` there) that a later file replaced, as a deletion vector for the file
-    /// `file`.
-    fn vector(connection: &Connection, file: i64, path: &Path) -> duckdb::Result<u64> {
-        connection.execute_batch(&format!(
-            "COPY (SELECT v.f AS file, v.r AS row FROM versions v
-                   JOIN versions n USING (task_id, attempt_number)
-                   WHERE n.f = {file} AND v.f < {file} ORDER BY 1, 2)
-             TO {} (FORMAT parquet)",
-            path_literal(path)
-        ))?;
-        connection.query_row(
-            &format!("SELECT count(*) FROM read_parquet({})", path_literal(path)),
-            [],
-            |row| row.get(0),
+    /// [`copy_in_order`] sorted as every table file is.
+    fn copy_sorted(connection: &Connection, select: &str, path: &Path) -> duckdb::Result<()> {
+        copy_in_order(connection, select, &SORT_KEY.join(", "), path)
+    }
+
+    /// Attempts `first..first + count` as rows of a table file, their values salted by
+    /// `salt`, with nulls in the sort key.
+    fn rows(first: i64, count: i64, salt: &str) -> String {
+        format!(
+            "SELECT CASE WHEN i % 97 = 0 THEN NULL ELSE 'job-' || (i % 5) END AS job_id,
+                    CASE WHEN i % 89 = 0 THEN NULL ELSE 1000 + hash(i || '{salt}') % 50000 END
+                        AS creation_time_ms,
+                    md5(i::VARCHAR) AS task_id,
+                    (i % 2)::INTEGER AS attempt_number,
+                    '{salt}-' || i AS state,
+                    (i % 7)::UTINYINT AS code,
+                    i % 3 = 0 AS flag
+             FROM range({first}, {first} + {count}) t(i)"
         )
     }
 
-    /// A base of several row groups and two deltas that replace some of its rows (some moved
-    /// to other places in the order, some the second delta replaces again) and add new ones,
-    /// with nulls in the sort key: the merge writes the rows DuckDB's sort of the newest rows
-    /// writes, in the same order, in row groups of the same size.
-    #[test]
-    fn a_merge_of_sorted_files_is_duckdbs_sort_of_their_newest_rows()
-    -> Result<(), Box<dyn std::error::Error>> {
-        let dir = tempfile::tempdir()?;
-        let connection = crate::tables::open_duckdb()?;
-        let rows = |first: i64, count: i64, salt: &str| {
-            format!(
-                "SELECT CASE WHEN i % 97 = 0 THEN NULL ELSE 'job-' || (i % 5) END AS job_id,
-                        CASE WHEN i % 89 = 0 THEN NULL ELSE 1000 + hash(i || '{salt}') % 50000 END
-                            AS creation_time_ms,
-                        md5(i::VARCHAR) AS task_id,
-                        (i % 2)::INTEGER AS attempt_number,
-                        '{salt}-' || i AS state,
-                        (i % 7)::UTINYINT AS code,
-                        i % 3 = 0 AS flag
-                 FROM range({first}, {first} + {count}) t(i)"
-            )
-        };
-        let base = dir.path().join("base.parquet");
-        let first = dir.path().join("delta-1.parquet");
-        let second = dir.path().join("delta-2.parquet");
-        copy_sorted(&connection, &rows(0, 300_000, "base"), &base, true)?;
-        // Every tenth attempt again (its creation time changed: it moves), and new ones.
-        copy_sorted(
-            &connection,
-            &format!(
-                "{} WHERE i % 10 = 0 UNION ALL {}",
-                rows(0, 300_000, "one"),
-                rows(300_000, 20_000, "one")
-            ),
-            &first,
-            false,
-        )?;
-        // Some of those again, other base rows, and new ones.
-        copy_sorted(
-            &connection,
-            &format!(
-                "{} WHERE i % 30 = 0 OR i % 10 = 3 UNION ALL {}",
-                rows(0, 320_000, "two"),
-                rows(320_000, 5_000, "two")
-            ),
-            &second,
-            true,
-        )?;
-        let versions: Vec<String> = [&base, &first, &second]
+    /// The deletion vector of the file `file` among `paths` (oldest first): the rows of the
+    /// files before it that it replaces, each named by its file's index plus `shift` (as a
+    /// vector names files when the session had `shift` files more then).
+    fn vector(
+        connection: &Connection,
+        paths: &[&Path],
+        file: usize,
+        shift: usize,
+        path: &Path,
+    ) -> duckdb::Result<u64> {
+        let versions: Vec<String> = paths
             .iter()
             .enumerate()
             .map(|(index, path)| {
@@ -460,16 +493,119 @@ mod tests {
             })
             .collect();
         connection.execute_batch(&format!(
-            "CREATE TABLE versions AS {}",
-            versions.join(" UNION ALL ")
+            "COPY (WITH versions AS ({})
+                   SELECT v.f + {shift} AS file, v.r AS row FROM versions v
+                   JOIN versions n USING (task_id, attempt_number)
+                   WHERE n.f = {file} AND v.f < {file} ORDER BY 1, 2)
+             TO {} (FORMAT parquet)",
+            versions.join(" UNION ALL "),
+            path_literal(path)
         ))?;
+        connection.query_row(
+            &format!("SELECT count(*) FROM read_parquet({})", path_literal(path)),
+            [],
+            |row| row.get(0),
+        )
+    }
+
+    /// Merges `files` reading `batch_rows` rows at a time and checks the file against DuckDB's
+    /// sort of their newest rows: the same rows at the same places, of the same column types,
+    /// in row groups of the same sizes. Returns the rows.
+    fn merges_as_duckdb_sorts(
+        connection: &Connection,
+        files: &TableFiles<'_>,
+        batch_rows: usize,
+        dir: &Path,
+    ) -> Result<u64, Box<dyn std::error::Error>> {
+        let ours = dir.join(format!("ours-{batch_rows}.parquet"));
+        let written = merge_in_batches(connection, files, &SORT_KEY, &LAYOUT, batch_rows, &ours)?;
+        let theirs = dir.join("theirs.parquet");
+        let expected = write_newest(
+            connection,
+            files,
+            &SORT_KEY.join(", "),
+            "FORMAT parquet, ROW_GROUP_SIZE 122880",
+            &theirs,
+        )?;
+        assert_eq!(written, Some(expected), "rows merged");
+        let count =
+            |sql: &str| -> duckdb::Result<i64> { connection.query_row(sql, [], |row| row.get(0)) };
+        let read = |path: &Path| {
+            format!(
+                "read_parquet({}, file_row_number = true)",
+                path_literal(path)
+            )
+        };
+        for (left, right) in [(read(&ours), read(&theirs)), (read(&theirs), read(&ours))] {
+            let extra = count(&format!(
+                "SELECT count(*) FROM (SELECT * FROM {left} EXCEPT ALL SELECT * FROM {right})"
+            ))?;
+            assert_eq!(extra, 0, "rows of {left} not at the same place in {right}");
+        }
+        let describe = |path: &Path| -> duckdb::Result<Vec<(String, String)>> {
+            let mut statement = connection.prepare(&format!(
+                "DESCRIBE SELECT * FROM read_parquet({})",
+                path_literal(path)
+            ))?;
+            let rows = statement.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?;
+            rows.collect()
+        };
+        assert_eq!(describe(&ours)?, describe(&theirs)?, "column types");
+        let groups = |path: &Path| -> duckdb::Result<Vec<i64>> {
+            let mut statement = connection.prepare(&format!(
+                "SELECT row_group_num_rows FROM parquet_metadata({})
+                 WHERE path_in_schema = 'task_id' ORDER BY row_group_id",
+                path_literal(path)
+            ))?;
+            let rows = statement.query_map([], |row| row.get(0))?;
+            rows.collect()
+        };
+        assert_eq!(groups(&ours)?, groups(&theirs)?, "row groups");
+        Ok(expected)
+    }
+
+    /// A base of several row groups and two deltas that replace some of its rows (some moved
+    /// to other places in the order, some the second delta replaces again) and add new ones,
+    /// with nulls in the sort key, the second delta's vector naming files as it did when the
+    /// session had one more: the merge writes the rows DuckDB's sort of the newest rows
+    /// writes, in batches as read and in batches of a few rows (every batch boundary a case).
+    #[test]
+    fn a_merge_of_sorted_files_is_duckdbs_sort_of_their_newest_rows()
+    -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let connection = crate::tables::open_duckdb()?;
+        let base = dir.path().join("base.parquet");
+        let first = dir.path().join("delta-1.parquet");
+        let second = dir.path().join("delta-2.parquet");
+        copy_sorted(&connection, &rows(0, 300_000, "base"), &base)?;
+        // Every tenth attempt again (its creation time changed: it moves), and new ones.
+        copy_sorted(
+            &connection,
+            &format!(
+                "{} WHERE i % 10 = 0 UNION ALL {}",
+                rows(0, 300_000, "one"),
+                rows(300_000, 20_000, "one")
+            ),
+            &first,
+        )?;
+        // Some of those again, other base rows, and new ones.
+        copy_sorted(
+            &connection,
+            &format!(
+                "{} WHERE i % 30 = 0 OR i % 10 = 3 UNION ALL {}",
+                rows(0, 320_000, "two"),
+                rows(320_000, 5_000, "two")
+            ),
+            &second,
+        )?;
+        let paths = [base.as_path(), &first, &second];
         let (first_vector, second_vector) = (
             dir.path().join("deletes-1.parquet"),
             dir.path().join("deletes-2.parquet"),
         );
-        let first_rows = vector(&connection, 1, &first_vector)?;
-        let second_rows = vector(&connection, 2, &second_vector)?;
-        let positions = [Some(0), Some(1), Some(2)];
+        let first_rows = vector(&connection, &paths, 1, 0, &first_vector)?;
+        let second_rows = vector(&connection, &paths, 2, 1, &second_vector)?;
+        let (same, shifted) = ([Some(0)], [None, Some(0), Some(1)]);
         let files = TableFiles {
             base: vec![&base],
             deltas: vec![&first, &second],
@@ -477,72 +613,115 @@ mod tests {
             deletes: Some(vec![
                 DeletionVector {
                     path: &first_vector,
-                    files: &positions[..1],
+                    files: &same,
                     rows: first_rows,
                 },
                 DeletionVector {
                     path: &second_vector,
-                    files: &positions[..2],
+                    files: &shifted,
                     rows: second_rows,
                 },
             ]),
         };
-        let ours = dir.path().join("ours.parquet");
-        let written = merge_newest(&connection, &files, &SORT_KEY, &LAYOUT, &ours)?;
-        let theirs = dir.path().join("theirs.parquet");
-        let expected = write_newest(
-            &connection,
-            &files,
-            &SORT_KEY.join(", "),
-            "FORMAT parquet, ROW_GROUP_SIZE 122880",
-            &theirs,
-        )?;
-        assert_eq!(written, Some(expected), "rows merged");
-        assert!(expected > 300_000, "{expected} rows");
-        let count =
-            |sql: &str| -> duckdb::Result<i64> { connection.query_row(sql, [], |row| row.get(0)) };
-        let (ours, theirs) = (
-            format!(
-                "read_parquet({}, file_row_number = true)",
-                path_literal(&ours)
-            ),
-            format!(
-                "read_parquet({}, file_row_number = true)",
-                path_literal(&theirs)
-            ),
-        );
-        for (left, right) in [(&ours, &theirs), (&theirs, &ours)] {
-            let extra = count(&format!(
-                "SELECT count(*) FROM (SELECT * FROM {left} EXCEPT ALL SELECT * FROM {right})"
-            ))?;
-            assert_eq!(extra, 0, "rows of {left} not at the same place in {right}");
+        for batch_rows in [BATCH_ROWS, 97] {
+            let rows = merges_as_duckdb_sorts(&connection, &files, batch_rows, dir.path())?;
+            assert!(rows > 300_000, "{rows} rows");
         }
-        for column in ["job_id", "creation_time_ms"] {
-            let nulls = count(&format!(
-                "SELECT count(*) FROM {ours} WHERE {column} IS NULL"
-            ))?;
-            assert!(nulls > 0, "no NULL {column}");
-        }
-        let groups = |file: &str| -> duckdb::Result<Vec<i64>> {
-            let mut statement = connection.prepare(&format!(
-                "SELECT row_group_num_rows FROM parquet_metadata({file})
-                 WHERE path_in_schema = 'task_id' ORDER BY row_group_id"
-            ))?;
-            let rows = statement.query_map([], |row| row.get(0))?;
-            rows.collect()
+        let nulls = |column: &str| -> duckdb::Result<i64> {
+            connection.query_row(
+                &format!(
+                    "SELECT count(*) FROM read_parquet({}) WHERE {column} IS NULL",
+                    path_literal(&dir.path().join("theirs.parquet"))
+                ),
+                [],
+                |row| row.get(0),
+            )
         };
-        let (ours_path, theirs_path) = (
-            path_literal(&dir.path().join("ours.parquet")),
-            path_literal(&dir.path().join("theirs.parquet")),
-        );
-        assert_eq!(groups(&ours_path)?, groups(&theirs_path)?, "row groups");
+        for column in ["job_id", "creation_time_ms"] {
+            assert!(nulls(column)? > 0, "no NULL {column}");
+        }
         Ok(())
     }
 
-    /// Files of other columns (a build's before) and deltas without deletion vectors are left
-    /// to DuckDB, which matches columns by name and finds superseded rows by key.
+    /// A file every row of which a later one replaced adds nothing, and the merge goes on.
     #[test]
-    fn files_it_cannot_merge_are_not_merged() -> Result<(), Box<dyn std::error::Error>> {
+    fn a_file_whose_rows_were_all_replaced_adds_none() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let connection = crate::tables::open_duckdb()?;
+        let (base, delta) = (
+            dir.path().join("base.parquet"),
+            dir.path().join("delta.parquet"),
+        );
+        copy_sorted(&connection, &rows(0, 1_000, "base"), &base)?;
+        copy_sorted(&connection, &rows(0, 1_500, "again"), &delta)?;
+        let deletes = dir.path().join("deletes.parquet");
+        let replaced = vector(&connection, &[&base, &delta], 1, 0, &deletes)?;
+        assert_eq!(replaced, 1_000);
+        let files = TableFiles {
+            base: vec![&base],
+            deltas: vec![&delta],
+            one_session: true,
+            deletes: Some(vec![DeletionVector {
+                path: &deletes,
+                files: &[Some(0)],
+                rows: replaced,
+            }]),
+        };
+        assert_eq!(
+            merges_as_duckdb_sorts(&connection, &files, BATCH_ROWS, dir.path())?,
+            1_500
+        );
+        Ok(())
+    }
+
+    /// A base whose columns DuckDB wrote as required (copied from a table that declared them
+    /// `NOT NULL`, as earlier builds staged rows) merges with a delta holding nulls in them.
+    #[test]
+    fn files_whose_columns_are_required_in_one_and_not_the_other_merge()
+    -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let connection = crate::tables::open_duckdb()?;
+        let (base, delta) = (
+            dir.path().join("base.parquet"),
+            dir.path().join("delta.parquet"),
+        );
+        connection.execute_batch(&format!(
+            "CREATE TABLE staged AS SELECT * FROM ({}) WHERE job_id IS NOT NULL
+                 AND creation_time_ms IS NOT NULL;
+             ALTER TABLE staged ALTER job_id SET NOT NULL;
+             ALTER TABLE staged ALTER creation_time_ms SET NOT NULL;
+             ALTER TABLE staged ALTER task_id SET NOT NULL;
+             ALTER TABLE staged ALTER attempt_number SET NOT NULL;
+             ALTER TABLE staged ALTER state SET NOT NULL;",
+            rows(0, 2_000, "base")
+        ))?;
+        copy_sorted(&connection, "SELECT * FROM staged", &base)?;
+        copy_sorted(&connection, &rows(2_000, 1_000, "new"), &delta)?;
+        let required: i64 = connection.query_row(
+            &format!(
+                "SELECT count(*) FROM parquet_schema({}) WHERE repetition_type = 'REQUIRED'",
+                path_literal(&base)
+            ),
+            [],
+            |row| row.get(0),
+        )?;
+        // The five declared `NOT NULL` (and, by DuckDB's count, the schema's root).
+        assert!(required >= 5, "{required} required columns in the base");
+        let files = TableFiles {
+            base: vec![&base],
+            deltas: vec![&delta],
+            one_session: true,
+            deletes: Some(Vec::new()),
+        };
+        let rows = merges_as_duckdb_sorts(&connection, &files, BATCH_ROWS, dir.path())?;
+        assert!(rows > 2_900, "{rows} rows");
+        Ok(())
+    }
+
+    /// Files of other columns (a build's before) and deltas without deletion vectors are not
+    /// for this merge: it declines them before reading a row, and DuckDB folds them.
+    #[test]
+    fn files_it_cannot_merge_are_declined() -> Result<(), Box<dyn std::error::Error>> {
         let dir = tempfile::tempdir()?;
         let connection = crate::tables::open_duckdb()?;
         let (old, new) = (
@@ -553,14 +732,12 @@ mod tests {
             &connection,
             "SELECT 'job' AS job_id, 1 AS creation_time_ms, 'a' AS task_id, 0 AS attempt_number",
             &old,
-            true,
         )?;
         copy_sorted(
             &connection,
             "SELECT 'job' AS job_id, 2 AS creation_time_ms, 'b' AS task_id, 0 AS attempt_number,
                     'FINISHED' AS state",
             &new,
-            true,
         )?;
         let out = dir.path().join("out.parquet");
         let mut files = TableFiles {
@@ -580,7 +757,66 @@ mod tests {
             merge_newest(&connection, &files, &SORT_KEY, &LAYOUT, &out)?,
             None
         );
-        assert!(!out.exists(), "a file was written");
+        Ok(())
+    }
+
+    /// A file not in the order (a bug, or a sort key changed under older files) would make a
+    /// misordered base whose row groups no longer skip: it is an error instead, and nothing
+    /// written is left behind. So is a base that cannot be written, without waiting forever.
+    #[test]
+    fn a_file_out_of_order_or_a_failed_write_is_an_error_that_leaves_no_file()
+    -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let connection = crate::tables::open_duckdb()?;
+        let (base, delta) = (
+            dir.path().join("base.parquet"),
+            dir.path().join("delta.parquet"),
+        );
+        copy_sorted(&connection, &rows(0, 50_000, "base"), &base)?;
+        copy_in_order(
+            &connection,
+            &rows(50_000, 50_000, "new"),
+            "task_id DESC",
+            &delta,
+        )?;
+        let files = TableFiles {
+            base: vec![&base],
+            deltas: vec![&delta],
+            one_session: true,
+            deletes: Some(Vec::new()),
+        };
+        let out = dir.path().join("out.parquet");
+        let merged = merge_newest(&connection, &files, &SORT_KEY, &LAYOUT, &out);
+        assert!(
+            matches!(&merged, Err(TableError::Corrupt(why)) if why.contains("not in the order")),
+            "{merged:?}"
+        );
+        assert!(!out.exists(), "a partial base was left");
+        // What a fold does with them: DuckDB sorts the rows instead.
+        let folded = super::super::task_attempts::write_newest(&connection, &files, &out)?;
+        assert_eq!(folded, 100_000);
+        let misplaced: i64 = connection.query_row(
+            &format!(
+                "SELECT count(*) FROM (
+                     SELECT job_id, lag(job_id) OVER (ORDER BY file_row_number) AS previous
+                     FROM read_parquet({}, file_row_number = true))
+                 WHERE job_id < previous",
+                path_literal(&out)
+            ),
+            [],
+            |row| row.get(0),
+        )?;
+        assert_eq!(misplaced, 0, "the fold is not in job order");
+        let sorted = TableFiles {
+            deltas: Vec::new(),
+            ..files
+        };
+        let nowhere = dir.path().join("missing").join("out.parquet");
+        let merged = merge_newest(&connection, &sorted, &SORT_KEY, &LAYOUT, &nowhere);
+        assert!(
+            matches!(merged, Err(TableError::Write { .. })),
+            "{merged:?}"
+        );
         Ok(())
     }
 }
