@@ -508,6 +508,21 @@ mod tests {
         )
     }
 
+    /// Paths for a base and a delta in `dir`.
+    fn base_and_delta(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
+        (dir.join("base.parquet"), dir.join("delta.parquet"))
+    }
+
+    /// A session of `base` and `delta`, the delta replacing no row.
+    fn replacing_nothing<'a>(base: &'a Path, delta: &'a Path) -> TableFiles<'a> {
+        TableFiles {
+            base: vec![base],
+            deltas: vec![delta],
+            one_session: true,
+            deletes: Some(Vec::new()),
+        }
+    }
+
     /// Merges `files` reading `batch_rows` rows at a time and checks the file against DuckDB's
     /// sort of their newest rows: the same rows at the same places, of the same column types,
     /// in row groups of the same sizes. Returns the rows.
@@ -648,10 +663,7 @@ mod tests {
     fn a_file_whose_rows_were_all_replaced_adds_none() -> Result<(), Box<dyn std::error::Error>> {
         let dir = tempfile::tempdir()?;
         let connection = crate::tables::open_duckdb()?;
-        let (base, delta) = (
-            dir.path().join("base.parquet"),
-            dir.path().join("delta.parquet"),
-        );
+        let (base, delta) = base_and_delta(dir.path());
         copy_sorted(&connection, &rows(0, 1_000, "base"), &base)?;
         copy_sorted(&connection, &rows(0, 1_500, "again"), &delta)?;
         let deletes = dir.path().join("deletes.parquet");
@@ -681,10 +693,7 @@ mod tests {
     -> Result<(), Box<dyn std::error::Error>> {
         let dir = tempfile::tempdir()?;
         let connection = crate::tables::open_duckdb()?;
-        let (base, delta) = (
-            dir.path().join("base.parquet"),
-            dir.path().join("delta.parquet"),
-        );
+        let (base, delta) = base_and_delta(dir.path());
         connection.execute_batch(&format!(
             "CREATE TABLE staged AS SELECT * FROM ({}) WHERE job_id IS NOT NULL
                  AND creation_time_ms IS NOT NULL;
@@ -707,12 +716,7 @@ mod tests {
         )?;
         // The five declared `NOT NULL` (and, by DuckDB's count, the schema's root).
         assert!(required >= 5, "{required} required columns in the base");
-        let files = TableFiles {
-            base: vec![&base],
-            deltas: vec![&delta],
-            one_session: true,
-            deletes: Some(Vec::new()),
-        };
+        let files = replacing_nothing(&base, &delta);
         let rows = merges_as_duckdb_sorts(&connection, &files, BATCH_ROWS, dir.path())?;
         assert!(rows > 2_900, "{rows} rows");
         Ok(())
@@ -740,12 +744,7 @@ mod tests {
             &new,
         )?;
         let out = dir.path().join("out.parquet");
-        let mut files = TableFiles {
-            base: vec![&old],
-            deltas: vec![&new],
-            one_session: true,
-            deletes: Some(Vec::new()),
-        };
+        let mut files = replacing_nothing(&old, &new);
         assert_eq!(
             merge_newest(&connection, &files, &SORT_KEY, &LAYOUT, &out)?,
             None
@@ -768,10 +767,7 @@ mod tests {
     -> Result<(), Box<dyn std::error::Error>> {
         let dir = tempfile::tempdir()?;
         let connection = crate::tables::open_duckdb()?;
-        let (base, delta) = (
-            dir.path().join("base.parquet"),
-            dir.path().join("delta.parquet"),
-        );
+        let (base, delta) = base_and_delta(dir.path());
         copy_sorted(&connection, &rows(0, 50_000, "base"), &base)?;
         copy_in_order(
             &connection,
@@ -779,12 +775,7 @@ mod tests {
             "task_id DESC",
             &delta,
         )?;
-        let files = TableFiles {
-            base: vec![&base],
-            deltas: vec![&delta],
-            one_session: true,
-            deletes: Some(Vec::new()),
-        };
+        let files = replacing_nothing(&base, &delta);
         let out = dir.path().join("out.parquet");
         let merged = merge_newest(&connection, &files, &SORT_KEY, &LAYOUT, &out);
         assert!(
