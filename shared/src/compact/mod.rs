@@ -724,9 +724,10 @@ impl Compactor {
         Ok(rows_written)
     }
 
-    /// Folds every live file into one new base file, newest version of each key first, in
-    /// DuckDB alone: the rows never become merge state, so a base of millions of attempts
-    /// costs a sort that spills to disk, not memory for every attempt.
+    /// Folds every live file into one new base file, the newest version of each key
+    /// ([`task_attempts::write_newest`]: the sorted files merged, or sorted by DuckDB when they
+    /// cannot be): the rows never become merge state, so a base of millions of attempts costs
+    /// a pass over its files, not memory for every attempt.
     async fn merge_base(
         &self,
         cluster: &ClusterName,

@@ -267,7 +267,8 @@ fn superseded_positions(vector: &DeletionVector<'_>) -> String {
 
 /// Writes the newest rows of `files` to `path` as one Parquet file, sorted by `order` and
 /// written with COPY `options`: a fold of deltas into a base, in DuckDB alone (the sort spills
-/// to disk rather than needing memory for every row). Returns the row count; with no files,
+/// to disk rather than needing memory for every row), for files that cannot be merged as they
+/// are sorted (see `task_attempts::write_newest`). Returns the row count; with no files,
 /// nothing is written.
 pub fn write_newest(
     connection: &duckdb::Connection,
