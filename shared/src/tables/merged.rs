@@ -370,15 +370,11 @@ fn write_all(
     layout: &Layout,
     batches: Receiver<RecordBatch>,
 ) -> Result<u64, TableError> {
-    let failed = |source| TableError::Write {
-        path: path.to_owned(),
-        source,
-    };
-    let mut file = ParquetFile::create(path, schema, layout).map_err(failed)?;
+    let mut file = ParquetFile::create(path, schema, layout)?;
     for batch in batches {
-        file.write(&batch).map_err(failed)?;
+        file.write(&batch)?;
     }
-    file.finish().map_err(failed)
+    file.finish()
 }
 
 /// The rows of a file of `rows` rows that are kept when the sorted row numbers `dropped` are
@@ -557,13 +553,8 @@ mod tests {
             ))?;
             assert_eq!(extra, 0, "rows of {left} not at the same place in {right}");
         }
-        let describe = |path: &Path| -> duckdb::Result<Vec<(String, String)>> {
-            let mut statement = connection.prepare(&format!(
-                "DESCRIBE SELECT * FROM read_parquet({})",
-                path_literal(path)
-            ))?;
-            let rows = statement.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?;
-            rows.collect()
+        let describe = |path: &Path| {
+            crate::tables::columns(connection, &format!("read_parquet({})", path_literal(path)))
         };
         assert_eq!(describe(&ours)?, describe(&theirs)?, "column types");
         let groups = |path: &Path| -> duckdb::Result<Vec<i64>> {

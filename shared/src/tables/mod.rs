@@ -30,6 +30,18 @@ pub fn open_duckdb() -> Result<duckdb::Connection, task_attempts::TableError> {
     Ok(connection)
 }
 
+/// The columns of `relation` (SQL) with their DuckDB types, as `DESCRIBE` lists them: what
+/// tests compare files of two writers by.
+#[cfg(test)]
+pub(crate) fn columns(
+    connection: &duckdb::Connection,
+    relation: &str,
+) -> duckdb::Result<Vec<(String, String)>> {
+    let mut statement = connection.prepare(&format!("DESCRIBE SELECT * FROM {relation}"))?;
+    let rows = statement.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?;
+    rows.collect()
+}
+
 #[cfg(test)]
 mod tests {
     /// DuckDB renamed the footer cache's setting and still accepts the old name, without

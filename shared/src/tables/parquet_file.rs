@@ -12,7 +12,7 @@
 //! delta-encoded as DuckDB encodes them; docs/performance.md).
 
 use std::fs::File;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use duckdb::arrow::datatypes::{DataType, SchemaRef};
 use duckdb::arrow::record_batch::RecordBatch;
@@ -22,6 +22,8 @@ use parquet::basic::{Compression, Encoding, ZstdLevel};
 use parquet::errors::ParquetError;
 use parquet::file::properties::{EnabledStatistics, WriterProperties, WriterVersion};
 use parquet::schema::types::ColumnPath;
+
+use super::task_attempts::TableError;
 
 /// ZSTD's level, DuckDB's default, which every other file is written with.
 const ZSTD_LEVEL: i32 = 3;
@@ -35,8 +37,9 @@ pub(crate) struct Layout {
     pub(crate) unique: &'static [&'static str],
 }
 
-/// A Parquet file being written, batch by batch, in the order given.
+/// A Parquet file being written, batch by batch, in the order given. Its errors name it.
 pub(crate) struct ParquetFile {
+    path: PathBuf,
     writer: ArrowWriter<File>,
 }
 
@@ -47,7 +50,14 @@ impl ParquetFile {
         path: &Path,
         schema: SchemaRef,
         layout: &Layout,
-    ) -> Result<Self, ParquetError> {
+    ) -> Result<Self, TableError> {
+        Self::open(path, schema, layout).map_err(|source| TableError::Write {
+            path: path.to_owned(),
+            source,
+        })
+    }
+
+    fn open(path: &Path, schema: SchemaRef, layout: &Layout) -> Result<Self, ParquetError> {
         let file = File::create(path)?;
         let mut properties = WriterProperties::builder()
             .set_compression(Compression::ZSTD(ZstdLevel::try_new(ZSTD_LEVEL)?))
@@ -81,22 +91,37 @@ impl ParquetFile {
             .with_properties(properties.build())
             .with_skip_arrow_metadata(true);
         Ok(Self {
+            path: path.to_owned(),
             writer: ArrowWriter::try_new_with_options(file, schema, options)?,
         })
     }
 
     /// Appends `batch`'s rows.
-    pub(crate) fn write(&mut self, batch: &RecordBatch) -> Result<(), ParquetError> {
-        self.writer.write(batch)
+    pub(crate) fn write(&mut self, batch: &RecordBatch) -> Result<(), TableError> {
+        self.writer
+            .write(batch)
+            .map_err(|source| self.failed(source))
     }
 
     /// Writes the footer and closes the file. Returns the rows written.
-    pub(crate) fn finish(self) -> Result<u64, ParquetError> {
-        let metadata = self.writer.close()?;
+    pub(crate) fn finish(mut self) -> Result<u64, TableError> {
+        let path = std::mem::take(&mut self.path);
+        let metadata = self
+            .writer
+            .close()
+            .map_err(|source| TableError::Write { path, source })?;
         Ok(metadata
             .row_groups()
             .iter()
             .map(|group| group.num_rows().unsigned_abs())
             .sum())
+    }
+
+    /// `source` as this file's failure.
+    fn failed(&self, source: ParquetError) -> TableError {
+        TableError::Write {
+            path: self.path.clone(),
+            source,
+        }
     }
 }

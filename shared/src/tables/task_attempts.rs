@@ -257,20 +257,14 @@ pub fn write_delta(
         let batch = batch_of(chunk, cluster, session, failures)?;
         Ok(report_times::encode(&batch)?)
     };
-    let failed = |source| TableError::Write {
-        path: path.to_owned(),
-        source,
-    };
     let mut file: Option<ParquetFile> = None;
     let mut write = |batches: Vec<RecordBatch>| -> Result<(), TableError> {
         for batch in batches {
             let open = match file.as_mut() {
                 Some(open) => open,
-                None => {
-                    file.insert(ParquetFile::create(path, batch.schema(), &LAYOUT).map_err(failed)?)
-                }
+                None => file.insert(ParquetFile::create(path, batch.schema(), &LAYOUT)?),
             };
-            open.write(&batch).map_err(failed)?;
+            open.write(&batch)?;
         }
         Ok(())
     };
@@ -282,7 +276,7 @@ pub fn write_delta(
     }
     write(built)?;
     let rows = match file {
-        Some(file) => file.finish().map_err(failed)?,
+        Some(file) => file.finish()?,
         None => 0,
     };
     Ok(rows)
@@ -1005,13 +999,7 @@ mod tests {
         // Report times are stored by reference where they equal another time of their row,
         // their codes as UTINYINT, and as themselves where they equal none.
         let file = crate::tables::newest::read_parquet(&[path.as_path()], "");
-        for (column, kind) in connection
-            .prepare(&format!("DESCRIBE SELECT * FROM {file}"))?
-            .query_map([], |row| {
-                Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?))
-            })?
-            .collect::<Result<Vec<_>, _>>()?
-        {
+        for (column, kind) in crate::tables::columns(&connection, &file)? {
             if column.ends_with("_ref") {
                 assert_eq!(kind, "UTINYINT", "{column}");
             }

@@ -124,19 +124,15 @@ pub(super) fn write_on(
     let sets: Vec<Set> = grouping_sets().map(Set::new).collect::<Result<_, _>>()?;
     let cells = count(connection, query, &sets, threads)?;
     let rows = written(&cells.rows(&sets)?)?;
-    let failed = |source| TableError::Write {
-        path: path.to_owned(),
-        source,
-    };
     // Written by the parquet crate: DuckDB's appender and `COPY` took ~0.1 s for a run's
     // rollup of ~80 000 cells (docs/performance.md).
     let layout = Layout {
         row_group_rows: ROW_GROUP_ROWS as usize,
         unique: &[],
     };
-    let mut file = ParquetFile::create(path, rows.schema(), &layout).map_err(failed)?;
-    file.write(&rows).map_err(failed)?;
-    let count = file.finish().map_err(failed)?;
+    let mut file = ParquetFile::create(path, rows.schema(), &layout)?;
+    file.write(&rows)?;
+    let count = file.finish()?;
     Ok((count, cells.counters))
 }
 

@@ -580,12 +580,10 @@ mod tests {
             ))?;
             assert_eq!(extra, 0, "rows of {left} not in {right}");
         }
-        let schema = |file: &str| -> Result<Vec<(String, String)>, duckdb::Error> {
-            let mut statement = connection.prepare(&format!("DESCRIBE SELECT * FROM {file}"))?;
-            let rows = statement.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?;
-            rows.collect()
-        };
-        assert_eq!(schema(&ours)?, schema(&theirs)?);
+        assert_eq!(
+            crate::tables::columns(&connection, &ours)?,
+            crate::tables::columns(&connection, &theirs)?
+        );
         // The synthetic rows reach every case: minus rows, several holders of an extreme,
         // cells with no measure, examples.
         for condition in [
@@ -699,13 +697,11 @@ mod tests {
         assert_eq!(written, 0);
         let theirs = dir.path().join("theirs.parquet");
         count_joined(&connection, &theirs)?;
-        let describe = |file: &Path| -> Result<Vec<(String, String)>, duckdb::Error> {
-            let mut statement = connection.prepare(&format!(
-                "DESCRIBE SELECT * FROM read_parquet({})",
-                path_literal(file)
-            ))?;
-            let rows = statement.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?;
-            rows.collect()
+        let describe = |file: &Path| {
+            crate::tables::columns(
+                &connection,
+                &format!("read_parquet({})", path_literal(file)),
+            )
         };
         assert_eq!(describe(&ours)?, describe(&theirs)?);
         Ok(())
