@@ -6,7 +6,6 @@
 //! those into the forms the rest of Afterglow works with (hex IDs, integers, nanoseconds) and owns
 //! no knowledge of which field uses which rule.
 
-use std::borrow::Borrow;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fmt;
@@ -181,13 +180,6 @@ impl Id {
     /// Number of bytes the ID encodes.
     pub fn byte_len(&self) -> usize {
         self.0.len() / 2
-    }
-}
-
-// An `Id` hashes and compares as its hex text, so a set of them can be searched by text.
-impl Borrow<str> for Id {
-    fn borrow(&self) -> &str {
-        &self.0
     }
 }
 
