@@ -23,7 +23,7 @@ mod rng;
 
 use std::collections::{BTreeMap, VecDeque};
 
-use shared::event::encoding::{Id, Timestamp};
+use shared::event::encoding::{EventId, Id, Timestamp};
 use shared::event::{EventPayload, EventType, RayEvent, Severity, SourceType};
 
 use self::emit::{Job, Worker};
@@ -242,9 +242,10 @@ impl Generator {
 
     /// An event emitted at `at` by `source`, its envelope filled as Ray's exporter fills it.
     fn event(&mut self, source: SourceType, at: i64, payload: EventPayload) -> RayEvent {
-        let event_id = random_id(&mut self.rng, 28);
+        let mut event_id = [0u8; 28];
+        self.rng.fill(&mut event_id);
         RayEvent {
-            event_id: Some(event_id),
+            event_id: Some(EventId::from_bytes(&event_id)),
             source_type: source,
             event_type: payload
                 .event_type()

@@ -50,7 +50,7 @@ impl Id {
         if let Some(id) = shared {
             return Ok(Some(id));
         }
-        let id = Self::decode_base64(text, Self::from_bytes)?;
+        let id = decode_base64(text, Self::from_bytes)?;
         if let Some(id) = &id {
             SHARED.with_borrow_mut(|shared| {
                 if let Some(shared) = shared {
@@ -61,35 +61,9 @@ impl Id {
         Ok(id)
     }
 
-    /// Decodes Ray's base64 form into an ID of its own, never one shared by
-    /// [`with_shared_ids`]: for ids that are unique by design (event ids), where looking for an
-    /// equal one would only cost.
-    pub fn from_base64_unshared(text: &str) -> Result<Option<Self>, base64::DecodeError> {
-        Self::decode_base64(text, Self::from_bytes)
-    }
-
     /// Builds an ID from raw bytes.
     pub fn from_bytes(bytes: &[u8]) -> Self {
         Self::with_hex(bytes, |hex| Self(Arc::from(hex)))
-    }
-
-    /// `make` of the base64 `text`'s bytes; `None` for the empty string.
-    fn decode_base64(
-        text: &str,
-        make: impl FnOnce(&[u8]) -> Self,
-    ) -> Result<Option<Self>, base64::DecodeError> {
-        if text.is_empty() {
-            return Ok(None);
-        }
-        // Every Ray id is at most 28 bytes: decode on the stack.
-        let mut buffer = [0u8; 48];
-        match BASE64.decode_slice(text, &mut buffer) {
-            Ok(len) => Ok(Some(make(buffer.get(..len).unwrap_or_default()))),
-            Err(base64::DecodeSliceError::OutputSliceTooSmall) => {
-                Ok(Some(make(&BASE64.decode(text)?)))
-            }
-            Err(base64::DecodeSliceError::DecodeError(err)) => Err(err),
-        }
     }
 
     /// `make` of the lowercase hex form of `bytes`.
@@ -183,6 +157,90 @@ impl Id {
     }
 }
 
+/// `make` of the base64 `text`'s bytes; `None` for the empty string.
+fn decode_base64<T>(
+    text: &str,
+    make: impl FnOnce(&[u8]) -> T,
+) -> Result<Option<T>, base64::DecodeError> {
+    if text.is_empty() {
+        return Ok(None);
+    }
+    // Every Ray id is at most 28 bytes: decode on the stack.
+    let mut buffer = [0u8; 48];
+    match BASE64.decode_slice(text, &mut buffer) {
+        Ok(len) => Ok(Some(make(buffer.get(..len).unwrap_or_default()))),
+        Err(base64::DecodeSliceError::OutputSliceTooSmall) => Ok(Some(make(&BASE64.decode(text)?))),
+        Err(base64::DecodeSliceError::DecodeError(err)) => Err(err),
+    }
+}
+
+/// An event's own id (`eventId`): unique to the event, so it is only ever compared, to drop
+/// the copies a re-sent batch repeats; never shown, stored or shared. Held as its bytes,
+/// inline.
+///
+/// Read as an [`Id`], each was decoded, hex-encoded into an allocation, then decoded back to
+/// bytes for the run's set of ids seen: 3 % of a run's CPU for a value no one reads (perf).
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct EventId(EventBytes);
+
+/// An [`EventId`]'s bytes.
+#[derive(Clone, PartialEq, Eq, Hash)]
+enum EventBytes {
+    /// Up to [`EventId::INLINE`] bytes (Ray's are 28): their count, then them, then zeros.
+    Inline([u8; EventId::INLINE + 1]),
+    /// Longer, which Ray does not send.
+    Long(Box<[u8]>),
+}
+
+impl EventId {
+    /// Longest id held inline.
+    const INLINE: usize = 31;
+
+    /// Decodes Ray's base64 form. Returns `None` for the empty string (an unset id).
+    pub fn from_base64(text: &str) -> Result<Option<Self>, base64::DecodeError> {
+        decode_base64(text, Self::from_bytes)
+    }
+
+    /// The id of these bytes.
+    pub fn from_bytes(bytes: &[u8]) -> Self {
+        let mut inline = [0u8; Self::INLINE + 1];
+        let (count, rest) = inline.split_at_mut(1);
+        match (rest.get_mut(..bytes.len()), u8::try_from(bytes.len())) {
+            (Some(held), Ok(length)) => {
+                held.copy_from_slice(bytes);
+                count[0] = length;
+                Self(EventBytes::Inline(inline))
+            }
+            _ => Self(EventBytes::Long(bytes.into())),
+        }
+    }
+
+    /// Its bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        match &self.0 {
+            EventBytes::Inline(inline) => {
+                inline.get(1..=usize::from(inline[0])).unwrap_or_default()
+            }
+            EventBytes::Long(bytes) => bytes,
+        }
+    }
+
+    /// Ray's wire form: padded standard base64.
+    pub fn to_base64(&self) -> String {
+        BASE64.encode(self.as_bytes())
+    }
+}
+
+impl fmt::Debug for EventId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("EventId(")?;
+        for byte in self.as_bytes() {
+            write!(f, "{byte:02x}")?;
+        }
+        f.write_str(")")
+    }
+}
+
 thread_local! {
     /// The ids read so far on this thread inside [`with_shared_ids`], if it is running, by
     /// the base64 text they were read from.
@@ -234,16 +292,8 @@ pub mod opt_id {
 
     /// Reads Ray's base64 form.
     pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Id>, D::Error> {
-        decode_with(deserializer, Id::from_base64)
-    }
-
-    /// Reads Ray's base64 form with `decode`.
-    pub(super) fn decode_with<'de, D: Deserializer<'de>>(
-        deserializer: D,
-        decode: impl FnOnce(&str) -> Result<Option<Id>, base64::DecodeError>,
-    ) -> Result<Option<Id>, D::Error> {
         let decoded = super::read_text(deserializer, "a base64 id or null", |text| {
-            decode(text).map_err(|err| super::invalid_id(text, &err))
+            Id::from_base64(text).map_err(|err| super::invalid_id(text, &err))
         })?;
         Ok(decoded.flatten())
     }
@@ -262,17 +312,29 @@ fn invalid_id(text: &str, err: &base64::DecodeError) -> String {
     format!("invalid base64 ID {text:?}: {err}")
 }
 
-/// [`opt_id`] for ids that are unique by design (an event's own id): never shared.
-pub mod opt_unique_id {
+/// An optional [`EventId`], read and written as [`opt_id`] reads and writes ids.
+pub mod opt_event_id {
     use serde::de::Deserializer;
+    use serde::ser::Serializer;
 
-    use super::Id;
-
-    pub use super::opt_id::serialize;
+    use super::EventId;
 
     /// Reads Ray's base64 form.
-    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Id>, D::Error> {
-        super::opt_id::decode_with(deserializer, Id::from_base64_unshared)
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<EventId>, D::Error> {
+        let decoded = super::read_text(deserializer, "a base64 id or null", |text| {
+            EventId::from_base64(text).map_err(|err| super::invalid_id(text, &err))
+        })?;
+        Ok(decoded.flatten())
+    }
+
+    /// Writes Ray's base64 form.
+    pub fn serialize<S: Serializer>(
+        id: &Option<EventId>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&id.as_ref().map(EventId::to_base64).unwrap_or_default())
     }
 }
 
@@ -766,26 +828,19 @@ mod tests {
     }
 
     #[test]
-    fn equal_ids_read_together_share_one_text_and_event_ids_never_do()
-    -> Result<(), base64::DecodeError> {
+    fn equal_ids_read_together_share_one_text() -> Result<(), base64::DecodeError> {
         let job = "AQAAAA==";
         let read = || -> Result<_, base64::DecodeError> {
-            Ok([
-                Id::from_base64(job)?,
-                Id::from_base64(job)?,
-                Id::from_base64_unshared(job)?,
-                Id::from_base64_unshared(job)?,
-            ])
+            Ok([Id::from_base64(job)?, Id::from_base64(job)?])
         };
-        let [Some(first), Some(second), Some(unique), Some(other)] = with_shared_ids(read)? else {
+        let [Some(first), Some(second)] = with_shared_ids(read)? else {
             panic!("{job} is an id");
         };
         assert!(Arc::ptr_eq(&first.0, &second.0), "shared inside the scope");
-        assert!(!Arc::ptr_eq(&first.0, &unique.0) && !Arc::ptr_eq(&unique.0, &other.0));
-        assert!([&second, &unique, &other].iter().all(|id| **id == first));
-        let [Some(after), Some(again), ..] = read()? else {
+        let [Some(after), Some(again)] = read()? else {
             panic!("{job} is an id");
         };
+        assert!([&second, &after, &again].iter().all(|id| **id == first));
         assert!(
             !Arc::ptr_eq(&after.0, &first.0) && !Arc::ptr_eq(&after.0, &again.0),
             "forgotten when the scope ends"
@@ -794,7 +849,7 @@ mod tests {
     }
 
     #[test]
-    fn an_events_own_id_is_not_shared_and_a_nested_scope_leaves_the_outer_one()
+    fn an_events_own_id_is_its_bytes_and_a_nested_scope_leaves_the_outer_ids()
     -> Result<(), Box<dyn std::error::Error>> {
         // A node id and an event id of the same 28 bytes, in one event.
         let same = BASE64.encode([7u8; 28]);
@@ -813,16 +868,44 @@ mod tests {
         else {
             panic!("every id is set");
         };
+        assert_eq!(event_id.as_bytes(), [7u8; 28]);
+        assert_eq!(event_id.to_base64(), same);
         assert!(Arc::ptr_eq(&node_id.0, &before.0), "the node id is shared");
-        assert!(
-            !Arc::ptr_eq(&event_id.0, &node_id.0),
-            "the event's own id is not"
-        );
         assert!(
             Arc::ptr_eq(&after.0, &before.0),
             "the outer scope's ids outlive an inner one"
         );
         Ok(())
+    }
+
+    #[test]
+    fn event_ids_of_any_length_keep_their_bytes_and_compare_by_them() {
+        let ids: Vec<EventId> = [0, 1, 28, 31, 32, 40]
+            .into_iter()
+            .map(|length| EventId::from_bytes(&vec![0xab; length]))
+            .collect();
+        for (id, length) in ids.iter().zip([0, 1, 28, 31, 32, 40]) {
+            assert_eq!(id.as_bytes(), vec![0xab; length]);
+            assert_eq!(
+                EventId::from_base64(&id.to_base64())
+                    .ok()
+                    .flatten()
+                    .as_ref(),
+                (length > 0).then_some(id)
+            );
+        }
+        // The same bytes at other lengths are other ids; equal bytes are one id.
+        for (index, id) in ids.iter().enumerate() {
+            for (other_index, other) in ids.iter().enumerate() {
+                assert_eq!(id == other, index == other_index);
+            }
+        }
+        assert_eq!(EventId::from_bytes(&[0; 2]), EventId::from_bytes(&[0, 0]));
+        assert_ne!(EventId::from_bytes(&[0; 2]), EventId::from_bytes(&[0; 3]));
+        assert_eq!(
+            format!("{:?}", EventId::from_bytes(&[0x0f, 0xa0])),
+            "EventId(0fa0)"
+        );
     }
 
     #[test]
