@@ -22,8 +22,8 @@ const BASE64: GeneralPurpose = GeneralPurpose::new(
     GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent),
 );
 
-/// A Ray binary ID (task, job, actor, node, worker, placement group, event), held as lowercase
-/// hex: the form Ray's state API and dashboard print.
+/// A Ray binary ID (task, job, actor, node, worker, placement group), held as lowercase hex:
+/// the form Ray's state API and dashboard print. An event's own id is an [`EventId`].
 ///
 /// Deserializes from the base64 the wire carries. An empty string means "not set" and is read as
 /// `None` by [`opt_id`]; a bare `Id` is never empty.
@@ -124,13 +124,6 @@ impl Id {
         }
     }
 
-    /// The raw bytes, decoded into the start of `out`; `None` when `out` is too short.
-    pub fn bytes_into<'a>(&self, out: &'a mut [u8]) -> Option<&'a [u8]> {
-        let bytes = out.get_mut(..self.byte_len())?;
-        self.decode_into(bytes);
-        Some(bytes)
-    }
-
     /// Decodes the hex form into `bytes`, which is `byte_len()` long.
     fn decode_into(&self, bytes: &mut [u8]) {
         fn nibble(digit: u8) -> u8 {
@@ -174,9 +167,9 @@ fn decode_base64<T>(
     }
 }
 
-/// An event's own id (`eventId`): unique to the event, so it is only ever compared, to drop
-/// the copies a re-sent batch repeats; never shown, stored or shared. Held as its bytes,
-/// inline.
+/// An event's own id (`eventId`): unique to the event, so it is only compared, to drop the
+/// copies a re-sent batch repeats, and written back as it came; never shown, stored in a table
+/// or shared. Held as its bytes, inline.
 ///
 /// Read as an [`Id`], each was decoded, hex-encoded into an allocation, then decoded back to
 /// bytes for the run's set of ids seen: 3 % of a run's CPU for a value no one reads (perf).

@@ -135,12 +135,14 @@ impl Envelope {
     }
 }
 
-/// `taskDefinitionEvent`.
-fn definition(reader: &mut Reader<'_>) -> Option<Box<TaskDefinitionEvent>> {
-    let mut event = Box::<TaskDefinitionEvent>::default();
-    let mut seen = Seen::default();
-    reader.object(|reader, key| {
-        match key {
+/// Reads into `$event` the value of `$key` when it is one of the fields task definitions and
+/// actor task definitions share (the same names, types and readings), marking it in `$seen`
+/// (bits 0–11); evaluates to `None` when it is not one of them or its value is not read.
+/// A macro, as the two are different types whose fields are named alike.
+macro_rules! definition_field {
+    ($event:expr, $reader:expr, $key:expr, $seen:expr) => {{
+        let (event, reader, seen) = ($event, $reader, $seen);
+        match $key {
             "taskId" | "task_id" => {
                 seen.first(0)?;
                 event.task_id = reader.id(Id::from_base64)?;
@@ -149,59 +151,71 @@ fn definition(reader: &mut Reader<'_>) -> Option<Box<TaskDefinitionEvent>> {
                 seen.first(1)?;
                 event.task_attempt = reader.int()?;
             }
-            "taskType" | "task_type" => {
-                seen.first(2)?;
-                event.task_type = TaskType::from_name(&reader.string()?);
-            }
             "language" => {
-                seen.first(3)?;
+                seen.first(2)?;
                 event.language = Language::from_name(&reader.string()?);
             }
-            "taskFunc" | "task_func" => {
-                seen.first(4)?;
-                event.task_func = function(reader)?;
-            }
-            "taskName" | "task_name" => {
-                seen.first(5)?;
-                event.task_name = reader.string()?.into_owned();
-            }
             "requiredResources" | "required_resources" => {
-                seen.first(6)?;
+                seen.first(3)?;
                 event.required_resources = resources(reader)?;
             }
             "jobId" | "job_id" => {
-                seen.first(7)?;
+                seen.first(4)?;
                 event.job_id = reader.id(Id::from_base64)?;
             }
             "parentTaskId" | "parent_task_id" => {
-                seen.first(8)?;
+                seen.first(5)?;
                 event.parent_task_id = reader.id(Id::from_base64)?;
             }
             "placementGroupId" | "placement_group_id" => {
-                seen.first(9)?;
+                seen.first(6)?;
                 event.placement_group_id = reader.id(Id::from_base64)?;
             }
             "refIds" | "ref_ids" => {
-                seen.first(10)?;
+                seen.first(7)?;
                 event.ref_ids = ref_ids(reader)?;
             }
             "serializedRuntimeEnv" | "serialized_runtime_env" => {
-                seen.first(11)?;
+                seen.first(8)?;
                 event.serialized_runtime_env = reader.string()?.into_owned();
             }
             "callSite" | "call_site" => {
-                seen.first(12)?;
+                seen.first(9)?;
                 event.call_site = Some(reader.string()?.into_owned());
             }
             "labelSelector" | "label_selector" => {
-                seen.first(13)?;
+                seen.first(10)?;
                 event.label_selector = labels(reader)?;
             }
             "isDetachedActor" | "is_detached_actor" => {
-                seen.first(14)?;
+                seen.first(11)?;
                 event.is_detached_actor = reader.boolean()?;
             }
             _ => return None,
+        }
+        Some(())
+    }};
+}
+
+/// `taskDefinitionEvent`.
+fn definition(reader: &mut Reader<'_>) -> Option<Box<TaskDefinitionEvent>> {
+    let mut event = Box::<TaskDefinitionEvent>::default();
+    let mut seen = Seen::default();
+    reader.object(|reader, key| {
+        match key {
+            "taskType" | "task_type" => {
+                seen.first(12)?;
+                event.task_type = TaskType::from_name(&reader.string()?);
+            }
+            "taskFunc" | "task_func" => {
+                seen.first(13)?;
+                event.task_func = function(reader)?;
+            }
+            "taskName" | "task_name" => {
+                seen.first(14)?;
+                event.task_name = reader.string()?.into_owned();
+            }
+            _ => return definition_field!(&mut event, reader, key, &mut seen),
         }
         Some(())
     })?;
@@ -214,67 +228,19 @@ fn actor_task_definition(reader: &mut Reader<'_>) -> Option<Box<ActorTaskDefinit
     let mut seen = Seen::default();
     reader.object(|reader, key| {
         match key {
-            "taskId" | "task_id" => {
-                seen.first(0)?;
-                event.task_id = reader.id(Id::from_base64)?;
-            }
-            "taskAttempt" | "task_attempt" => {
-                seen.first(1)?;
-                event.task_attempt = reader.int()?;
-            }
-            "language" => {
-                seen.first(2)?;
-                event.language = Language::from_name(&reader.string()?);
-            }
             "actorFunc" | "actor_func" => {
-                seen.first(3)?;
+                seen.first(12)?;
                 event.actor_func = function(reader)?;
             }
             "actorTaskName" | "actor_task_name" => {
-                seen.first(4)?;
+                seen.first(13)?;
                 event.actor_task_name = reader.string()?.into_owned();
             }
-            "requiredResources" | "required_resources" => {
-                seen.first(5)?;
-                event.required_resources = resources(reader)?;
-            }
-            "jobId" | "job_id" => {
-                seen.first(6)?;
-                event.job_id = reader.id(Id::from_base64)?;
-            }
             "actorId" | "actor_id" => {
-                seen.first(7)?;
+                seen.first(14)?;
                 event.actor_id = reader.id(Id::from_base64)?;
             }
-            "parentTaskId" | "parent_task_id" => {
-                seen.first(8)?;
-                event.parent_task_id = reader.id(Id::from_base64)?;
-            }
-            "placementGroupId" | "placement_group_id" => {
-                seen.first(9)?;
-                event.placement_group_id = reader.id(Id::from_base64)?;
-            }
-            "refIds" | "ref_ids" => {
-                seen.first(10)?;
-                event.ref_ids = ref_ids(reader)?;
-            }
-            "serializedRuntimeEnv" | "serialized_runtime_env" => {
-                seen.first(11)?;
-                event.serialized_runtime_env = reader.string()?.into_owned();
-            }
-            "callSite" | "call_site" => {
-                seen.first(12)?;
-                event.call_site = Some(reader.string()?.into_owned());
-            }
-            "labelSelector" | "label_selector" => {
-                seen.first(13)?;
-                event.label_selector = labels(reader)?;
-            }
-            "isDetachedActor" | "is_detached_actor" => {
-                seen.first(14)?;
-                event.is_detached_actor = reader.boolean()?;
-            }
-            _ => return None,
+            _ => return definition_field!(&mut event, reader, key, &mut seen),
         }
         Some(())
     })?;
@@ -937,28 +903,30 @@ mod tests {
     const DEFINITION: &str = r#"{"eventId": "dQEBzi0y4EjP6QekiTDg9ehywS+hYUlnKjxhbg==", "eventType": "TASK_DEFINITION_EVENT", "sessionName": "session_x", "taskDefinitionEvent": {"taskId": "1wjvfU407iv///////////////8IAAAA", "taskAttempt": 0, "taskType": "NORMAL_TASK", "language": "PYTHON", "taskFunc": {"pythonFunctionDescriptor": {"moduleName": "m", "className": "", "functionName": "f", "functionHash": "00"}}, "taskName": "f", "requiredResources": {"CPU": 1.0}, "jobId": "CAAAAA==", "refIds": {"a": "AQAAAA=="}, "serializedRuntimeEnv": "{\"pip\": [\"x\"]}", "labelSelector": {"k": "v"}, "isDetachedActor": false}}"#;
 
     #[test]
-    fn what_serde_reads_in_its_own_way_is_read_the_same_or_left_to_it() {
+    fn what_serde_reads_in_its_own_way_is_read_the_same_or_left_to_it()
+    -> Result<(), Box<dyn std::error::Error>> {
+        let escaped = LIFECYCLE.replace("session_x", r"s\u00e9ss\ud83d\ude00\n\/");
+        let repeated_resource =
+            DEFINITION.replace(r#"{"CPU": 1.0}"#, r#"{"CPU": 1.0, "CPU": 2.5e0}"#);
+        let emptied_ref =
+            DEFINITION.replace(r#"{"a": "AQAAAA=="}"#, r#"{"a": "AQAAAA==", "a": ""}"#);
         // (text, the fast reader reads it)
         let cases: Vec<(String, bool)> = vec![
             (LIFECYCLE.to_owned(), true),
             (DEFINITION.to_owned(), true),
             // Escapes, a surrogate pair, and whitespace everywhere.
-            (
-                LIFECYCLE.replace("session_x", r"s\u00e9ss\ud83d\ude00\n\/"),
-                true,
-            ),
+            (escaped.clone(), true),
             (
                 LIFECYCLE.replace(": ", " :\n\t ").replace(", ", " ,\r\n"),
                 true,
             ),
             (format!("  {LIFECYCLE}  \n"), true),
-            // A later repeat of a map's name replaces it; an empty id drops it.
+            // A later repeat of a map's name replaces it, an empty id drops it, and an id a
+            // repeat replaces is never decoded.
+            (repeated_resource.clone(), true),
+            (emptied_ref.clone(), true),
             (
-                DEFINITION.replace(r#"{"CPU": 1.0}"#, r#"{"CPU": 1.0, "CPU": 2.5e0}"#),
-                true,
-            ),
-            (
-                DEFINITION.replace(r#"{"a": "AQAAAA=="}"#, r#"{"a": "AQAAAA==", "a": ""}"#),
+                DEFINITION.replace(r#"{"a": "AQAAAA=="}"#, r#"{"a": "%%%", "a": "AQAAAA=="}"#),
                 true,
             ),
             // Numbers as serde reads them.
@@ -1021,6 +989,11 @@ mod tests {
                 false,
             ),
             (LIFECYCLE.replace("session_x", r"s\ud83d"), false),
+            (LIFECYCLE.replace("session_x", r"s\ud800\u0041"), false),
+            (
+                LIFECYCLE.replace(r#""taskAttempt": 0"#, r#""taskAttempt": 1e0"#),
+                false,
+            ),
             (LIFECYCLE.replace("session_x", "s\u{1}"), false),
             (
                 LIFECYCLE.replace("TASK_LIFECYCLE_EVENT", "TASK_DEFINITION_EVENT"),
@@ -1043,18 +1016,23 @@ mod tests {
             assert_eq!(agree(text), *fast, "{text}");
         }
         // serde's readings of the cases the fast reader reads, checked by hand.
-        let event = read_event(&cases[2].0).expect("read");
+        let event = read_event(&escaped).ok_or("escapes read")?;
         assert_eq!(event.session_name, "séss\u{1f600}\n/");
-        let event = read_event(&cases[5].0).expect("read");
-        let EventPayload::TaskDefinition(definition) = event.payload else {
-            panic!("a definition");
+        let EventPayload::TaskDefinition(definition) = read_event(&repeated_resource)
+            .ok_or("a repeated resource read")?
+            .payload
+        else {
+            return Err("a definition".into());
         };
         assert_eq!(definition.required_resources.get("CPU"), Some(&2.5));
         assert_eq!(definition.serialized_runtime_env, r#"{"pip": ["x"]}"#);
-        let event = read_event(&cases[6].0).expect("read");
-        let EventPayload::TaskDefinition(definition) = event.payload else {
-            panic!("a definition");
+        let EventPayload::TaskDefinition(definition) = read_event(&emptied_ref)
+            .ok_or("an emptied ref read")?
+            .payload
+        else {
+            return Err("a definition".into());
         };
         assert!(definition.ref_ids.is_empty());
+        Ok(())
     }
 }
