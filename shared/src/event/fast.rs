@@ -736,23 +736,28 @@ mod tests {
     use crate::event::split_batch;
 
     /// Every event of the captured Ray 2.60 runs, as sent.
-    fn captured() -> Vec<String> {
+    fn captured() -> Result<Vec<String>, Box<dyn std::error::Error>> {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/ray-2.60");
         let mut bodies = Vec::new();
-        for run in std::fs::read_dir(&root).expect("the fixtures are in the checkout") {
-            let folder = run.expect("a fixture run").path().join("bodies");
-            if let Ok(files) = std::fs::read_dir(&folder) {
-                bodies.extend(files.map(|file| file.expect("a captured body").path()));
+        for run in std::fs::read_dir(&root)? {
+            // Runs without bodies (the README) have nothing to read.
+            if let Ok(files) = std::fs::read_dir(run?.path().join("bodies")) {
+                for file in files {
+                    bodies.push(file?.path());
+                }
             }
         }
         bodies.sort();
         let mut texts = Vec::new();
         for body in bodies {
-            let bytes = std::fs::read(&body).expect("a captured body reads");
-            let events = split_batch(&bytes).expect("a captured body is a batch");
-            texts.extend(events.iter().map(|event| event.get().to_owned()));
+            let bytes = std::fs::read(&body)?;
+            texts.extend(
+                split_batch(&bytes)?
+                    .iter()
+                    .map(|event| event.get().to_owned()),
+            );
         }
-        texts
+        Ok(texts)
     }
 
     /// Whether the fast reader reads `text`, having checked that serde then reads the same.
@@ -784,8 +789,9 @@ mod tests {
     }
 
     #[test]
-    fn every_captured_task_event_reads_as_serde_reads_it() {
-        let texts = captured();
+    fn every_captured_task_event_reads_as_serde_reads_it() -> Result<(), Box<dyn std::error::Error>>
+    {
+        let texts = captured()?;
         let (mut read, mut meant) = (0, 0);
         for text in &texts {
             let fast = agree(text);
@@ -798,13 +804,14 @@ mod tests {
         // Each snake-case event is read too (the fixtures hold a run of them).
         assert!(meant > 1000, "{meant} of {} captured events", texts.len());
         assert_eq!(read, meant);
+        Ok(())
     }
 
     /// The captured events of each kind the reader reads, the longest of each: one with a
     /// runtime environment full of escapes, one with log positions, and so on.
-    fn samples() -> Vec<String> {
+    fn samples() -> Result<Vec<String>, Box<dyn std::error::Error>> {
         let mut longest: BTreeMap<(String, bool, bool), String> = BTreeMap::new();
-        for text in captured() {
+        for text in captured()? {
             let Some(event) = read_event(&text) else {
                 continue;
             };
@@ -818,11 +825,12 @@ mod tests {
                 *kept = text;
             }
         }
-        longest.into_values().collect()
+        Ok(longest.into_values().collect())
     }
 
     #[test]
-    fn mutated_events_read_as_serde_reads_them_or_are_left_to_it() {
+    fn mutated_events_read_as_serde_reads_them_or_are_left_to_it()
+    -> Result<(), Box<dyn std::error::Error>> {
         const BYTES: &[u8] = b"\"\\,:{}[] 0-.eEnA/\x01";
         let (mut read, mut declined) = (0, 0);
         let mut check = |bytes: &[u8]| {
@@ -834,7 +842,7 @@ mod tests {
                 }
             }
         };
-        let samples = samples();
+        let samples = samples()?;
         assert!(samples.len() >= 4, "{} kinds", samples.len());
         for sample in &samples {
             let bytes = sample.as_bytes();
@@ -862,6 +870,7 @@ mod tests {
             read > 1000 && declined > 10_000,
             "{read} read, {declined} declined"
         );
+        Ok(())
     }
 
     #[test]
