@@ -62,6 +62,10 @@ impl Relation {
         let parts = self.parts.as_ref()?;
         (parts.count() <= MOST_SUPERSEDED_FOR_FIRST_ROWS).then(|| FirstRows {
             stored: Self::over_files(parts.rows_with_positions(), self._pins.clone()),
+            newest_files_first: Self::over_files(
+                parts.rows_newest_files_first(),
+                self._pins.clone(),
+            ),
             superseded: Self::over_files(parts.superseded(), self._pins.clone()),
             limit,
             take: limit + parts.count(),
@@ -99,6 +103,10 @@ impl Relation {
 pub struct FirstRows {
     /// Every stored row, superseded or not, with its position.
     pub stored: Relation,
+    /// Every stored row, superseded or not, without positions, its files in the reverse
+    /// order (each session's newest delta first, the bases last): where a top-N by creation,
+    /// newest first, finds its bound fastest.
+    pub newest_files_first: Relation,
     /// The superseded positions.
     pub superseded: Relation,
     /// How many newest rows are wanted.

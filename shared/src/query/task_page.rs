@@ -139,6 +139,9 @@ impl TaskPage<'_> {
     ) -> Result<Vec<JsonRow>, QueryError> {
         let (stored, take) = match source {
             Source::Newest(relation) => (relation, self.limit as u64 + 1),
+            // The newest rows are in the newest files, so reading those first lets the top-N
+            // skip the rest early; the bound is a value, not rows, so any order gives it.
+            Source::First(first, take) if self.newest_first() => (&first.newest_files_first, take),
             Source::First(first, take) => (&first.stored, take),
         };
         let bound = self.bound_sql(stored, take)?;
@@ -153,6 +156,11 @@ impl TaskPage<'_> {
         engine
             .run(move |connection| query_rows(connection, &sql.text, &sql.params))
             .await
+    }
+
+    /// Whether the page wants the newest attempts first, which the newest files hold.
+    fn newest_first(&self) -> bool {
+        self.descending && self.sort == TaskSort::Creation
     }
 
     /// The sort key at which the first `take` rows of `relation` end, by a top-N of the sort
