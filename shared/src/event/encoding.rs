@@ -305,10 +305,10 @@ fn invalid_id(text: &str, err: &base64::DecodeError) -> String {
     format!("invalid base64 ID {text:?}: {err}")
 }
 
-/// An optional [`EventId`], read and written as [`opt_id`] reads and writes ids.
+/// An optional [`EventId`], read as [`opt_id`] reads ids. (Events are written by
+/// `RayEvent`'s own `Serialize`, with [`EventId::to_base64`].)
 pub mod opt_event_id {
     use serde::de::Deserializer;
-    use serde::ser::Serializer;
 
     use super::EventId;
 
@@ -320,14 +320,6 @@ pub mod opt_event_id {
             EventId::from_base64(text).map_err(|err| super::invalid_id(text, &err))
         })?;
         Ok(decoded.flatten())
-    }
-
-    /// Writes Ray's base64 form.
-    pub fn serialize<S: Serializer>(
-        id: &Option<EventId>,
-        serializer: S,
-    ) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(&id.as_ref().map(EventId::to_base64).unwrap_or_default())
     }
 }
 
