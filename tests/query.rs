@@ -1092,12 +1092,83 @@ async fn rewrite_manifests(
     Ok(())
 }
 
+/// The deltas of every session, by manifest key.
+async fn deltas_by_session(
+    storage: &dyn Storage,
+) -> anyhow::Result<BTreeMap<String, Vec<shared::tables::manifest::DataFile>>> {
+    let mut sessions = BTreeMap::new();
+    for meta in storage.list("tables/manifests/").await? {
+        let manifest = shared::tables::manifest::load(storage, &meta.key)
+            .await?
+            .manifest;
+        sessions.insert(meta.key.to_string(), manifest.task_attempts.deltas);
+    }
+    Ok(sessions)
+}
+
+/// An earlier delta's rollup that cannot be read (garbage bytes) or is gone does not stop
+/// compaction: a run adds in earlier rollups only to save reads, so it writes its delta's
+/// rollup counting that delta alone and goes on. (Without the fallback the first case failed
+/// reading the rollup and the second fetching it, at every retry.)
+#[tokio::test]
+async fn an_earlier_rollup_that_is_damaged_or_gone_does_not_stop_compaction() -> anyhow::Result<()>
+{
+    let (_dir, local) = local_storage()?;
+    let storage: Arc<dyn Storage> = Arc::new(local);
+    ingest_failing_sessions(&storage, "damaged", [41, 42], 3_000, 2).await?;
+    let (compactor, _scratch) = compactor_folding_past(&storage, 100)?;
+    let keys = compactor.raw_keys().await?;
+    let batches: Vec<&[shared::storage::ObjectKey]> =
+        keys.chunks(keys.len().div_ceil(3).max(1)).collect();
+    ensure!(batches.len() == 3, "{} raw objects", keys.len());
+    compactor.compact(batches[0]).await?;
+    for (step, damage) in ["garbage", "gone"].into_iter().enumerate() {
+        let before = deltas_by_session(&*storage).await?;
+        for deltas in before.values() {
+            for delta in deltas {
+                let key = delta.rollup.as_ref().context("a rollup")?;
+                if damage == "garbage" {
+                    storage
+                        .put(
+                            key,
+                            bytes::Bytes::from_static(b"not parquet"),
+                            shared::storage::PutMode::Overwrite,
+                        )
+                        .await?;
+                } else {
+                    storage.delete(key).await?;
+                }
+            }
+        }
+        compactor.compact(batches[step + 1]).await?;
+        let after = deltas_by_session(&*storage).await?;
+        let mut checked = 0;
+        for (session, deltas) in &after {
+            let earlier = before.get(session).map_or(0, Vec::len);
+            for delta in deltas.iter().skip(earlier) {
+                ensure!(
+                    delta.rollup_covers == Some(1),
+                    "{damage}: a new delta after {earlier} covers {:?}",
+                    delta.rollup_covers
+                );
+                checked += usize::from(earlier > 0);
+            }
+        }
+        ensure!(
+            checked > 0,
+            "{damage}: no session added a delta after a damaged one"
+        );
+    }
+    Ok(())
+}
+
 /// Every base and delta has a rollup (counts by grouping, job, state, type and rounded
 /// duration, with minus rows for the versions a delta supersedes), and the summary and the
 /// aggregates and insights answered from them equal the answers of a scan: over two sessions of
 /// synthetic traffic with failures, retries and re-delivered bodies, compacted in small batches
-/// that fold into a base. The engine's count of rollup answers proves which path ran; with the
-/// rollups marked as the first format (as an earlier build wrote them) the same requests scan.
+/// that fold into a base, each delta's rollup adding in those of the deltas before it. The
+/// engine's count of rollup answers proves which path ran; with the rollups marked as the first
+/// format (as an earlier build wrote them) the same requests scan.
 #[tokio::test]
 async fn rollups_count_what_a_scan_counts() -> anyhow::Result<()> {
     use shared::query::{ApiRoute, QueryEngine, QuerySettings};
@@ -1111,6 +1182,10 @@ async fn rollups_count_what_a_scan_counts() -> anyhow::Result<()> {
     }
     let mut rollups = 0;
     let mut minus_rows = 0;
+    // Rollups a read sums: each base's, and one per bit of the number of deltas (each delta's
+    // rollup adds in the rollups before it that count no more deltas than it has gathered).
+    let mut read = 0;
+    let mut most_deltas = 0;
     let connection = shared::tables::open_duckdb()?;
     for meta in storage.list("tables/manifests/").await? {
         let manifest = shared::tables::manifest::load(&*storage, &meta.key)
@@ -1120,6 +1195,18 @@ async fn rollups_count_what_a_scan_counts() -> anyhow::Result<()> {
             manifest.task_attempts.has_rollups(),
             "a file without its rollup"
         );
+        let deltas = &manifest.task_attempts.deltas;
+        if let Some(newest) = deltas.last() {
+            let lowest_bit = 1 << deltas.len().trailing_zeros();
+            ensure!(
+                newest.rollup_covers == Some(lowest_bit),
+                "the newest of {} deltas covers {:?}",
+                deltas.len(),
+                newest.rollup_covers
+            );
+        }
+        read += manifest.task_attempts.base.len() + deltas.len().count_ones() as usize;
+        most_deltas = most_deltas.max(deltas.len());
         for file in manifest.task_attempts.all() {
             let key = file.rollup.as_ref().context("rollup")?;
             let path = dir.path().join(format!("rollup-{rollups}.parquet"));
@@ -1136,6 +1223,10 @@ async fn rollups_count_what_a_scan_counts() -> anyhow::Result<()> {
         }
     }
     ensure!(minus_rows > 0, "no rollup subtracts a superseded version");
+    ensure!(
+        most_deltas >= 2,
+        "no session has two deltas: no rollup adds in another"
+    );
 
     let engine = QueryEngine::open(
         Arc::clone(&storage),
@@ -1204,7 +1295,7 @@ async fn rollups_count_what_a_scan_counts() -> anyhow::Result<()> {
     )
     .await?;
     ensure!(
-        rolled_only.rollups.as_ref().map(Vec::len) == Some(rollups)
+        rolled_only.rollups.as_ref().map(Vec::len) == Some(read)
             && rolled_only.task_attempts.base.is_empty()
             && rolled_only.task_attempts.deltas.is_empty(),
         "a snapshot for rollups fetches them and nothing else"

@@ -320,6 +320,7 @@ mod tests {
             deletes: None,
             rollup: None,
             rollup_format: None,
+            rollup_covers: None,
             key_index: None,
         }
     }

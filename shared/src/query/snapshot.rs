@@ -14,7 +14,7 @@ use crate::layout::{self, ClusterName, SessionName};
 use crate::storage::{CachedFiles, FileCache, ObjectKey, Storage};
 use crate::tables::catalog::{self, Catalog};
 use crate::tables::entities::EntityKind;
-use crate::tables::manifest::{self, DataFile, Manifest, SessionStats};
+use crate::tables::manifest::{self, Manifest, SessionStats};
 use crate::tables::newest::{LocalDeletes, LocalFiles};
 
 /// One session's manifest.
@@ -33,7 +33,8 @@ pub struct SessionManifest {
 pub struct Snapshot {
     /// `task_attempts`.
     pub task_attempts: LocalFiles,
-    /// The rollups of every `task_attempts` file in scope, when asked for and every file has
+    /// The rollups that add up to the counts of every `task_attempts` file in scope
+    /// ([`crate::tables::manifest::TableFiles::rollups`]), when asked for and every file has
     /// one (see [`crate::tables::rollup`]); `None` to count by scanning.
     pub rollups: Option<Vec<PathBuf>>,
     /// The key index of every `task_attempts` file in scope, session by session and within
@@ -140,7 +141,7 @@ pub async fn snapshot(
         let manifest = &session.manifest;
         let table = &manifest.task_attempts;
         if needs.rollups {
-            for key in table.all().filter_map(DataFile::current_rollup) {
+            for key in table.rollups().unwrap_or_default() {
                 add(Slot::Rollup, key);
             }
         }
@@ -254,10 +255,11 @@ pub async fn snapshot(
                 .collect(),
         );
     }
-    // Rollups add up to a session's counts only when every file has one, and all are here.
+    // Rollups add up to a session's counts only when every file has one this build reads, with
+    // known spans, and all are here.
     let every_file_has_one = sessions
         .iter()
-        .all(|session| session.manifest.task_attempts.has_rollups());
+        .all(|session| session.manifest.task_attempts.rollups().is_some());
     if needs.rollups && rollups_complete && every_file_has_one {
         snapshot.rollups = Some(rollups);
     }

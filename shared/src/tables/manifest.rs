@@ -34,6 +34,13 @@ pub struct DataFile {
     /// absent for the first format.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollup_format: Option<u32>,
+    /// For a delta: how many deltas its rollup counts, itself and those just before it.
+    /// Compaction adds some earlier deltas' rollups into each new one
+    /// ([`TableFiles::rollups_to_add_in`]), so a read sums a few rollups instead of one per
+    /// delta. Always written with rollup format 3; a format-3 rollup without it (a build that
+    /// knows no such field rewrote the manifest) is not read, as its span is unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollup_covers: Option<u32>,
     /// For a `task_attempts` base or delta: its key index (see
     /// [`crate::tables::key_index`]). `None` on entity files and on files written before key
     /// indexes existed (a session with such a file is looked up by scanning).
@@ -55,11 +62,25 @@ impl DataFile {
             .chain(self.key_index.as_ref())
     }
 
-    /// Its rollup, if it has one in the format this build reads.
+    /// Its rollup, if it has one in a format this build reads.
     pub fn current_rollup(&self) -> Option<&ObjectKey> {
-        self.rollup
-            .as_ref()
-            .filter(|_| self.rollup_format == Some(crate::tables::rollup::FORMAT))
+        self.rollup.as_ref().filter(|_| {
+            self.rollup_format
+                .is_some_and(crate::tables::rollup::reads_format)
+        })
+    }
+
+    /// How many deltas its rollup counts ([`DataFile::rollup_covers`]): one for format 2,
+    /// which counted its own file alone; `None` when unknown.
+    fn rollup_span(&self) -> Option<usize> {
+        match self.rollup_format? {
+            2 => Some(1),
+            crate::tables::rollup::FORMAT => self
+                .rollup_covers
+                .and_then(|covers| usize::try_from(covers).ok())
+                .filter(|covers| *covers >= 1),
+            _ => None,
+        }
     }
 }
 
@@ -107,6 +128,77 @@ impl TableFiles {
     /// counts).
     pub fn has_rollups(&self) -> bool {
         self.all().all(|file| file.current_rollup().is_some())
+    }
+
+    /// The rollups whose counts add up to the table's: every base file's, and
+    /// [`TableFiles::delta_rollups`]. `None` unless [`TableFiles::has_rollups`].
+    pub fn rollups(&self) -> Option<Vec<&ObjectKey>> {
+        if !self.has_rollups() {
+            return None;
+        }
+        let mut keys: Vec<&ObjectKey> = self
+            .base
+            .iter()
+            .filter_map(DataFile::current_rollup)
+            .collect();
+        keys.extend(self.delta_rollups()?);
+        Some(keys)
+    }
+
+    /// The rollups that count every delta once, oldest first: the newest delta's, then the
+    /// rollup of the newest delta it does not cover, and so on. `None` when a delta has no
+    /// rollup this build reads.
+    pub fn delta_rollups(&self) -> Option<Vec<&ObjectKey>> {
+        Some(
+            self.delta_rollup_spans()?
+                .into_iter()
+                .map(|(key, _)| key)
+                .collect(),
+        )
+    }
+
+    /// The rollups a new delta's rollup adds in, oldest first, and how many deltas it then
+    /// counts, itself included: the newest of [`TableFiles::delta_rollups`] for as long as
+    /// each counts no more deltas than those gathered before it. As with a binary counter's
+    /// carries, a delta's cells are rewritten only when the span they are in doubles, so a
+    /// run rewrites few cells and a read sums one rollup per bit of the number of deltas.
+    /// None to add in (and only itself) when a delta has no rollup this build reads.
+    pub fn rollups_to_add_in(&self) -> (Vec<&ObjectKey>, usize) {
+        let spans = self.delta_rollup_spans().unwrap_or_default();
+        let mut covers = 1;
+        let mut keys = Vec::new();
+        for (key, span) in spans.into_iter().rev() {
+            if span > covers {
+                break;
+            }
+            covers += span;
+            keys.push(key);
+        }
+        keys.reverse();
+        (keys, covers)
+    }
+
+    /// [`TableFiles::delta_rollups`], each with how many deltas it counts. `None` also when
+    /// a rollup's span is unknown or reaches past the first delta (the deltas before it were
+    /// folded into the base, which would count them twice).
+    fn delta_rollup_spans(&self) -> Option<Vec<(&ObjectKey, usize)>> {
+        if self
+            .deltas
+            .iter()
+            .any(|delta| delta.current_rollup().is_none())
+        {
+            return None;
+        }
+        let mut spans = Vec::new();
+        let mut uncovered = self.deltas.len();
+        while let Some(newest) = uncovered.checked_sub(1) {
+            let delta = self.deltas.get(newest)?;
+            let span = delta.rollup_span()?;
+            uncovered = uncovered.checked_sub(span)?;
+            spans.push((delta.current_rollup()?, span));
+        }
+        spans.reverse();
+        Some(spans)
     }
 }
 
@@ -490,6 +582,7 @@ pub async fn commit(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tables::rollup;
 
     #[test]
     fn a_quiet_check_is_quiet_after_its_own_tidy_and_not_after_a_run() {
@@ -518,5 +611,117 @@ mod tests {
         assert!(json.get("tidied_from").is_none(), "{json}");
         let read: Manifest = serde_json::from_value(json).expect("read back");
         assert_eq!(read.tidied_from, None);
+    }
+
+    /// A delta with a rollup: `format`, covering `covers` deltas (`None`: unsaid).
+    fn delta(name: &str, format: Option<u32>, covers: Option<u32>) -> DataFile {
+        let key = |kind: &str| ObjectKey::new(format!("tables/t/{kind}-{name}.parquet"));
+        DataFile {
+            key: key("delta").expect("a key"),
+            rows: 1,
+            bytes: 1,
+            deletes: None,
+            rollup: Some(key("rollup").expect("a key")),
+            rollup_format: format,
+            rollup_covers: covers,
+            key_index: None,
+        }
+    }
+
+    fn names(keys: &[&ObjectKey]) -> Vec<String> {
+        keys.iter()
+            .map(|key| key.as_str().trim_start_matches("tables/t/").to_owned())
+            .collect()
+    }
+
+    #[test]
+    fn the_rollups_read_count_each_delta_once_whatever_the_previous_build_wrote() {
+        let base = DataFile {
+            rollup_covers: None,
+            ..delta("base", Some(2), None)
+        };
+        // Two deltas of a build whose rollups each counted themselves, then this build's: the
+        // third counts all three, the fourth all four; the fifth only itself (its run could not
+        // read the others' rollups).
+        let table = TableFiles {
+            base: vec![base],
+            deltas: vec![
+                delta("1", Some(2), None),
+                delta("2", Some(2), None),
+                delta("3", Some(rollup::FORMAT), Some(3)),
+                delta("4", Some(rollup::FORMAT), Some(4)),
+                delta("5", Some(rollup::FORMAT), Some(1)),
+            ],
+        };
+        let read = table.rollups().expect("readable rollups");
+        assert_eq!(
+            names(&read),
+            [
+                "rollup-base.parquet",
+                "rollup-4.parquet",
+                "rollup-5.parquet"
+            ]
+        );
+        // The fourth counting only itself and the third: the two before are read on their own.
+        let mut partly = table.clone();
+        partly.deltas[3].rollup_covers = Some(2);
+        assert_eq!(
+            names(&partly.rollups().expect("readable rollups")),
+            [
+                "rollup-base.parquet",
+                "rollup-1.parquet",
+                "rollup-2.parquet",
+                "rollup-4.parquet",
+                "rollup-5.parquet"
+            ]
+        );
+        // A rollup counting more deltas than there are (some were folded since), or a
+        // format-3 rollup whose span a build that knows no `rollup_covers` dropped: its span
+        // is unknown, so nothing adds up and reads scan.
+        for covers in [Some(3), None, Some(0)] {
+            let unknown = TableFiles {
+                base: Vec::new(),
+                deltas: vec![
+                    delta("1", Some(2), None),
+                    delta("2", Some(rollup::FORMAT), covers),
+                ],
+            };
+            assert!(unknown.delta_rollups().is_none(), "covers {covers:?}");
+            assert!(unknown.rollups().is_none(), "covers {covers:?}");
+            assert_eq!(unknown.rollups_to_add_in(), (Vec::new(), 1));
+        }
+        // Runs that each add a delta whose rollup adds in what `rollups_to_add_in` names: after
+        // n runs a read sums one rollup per bit of n, each counting a power of two deltas.
+        let mut runs = TableFiles::default();
+        for run in 1..=40_u32 {
+            let (added, covers) = runs.rollups_to_add_in();
+            let added = added.len();
+            let mut new = delta(&run.to_string(), Some(rollup::FORMAT), None);
+            new.rollup_covers = Some(u32::try_from(covers).expect("a small span"));
+            runs.deltas.push(new);
+            let read = runs.delta_rollups().expect("readable");
+            assert_eq!(read.len(), run.count_ones() as usize, "after {run} runs");
+            // Adding in takes the rollups of the carried bits: as many as trailing ones.
+            assert_eq!(added, (run - 1).trailing_ones() as usize, "run {run}");
+            let spans: Vec<usize> = runs
+                .delta_rollup_spans()
+                .expect("readable")
+                .into_iter()
+                .map(|(_, span)| span)
+                .collect();
+            let bits: Vec<usize> = (0..32)
+                .rev()
+                .map(|bit| 1_usize << bit)
+                .filter(|span| run as usize & span != 0)
+                .collect();
+            assert_eq!(spans, bits, "after {run} runs");
+        }
+        // A rollup of the first format (or none) anywhere: nothing adds up.
+        let mut old = table.clone();
+        old.deltas[0].rollup_format = None;
+        assert!(old.rollups().is_none() && old.delta_rollups().is_none());
+        let mut newer = table;
+        newer.deltas[4].rollup_format = Some(rollup::FORMAT + 1);
+        assert!(newer.rollups().is_none());
     }
 }

@@ -7,7 +7,7 @@
 //! 4 s. A running extreme with its count needs no second pass.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use duckdb::Connection;
@@ -16,11 +16,14 @@ use duckdb::arrow::array::{
     RecordBatch, StringArray, StringViewArray,
 };
 use duckdb::arrow::compute::cast;
-use duckdb::arrow::datatypes::{ArrowPrimitiveType, DataType, Field, Int32Type, Int64Type, Schema};
+use duckdb::arrow::datatypes::{
+    ArrowPrimitiveType, DataType, Field, Float64Type, Int32Type, Int64Type, Schema,
+};
 use foldhash::fast::FixedState;
 
 use super::{GroupingSet, Measure, grouping_sets, round_up};
 use crate::tables::arrow_rows::ArrowRows;
+use crate::tables::newest::read_parquet;
 use crate::tables::parquet_file::{Layout, ParquetFile};
 use crate::tables::task_attempts::TableError;
 
@@ -104,25 +107,31 @@ pub(super) fn select_list() -> String {
 }
 
 /// Counts the rows `query` streams (its columns [`select_list`]'s) into rollup cells on
-/// `threads` threads and writes them to `path` as Parquet. Returns the rollup's row count.
+/// `threads` threads, adds in the cells of the stored rollups `previous`, and writes them to
+/// `path` as Parquet. Returns the rollup's row count.
 pub(super) fn write(
     connection: &Connection,
     query: &str,
+    previous: &[PathBuf],
     path: &Path,
     threads: usize,
 ) -> Result<u64, TableError> {
-    write_on(connection, query, path, threads).map(|(rows, _)| rows)
+    write_on(connection, query, previous, path, threads).map(|(rows, _)| rows)
 }
 
 /// [`write`], also returning how many threads counted any rows.
 pub(super) fn write_on(
     connection: &Connection,
     query: &str,
+    previous: &[PathBuf],
     path: &Path,
     threads: usize,
 ) -> Result<(u64, usize), TableError> {
     let sets: Vec<Set> = grouping_sets().map(Set::new).collect::<Result<_, _>>()?;
-    let cells = count(connection, query, &sets, threads)?;
+    let mut cells = stored(connection, previous, &sets)?;
+    let counters = cells.counters;
+    cells.merge(count(connection, query, &sets, threads)?);
+    cells.counters -= counters;
     let rows = written(&cells.rows(&sets)?)?;
     // Written by the parquet crate: DuckDB's appender and `COPY` took ~0.1 s for a run's
     // rollup of ~80 000 cells (docs/performance.md).
@@ -206,6 +215,25 @@ fn count(
         }
         Ok(cells)
     })
+}
+
+/// The cells of the stored rollups at `paths`, as they were written: each row a cell.
+fn stored(connection: &Connection, paths: &[PathBuf], sets: &[Set]) -> Result<Cells, TableError> {
+    let mut cells = Cells::default();
+    if paths.is_empty() {
+        return Ok(cells);
+    }
+    let columns: Vec<&str> = COUNTED.iter().map(|(name, _)| *name).collect();
+    let query = format!(
+        "SELECT {} FROM {}",
+        columns.join(", "),
+        read_parquet(&paths.iter().map(PathBuf::as_path).collect::<Vec<_>>(), "")
+    );
+    let mut statement = connection.prepare(&query)?;
+    for batch in statement.stream_arrow([])? {
+        cells.add_stored(&batch?, sets)?;
+    }
+    Ok(cells)
 }
 
 /// A grouping set with its columns found among the streamed rows.
@@ -412,6 +440,73 @@ impl Cells {
             for (index, set) in sets.iter().enumerate() {
                 self.count(index, set, &row, example);
             }
+        }
+        Ok(())
+    }
+
+    /// Takes in the rows of a stored rollup (of [`COUNTED`] columns, holders as written), each
+    /// the cell it was counted as.
+    fn add_stored(&mut self, batch: &RecordBatch, sets: &[Set]) -> Result<(), TableError> {
+        let text = |name: &str| Texts::of(column(batch, name)?);
+        let (grouping, group, example) = (text("grouping")?, text("group_key")?, text("example")?);
+        let (job, state) = (text(TEXTS[JOB])?, text(TEXTS[STATE])?);
+        let (kind, error_type) = (text(TEXTS[TYPE])?, text(TEXTS[ERROR_TYPE])?);
+        let complete = flags(column(batch, "complete")?)?;
+        let retried = flags(column(batch, "retried")?)?;
+        let sign = integers::<Int32Type>(column(batch, "sign")?, "INTEGER")?;
+        let big_ints = |name: &str| integers::<Int64Type>(column(batch, name)?, "BIGINT");
+        let (rounded, n) = (big_ints("rounded")?, big_ints("n")?);
+        let values = [
+            big_ints("d_min")?,
+            big_ints("d_max")?,
+            big_ints("c_min")?,
+            big_ints("l_max")?,
+        ];
+        let holders = |name: &str| integers::<Float64Type>(column(batch, name)?, "DOUBLE");
+        let holders = [
+            holders(HOLDERS[0])?,
+            holders(HOLDERS[1])?,
+            holders(HOLDERS[2])?,
+            holders(HOLDERS[3])?,
+        ];
+        for at in 0..batch.num_rows() {
+            let name = grouping.get(at);
+            let set = sets
+                .iter()
+                .position(|set| Some(set.name) == name)
+                .ok_or_else(|| TableError::Corrupt(format!("rollup row of grouping {name:?}")))?;
+            let key = CellKey {
+                set,
+                group: group.get(at).map(|text| self.intern(text)),
+                job: self.text_id(JOB, job.get(at)),
+                state: self.text_id(STATE, state.get(at)),
+                kind: self.text_id(TYPE, kind.get(at)),
+                complete: value(complete, at),
+                error_type: self.text_id(ERROR_TYPE, error_type.get(at)),
+                retried: value(retried, at),
+                rounded: value(rounded, at),
+                sign: value(sign, at),
+            };
+            let extreme = |which: usize| Extreme {
+                value: values.get(which).and_then(|values| value(*values, at)),
+                // Whole numbers of rows, written as `DOUBLE` ([`written`]).
+                holders: holders
+                    .get(which)
+                    .and_then(|holders| value(*holders, at))
+                    .map_or(0, |holders| holders as i64),
+            };
+            let cell = Cell {
+                n: value(n, at).unwrap_or(0),
+                measure_min: extreme(0),
+                measure_max: extreme(1),
+                created_min: extreme(2),
+                last_max: extreme(3),
+                example: example.get(at).map(Box::from),
+            };
+            self.cells.entry(key).or_default().merge(cell);
+        }
+        if batch.num_rows() > 0 {
+            self.counters = 1;
         }
         Ok(())
     }

@@ -8,7 +8,9 @@
 //!
 //! A delta's rollup also holds a *minus* row (`sign = -1`) for each stored version it
 //! supersedes, so the rollups of a session's live files add up to the counts of its newest
-//! rows, exactly: the same versions its deletion vectors drop. A superseded version whose
+//! rows, exactly: the same versions its deletion vectors drop. A delta's rollup may also add in
+//! the rollups of deltas before it (its manifest entry says how many deltas it counts), and a
+//! read then sums it in their place ([`crate::tables::manifest::TableFiles::rollups`]). A superseded version whose
 //! replacement has the same values in every rolled-up column (a re-delivered body, a late
 //! profile span) changes nothing, so neither row is written.
 //!
@@ -36,9 +38,18 @@ mod cells;
 use super::newest::rows_at;
 use super::task_attempts::{TableError, file_rows};
 
-/// The format of the rollups this build writes. A session with a file whose rollup has
-/// another format (or none) is counted by scanning until its next base rewrites them all.
-pub const FORMAT: u32 = 2;
+/// The format of the rollups this build writes: format 2's cells, a delta's rollup counting
+/// the deltas before it too ([`crate::tables::manifest::DataFile::rollup_covers`]). Builds that
+/// read format 2 alone would count those deltas twice, so they scan instead. A session with a
+/// file whose rollup has a format this build does not read (or none) is counted by scanning
+/// until its next base rewrites them all.
+pub const FORMAT: u32 = 3;
+
+/// Whether this build reads rollups of `format`: format 2's are format 3's that count their
+/// own file alone.
+pub fn reads_format(format: u32) -> bool {
+    format == 2 || format == FORMAT
+}
 
 /// The columns a rollup groups by with their durations, one grouping set each:
 /// `/api/aggregates`' groupings.
@@ -341,11 +352,13 @@ fn every_core() -> usize {
 
 /// Writes the rollup of the `task_attempts` file `file` to `path`: its rows, minus the stored
 /// versions in `superseded` (the live versions its rows replace), counted on every core
-/// ([`every_core`]). Returns the rollup's row count.
+/// ([`every_core`]), plus the rows of the stored rollups `previous` (those of the deltas
+/// before it). Returns the rollup's row count.
 pub fn write_rollup(
     connection: &Connection,
     file: &Path,
     superseded: &RowsByFile,
+    previous: &[PathBuf],
     path: &Path,
 ) -> Result<u64, TableError> {
     let threads = every_core();
@@ -356,7 +369,7 @@ pub fn write_rollup(
             "WITH source AS (SELECT *, 1 AS sign FROM {plus}) SELECT {} FROM source",
             cells::select_list()
         );
-        return cells::write(connection, &query, path, threads);
+        return cells::write(connection, &query, previous, path, threads);
     }
     connection.execute_batch(&format!(
         "DROP TABLE IF EXISTS rollup_minus;
@@ -389,7 +402,7 @@ pub fn write_rollup(
         same = same.join(" AND "),
         columns = cells::select_list(),
     );
-    let written = cells::write(connection, &query, path, threads)?;
+    let written = cells::write(connection, &query, previous, path, threads)?;
     connection.execute_batch("DROP TABLE rollup_minus")?;
     Ok(written)
 }
@@ -527,7 +540,7 @@ mod tests {
 
     /// Writes the rollup of `source` to `path` as built ([`cells::write`]). Returns its rows.
     fn count_in_rust(connection: &Connection, path: &Path) -> Result<u64, TableError> {
-        cells::write(connection, &source_rows(), path, 1)
+        cells::write(connection, &source_rows(), &[], path, 1)
     }
 
     /// The query that streams `source`'s rows to be counted.
@@ -562,7 +575,8 @@ mod tests {
         let dir = tempfile::tempdir()?;
         let connection = synthetic_source()?;
         let ours = dir.path().join("ours.parquet");
-        let (written, counters) = cells::write_on(&connection, &source_rows(), &ours, threads)?;
+        let (written, counters) =
+            cells::write_on(&connection, &source_rows(), &[], &ours, threads)?;
         let theirs = dir.path().join("theirs.parquet");
         count_joined(&connection, &theirs)?;
         let count = |sql: &str| -> Result<i64, duckdb::Error> {
@@ -598,6 +612,58 @@ mod tests {
             assert!(rows > 0, "no cell where {condition}");
         }
         Ok((written, counters))
+    }
+
+    /// A delta's rollup adds in the stored rollups of the deltas before it: counting the rows
+    /// in three parts, each part's rollup adding in the one before, gives the rollup of all the
+    /// rows counted at once (which equals DuckDB's count, above), minus rows, tied extremes and
+    /// examples included.
+    #[test]
+    fn a_rollup_that_adds_in_earlier_rollups_counts_their_rows_too()
+    -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let connection = synthetic_source()?;
+        let whole = dir.path().join("whole.parquet");
+        let written = count_in_rust(&connection, &whole)?;
+        let mut previous: Vec<PathBuf> = Vec::new();
+        let mut parts = Vec::new();
+        // Parts that share cells and extremes: rows dealt by `hash`, not in ranges.
+        for part in 0..3 {
+            let path = dir.path().join(format!("part-{part}.parquet"));
+            let query = format!("{} WHERE hash(task_id, sign) % 3 = {part}", source_rows());
+            let rows = cells::write(&connection, &query, &previous, &path, 2)?;
+            parts.push(rows);
+            previous = vec![path];
+        }
+        let last = previous.first().ok_or("no part written")?;
+        let count = |sql: &str| -> Result<i64, duckdb::Error> {
+            connection.query_row(sql, [], |row| row.get::<_, i64>(0))
+        };
+        let (whole, added) = (
+            format!("read_parquet({})", path_literal(&whole)),
+            format!("read_parquet({})", path_literal(last)),
+        );
+        for (left, right) in [(&whole, &added), (&added, &whole)] {
+            let extra = count(&format!(
+                "SELECT count(*) FROM (SELECT * FROM {left} EXCEPT ALL SELECT * FROM {right})"
+            ))?;
+            assert_eq!(extra, 0, "rows of {left} not in {right}");
+        }
+        assert_eq!(parts.last().copied(), Some(written));
+        assert!(
+            parts.first().is_some_and(|first| *first < written),
+            "the first part already held every cell: {parts:?} of {written}"
+        );
+        // The parts split cells: a cell of the whole counted in more than one part.
+        let split = count(&format!(
+            "SELECT count(*) FROM read_parquet({}) p JOIN {whole} w
+                 USING (grouping, group_key, job_id, state, type, complete, error_type, retried,
+                        rounded, sign)
+             WHERE p.n < w.n",
+            path_literal(&dir.path().join("part-0.parquet"))
+        ))?;
+        assert!(split > 0, "no cell counted in two parts");
+        Ok(())
     }
 
     #[test]
@@ -675,7 +741,7 @@ mod tests {
         let dir = tempfile::tempdir().map_err(|err| TableError::Corrupt(err.to_string()))?;
         let connection = synthetic_source()?;
         let without_sign = source_rows().replace("sign", "1 AS signed");
-        let failed = cells::write_on(&connection, &without_sign, &dir.path().join("r"), 4);
+        let failed = cells::write_on(&connection, &without_sign, &[], &dir.path().join("r"), 4);
         assert!(
             matches!(&failed, Err(TableError::Corrupt(reason)) if reason.contains("sign")),
             "{:?}",
