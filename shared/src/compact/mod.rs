@@ -586,22 +586,14 @@ impl Compactor {
             if rows > 0 {
                 // From the file just written: DuckDB decodes the few columns these need in
                 // tens of milliseconds (docs/performance.md).
-                let added_in = rollup::write_rollup(
+                covers = write_delta_rollup(
                     &connection,
                     &path,
                     &live,
                     previous.files(),
+                    covers,
                     &write_rollup_path,
-                );
-                if let Err(err) = added_in {
-                    if previous.files().is_empty() {
-                        return Err(err.into());
-                    }
-                    // An earlier rollup that cannot be read must not wedge the session.
-                    tracing::warn!(error = %err, "earlier rollups not added in; this delta's counts itself");
-                    rollup::write_rollup(&connection, &path, &live, &[], &write_rollup_path)?;
-                    covers = 1;
-                }
+                )?;
                 let rolled_up = started.elapsed();
                 key_index::write_key_index(&connection, &path, rows, &write_index_path)?;
                 // Where a run's time goes after the parse, for profiling without a profiler.
@@ -839,7 +831,9 @@ impl Compactor {
                 setup.push_str(&format!(" SET memory_limit = '{memory}MiB';"));
             }
             connection.execute_batch(&setup).map_err(TableError::from)?;
+            let started = std::time::Instant::now();
             let rows = task_attempts::write_newest(&connection, &attempts.files(), &write_path)?;
+            let written = started.elapsed();
             rollup::write_rollup(
                 &connection,
                 &write_path,
@@ -847,7 +841,16 @@ impl Compactor {
                 &[],
                 &write_rollup_path,
             )?;
+            let rolled_up = started.elapsed();
             key_index::write_key_index(&connection, &write_path, rows, &write_index_path)?;
+            // Where a fold's time goes, as for a run's files (`the run's files written`).
+            tracing::debug!(
+                rows,
+                base_ms = written.as_millis(),
+                rollup_ms = (rolled_up - written).as_millis(),
+                key_index_ms = (started.elapsed() - rolled_up).as_millis(),
+                "the fold's files written"
+            );
             Ok(rows)
         })
         .await?;
@@ -1011,6 +1014,30 @@ fn by_session(mut events: Vec<RayEvent>) -> Vec<(String, Vec<RayEvent>)> {
         }
     }
     groups
+}
+
+/// Writes the rollup of the delta at `path` (minus the stored versions `live` it supersedes),
+/// adding in the stored rollups `previous`; `covers` is how many deltas the rollup counts
+/// with them added in. Returns how many deltas the rollup written counts: an earlier rollup
+/// that cannot be read must not wedge the session, so then the delta's rollup counts the delta
+/// alone (1).
+fn write_delta_rollup(
+    connection: &duckdb::Connection,
+    path: &Path,
+    live: &RowsByFile,
+    previous: &[PathBuf],
+    covers: usize,
+    rollup_path: &Path,
+) -> Result<usize, CompactError> {
+    match rollup::write_rollup(connection, path, live, previous, rollup_path) {
+        Ok(_) => Ok(covers),
+        Err(err) if previous.is_empty() => Err(err.into()),
+        Err(err) => {
+            tracing::warn!(error = %err, "earlier rollups not added in; this delta's counts itself");
+            rollup::write_rollup(connection, path, live, &[], rollup_path)?;
+            Ok(1)
+        }
+    }
 }
 
 fn now_ms() -> i64 {

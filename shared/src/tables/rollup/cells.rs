@@ -5,10 +5,13 @@
 //! DuckDB counted the holders by joining every row back to its cell and grouping again, per
 //! grouping set: 2.2 of the 5.2 s a fold of a million rows took, and 0.45 s of every run's
 //! 4 s. A running extreme with its count needs no second pass.
+//!
+//! How rows are split among counting threads depends on how many rows a cell has ([`Split`]).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::mpsc::SyncSender;
 
 use duckdb::Connection;
 use duckdb::arrow::array::{
@@ -128,11 +131,8 @@ pub(super) fn write_on(
     threads: usize,
 ) -> Result<(u64, usize), TableError> {
     let sets: Vec<Set> = grouping_sets().map(Set::new).collect::<Result<_, _>>()?;
-    let mut cells = stored(connection, previous, &sets)?;
-    let counters = cells.counters;
-    cells.merge(count(connection, query, &sets, threads)?);
-    cells.counters -= counters;
-    let rows = written(&cells.rows(&sets)?)?;
+    let (counted, counters) = count(connection, query, previous, &sets, threads)?;
+    let rows = written(&Cells::rows(&counted, &sets)?)?;
     // Written by the parquet crate: DuckDB's appender and `COPY` took ~0.1 s for a run's
     // rollup of ~80 000 cells (docs/performance.md).
     let layout = Layout {
@@ -142,7 +142,7 @@ pub(super) fn write_on(
     let mut file = ParquetFile::create(path, rows.schema(), &layout)?;
     file.write(&rows)?;
     let count = file.finish()?;
-    Ok((count, cells.counters))
+    Ok((count, counters))
 }
 
 /// `rows` (of [`COUNTED`] columns) as the file holds them: the holder counts as `DOUBLE`.
@@ -164,10 +164,35 @@ fn written(rows: &RecordBatch) -> Result<RecordBatch, TableError> {
     )?)
 }
 
-/// Counts the rows `query` streams into cells, its batches dealt in turn to `threads`
-/// threads, each counting into cells of its own, merged at the end. This thread only fetches
-/// the batches: DuckDB converts its rows to Arrow on the thread that fetches them, about a
-/// quarter of the work (perf).
+/// A batch for a counting thread.
+enum Batch {
+    /// Rows of a stored rollup, each a cell.
+    Stored(RecordBatch),
+    /// Source rows, to count.
+    Source(RecordBatch),
+}
+
+/// How a count's rows are split among its threads.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Split {
+    /// Each thread counts a share of the batches into every grouping set; their cells are
+    /// merged at the end. For many rows per cell (a base: ~37 at 10 M), where merging costs
+    /// little and every row is decoded once.
+    Rows,
+    /// Each thread counts every batch into a share of the grouping sets ([`shares`]): their
+    /// cells are disjoint and never merged, and stored cells are added in on every thread at
+    /// once. For about one row per cell (a run's delta, adding in the cells of the deltas
+    /// before it), where merging two threads' cells and the stored ones took 0.15–0.2 s of a
+    /// ~0.7 s rollup. A 10 M fold counted this way took 48 s against 44–45
+    /// (docs/performance.md).
+    Sets,
+}
+
+/// Counts the cells of the stored rollups `previous` and the rows `query` streams on
+/// `threads` threads: split by sets when adding in stored cells (a delta's rollup), else by
+/// rows ([`Split`]). This thread only fetches the batches: DuckDB converts its rows to Arrow
+/// on the thread that fetches them, about a quarter of the work (perf). Returns cells of
+/// disjoint grouping sets and how many threads counted any rows.
 ///
 /// Counting is hash-map work, and on one thread it kept one core busy while DuckDB's threads
 /// streamed the rows to it at a quarter of another: a fold's rollup of a million rows took
@@ -176,64 +201,126 @@ fn written(rows: &RecordBatch) -> Result<RecordBatch, TableError> {
 fn count(
     connection: &Connection,
     query: &str,
+    previous: &[PathBuf],
     sets: &[Set],
     threads: usize,
-) -> Result<Cells, TableError> {
-    let mut statement = connection.prepare(query)?;
-    let batches = statement.stream_arrow([])?;
-    std::thread::scope(|scope| {
-        let (senders, helpers): (Vec<_>, Vec<_>) = (0..threads.max(1))
-            .map(|_| {
+) -> Result<(Vec<Cells>, usize), TableError> {
+    let split = if previous.is_empty() {
+        Split::Rows
+    } else {
+        Split::Sets
+    };
+    let shares = match split {
+        Split::Rows => vec![(0..sets.len()).collect(); threads.max(1)],
+        Split::Sets => shares(sets.len(), threads),
+    };
+    let counted = std::thread::scope(|scope| {
+        let (senders, helpers): (Vec<_>, Vec<_>) = shares
+            .into_iter()
+            .map(|share| {
                 // Two batches in hand each: enough to keep a helper busy, bounded memory.
-                let (sender, receiver) = std::sync::mpsc::sync_channel::<RecordBatch>(2);
+                let (sender, receiver) = std::sync::mpsc::sync_channel::<Batch>(2);
                 let helper = scope.spawn(move || -> Result<Cells, TableError> {
-                    let mut cells = Cells::default();
-                    for batch in receiver {
-                        cells.add(&batch, sets)?;
+                    let mut cells = Cells::of_share(&share, sets);
+                    for rows in receiver {
+                        match rows {
+                            Batch::Stored(batch) => cells.add_stored(&batch, sets)?,
+                            Batch::Source(batch) => cells.add(&batch, sets)?,
+                        }
                     }
                     Ok(cells)
                 });
                 (sender, helper)
             })
             .unzip();
-        for (sender, batch) in senders.iter().cycle().zip(batches) {
-            // A helper that stopped reports its error when joined.
-            if sender.send(batch?).is_err() {
-                break;
-            }
-        }
+        let fed = feed(connection, query, previous, &senders, split);
         drop(senders);
-        let mut counted = helpers.into_iter().map(|helper| {
-            helper
-                .join()
-                .unwrap_or_else(|_| Err(TableError::Corrupt("a rollup counter panicked".into())))
-        });
-        // The first counter's cells take in the others'; one counter's are the result.
-        let mut cells = counted.next().unwrap_or_else(|| Ok(Cells::default()))?;
-        for other in counted {
-            cells.merge(other?);
-        }
-        Ok(cells)
-    })
+        // Every helper joined before an error is reported: one left to the scope that had
+        // panicked would panic the scope. A helper that stopped stopped the feed: its error is
+        // the one to report.
+        let joined: Vec<Result<Cells, TableError>> = helpers
+            .into_iter()
+            .map(|helper| {
+                helper.join().unwrap_or_else(|_| {
+                    Err(TableError::Corrupt("a rollup counter panicked".into()))
+                })
+            })
+            .collect();
+        let counted = joined.into_iter().collect::<Result<Vec<_>, _>>()?;
+        fed.map(|()| counted)
+    })?;
+    let counters = counted.iter().filter(|cells| cells.counted).count();
+    if split == Split::Sets {
+        return Ok((counted, counters));
+    }
+    // The first counter's cells take in the others'.
+    let mut counted = counted.into_iter();
+    let mut cells = counted.next().unwrap_or_default();
+    for other in counted {
+        cells.merge(other);
+    }
+    Ok((vec![cells], counters))
 }
 
-/// The cells of the stored rollups at `paths`, as they were written: each row a cell.
-fn stored(connection: &Connection, paths: &[PathBuf], sets: &[Set]) -> Result<Cells, TableError> {
-    let mut cells = Cells::default();
-    if paths.is_empty() {
-        return Ok(cells);
+/// Hands the helpers the rows of the stored rollups at `previous`, then those `query`
+/// streams: every batch to every helper when they split the sets, else each to the next in
+/// turn. Stops early, without an error, when a helper stopped (it reports why).
+fn feed(
+    connection: &Connection,
+    query: &str,
+    previous: &[PathBuf],
+    helpers: &[SyncSender<Batch>],
+    split: Split,
+) -> Result<(), TableError> {
+    let mut turns = helpers.iter().cycle();
+    let mut send = |batch: &RecordBatch, stored: bool| {
+        let to: Vec<&SyncSender<Batch>> = match split {
+            Split::Sets => helpers.iter().collect(),
+            Split::Rows => turns.next().into_iter().collect(),
+        };
+        to.into_iter().all(|helper| {
+            let batch = batch.clone();
+            let rows = if stored {
+                Batch::Stored(batch)
+            } else {
+                Batch::Source(batch)
+            };
+            helper.send(rows).is_ok()
+        })
+    };
+    if !previous.is_empty() {
+        let columns: Vec<&str> = COUNTED.iter().map(|(name, _)| *name).collect();
+        let stored = format!(
+            "SELECT {} FROM {}",
+            columns.join(", "),
+            read_parquet(
+                &previous.iter().map(PathBuf::as_path).collect::<Vec<_>>(),
+                ""
+            )
+        );
+        let mut statement = connection.prepare(&stored)?;
+        for batch in statement.stream_arrow([])? {
+            if !send(&batch?, true) {
+                return Ok(());
+            }
+        }
     }
-    let columns: Vec<&str> = COUNTED.iter().map(|(name, _)| *name).collect();
-    let query = format!(
-        "SELECT {} FROM {}",
-        columns.join(", "),
-        read_parquet(&paths.iter().map(PathBuf::as_path).collect::<Vec<_>>(), "")
-    );
-    let mut statement = connection.prepare(&query)?;
+    let mut statement = connection.prepare(query)?;
     for batch in statement.stream_arrow([])? {
-        cells.add_stored(&batch?, sets)?;
+        if !send(&batch?, false) {
+            return Ok(());
+        }
     }
-    Ok(cells)
+    Ok(())
+}
+
+/// The grouping sets (by position) each of `threads` counting threads counts: dealt in turn,
+/// so that each holds sets keyed by large groups (names, nodes) and small ones (totals).
+fn shares(sets: usize, threads: usize) -> Vec<Vec<usize>> {
+    let helpers = threads.clamp(1, sets.max(1));
+    (0..helpers)
+        .map(|helper| (helper..sets).step_by(helpers).collect())
+        .collect()
 }
 
 /// A grouping set with its columns found among the streamed rows.
@@ -380,11 +467,16 @@ impl Cell {
     }
 }
 
-/// Every cell counted so far, and the texts their ids stand for.
+/// Every cell of a share of the grouping sets counted so far, and the texts their ids stand
+/// for.
 #[derive(Default)]
 struct Cells {
-    /// How many counters' cells these are: 1 once rows were counted, the sum when merged.
-    counters: usize,
+    /// By position, whether a grouping set is counted here.
+    owned: Vec<bool>,
+    /// Which of [`TEXTS`] the sets counted here read.
+    read: [bool; TEXTS.len()],
+    /// Whether any source rows were counted.
+    counted: bool,
     cells: HashMap<CellKey, Cell, FixedState>,
     /// Text → id; ids index `values`.
     ids: HashMap<Box<str>, u32, FixedState>,
@@ -395,11 +487,34 @@ struct Cells {
 }
 
 impl Cells {
-    /// Counts the rows of `batch` in every grouping set.
+    /// No cells yet of the grouping sets at positions `share` among `sets`.
+    fn of_share(share: &[usize], sets: &[Set]) -> Self {
+        let mut read = [false; TEXTS.len()];
+        for slot in [JOB, STATE, TYPE, ERROR_TYPE] {
+            read[slot] = true;
+        }
+        let mut owned = vec![false; sets.len()];
+        for &index in share {
+            if let Some(owned) = owned.get_mut(index) {
+                *owned = true;
+            }
+            if let Some(key) = sets.get(index).and_then(|set| set.key) {
+                read[key] = true;
+            }
+        }
+        Self {
+            owned,
+            read,
+            ..Self::default()
+        }
+    }
+
+    /// Counts the rows of `batch` in this share's grouping sets.
     fn add(&mut self, batch: &RecordBatch, sets: &[Set]) -> Result<(), TableError> {
         let texts = TEXTS
             .iter()
-            .map(|name| Texts::of(column(batch, name)?))
+            .zip(self.read)
+            .map(|(name, read)| read.then(|| Texts::of(column(batch, name)?)).transpose())
             .collect::<Result<Vec<_>, _>>()?;
         let complete = flags(column(batch, "complete")?)?;
         let retried = flags(column(batch, "retried")?)?;
@@ -414,13 +529,14 @@ impl Cells {
         let wait = measure(Measure::Wait)?;
         let created = big_ints("creation_time_ms")?;
         let last = big_ints("last_ms")?;
-        if batch.num_rows() > 0 {
-            self.counters = 1;
-        }
+        self.counted |= batch.num_rows() > 0;
+        let owned = self.owned.clone();
         for at in 0..batch.num_rows() {
             let mut ids = [None; TEXTS.len()];
             for (slot, (id, array)) in ids.iter_mut().zip(&texts).enumerate() {
-                *id = self.text_id(slot, array.get(at));
+                if let Some(array) = array {
+                    *id = self.text_id(slot, array.get(at));
+                }
             }
             let duration = value(duration, at);
             let wait = value(wait, at);
@@ -438,7 +554,9 @@ impl Cells {
             };
             let example = message.get(at);
             for (index, set) in sets.iter().enumerate() {
-                self.count(index, set, &row, example);
+                if owned.get(index) == Some(&true) {
+                    self.count(index, set, &row, example);
+                }
             }
         }
         Ok(())
@@ -475,6 +593,9 @@ impl Cells {
                 .iter()
                 .position(|set| Some(set.name) == name)
                 .ok_or_else(|| TableError::Corrupt(format!("rollup row of grouping {name:?}")))?;
+            if self.owned.get(set) != Some(&true) {
+                continue;
+            }
             let key = CellKey {
                 set,
                 group: group.get(at).map(|text| self.intern(text)),
@@ -504,9 +625,6 @@ impl Cells {
                 example: example.get(at).map(Box::from),
             };
             self.cells.entry(key).or_default().merge(cell);
-        }
-        if batch.num_rows() > 0 {
-            self.counters = 1;
         }
         Ok(())
     }
@@ -556,7 +674,7 @@ impl Cells {
             };
             self.cells.entry(key).or_default().merge(cell);
         }
-        self.counters += other.counters;
+        self.counted |= other.counted;
     }
 
     /// The id of `text` in the column at `slot`.
@@ -591,25 +709,34 @@ impl Cells {
             .map(|text| &**text)
     }
 
-    /// Every cell as one batch of [`COUNTED`] rows, ordered by grouping set, then job. A read
-    /// names one set (the summary only `totals`, ~150 of a 10 M base rollup's 274 000 rows);
-    /// with each set's rows together in row groups of their own, the others' row groups are
+    /// Every cell of `counted` (cells of disjoint grouping sets) as one batch of [`COUNTED`]
+    /// rows, ordered by grouping set, then job. A read names one set (the summary only
+    /// `totals`, ~150 of a 10 M base rollup's 274 000 rows); with each set's rows together in row groups of their own, the others' row groups are
     /// skipped by their statistics. In hash order every row group held every set, and the
     /// 10 M summary read them all.
-    fn rows(&self, sets: &[Set]) -> Result<RecordBatch, TableError> {
-        let mut rows = ArrowRows::new(&COUNTED, self.cells.len())?;
+    fn rows(counted: &[Self], sets: &[Set]) -> Result<RecordBatch, TableError> {
+        let total = counted.iter().map(|cells| cells.cells.len()).sum();
+        let mut rows = ArrowRows::new(&COUNTED, total)?;
         let name = |key: &CellKey| sets.get(key.set).map(|set| set.name);
-        let mut ordered: Vec<(&CellKey, &Cell)> = self.cells.iter().collect();
-        ordered.sort_unstable_by_key(|(key, _)| (name(key), self.value(key.job)));
-        for (key, cell) in ordered {
+        let mut ordered: Vec<(&Self, &CellKey, &Cell)> = counted
+            .iter()
+            .flat_map(|cells| {
+                cells
+                    .cells
+                    .iter()
+                    .map(move |(key, cell)| (cells, key, cell))
+            })
+            .collect();
+        ordered.sort_unstable_by_key(|(cells, key, _)| (name(key), cells.value(key.job)));
+        for (cells, key, cell) in ordered {
             let name = name(key);
             rows.text(name)?;
-            rows.text(self.value(key.group))?;
-            rows.text(self.value(key.job))?;
-            rows.text(self.value(key.state))?;
-            rows.text(self.value(key.kind))?;
+            rows.text(cells.value(key.group))?;
+            rows.text(cells.value(key.job))?;
+            rows.text(cells.value(key.state))?;
+            rows.text(cells.value(key.kind))?;
             rows.boolean(key.complete)?;
-            rows.text(self.value(key.error_type))?;
+            rows.text(cells.value(key.error_type))?;
             rows.boolean(key.retried)?;
             rows.big_int(key.rounded)?;
             rows.integer(key.sign)?;
@@ -693,4 +820,24 @@ fn value<A: ArrayAccessor>(array: A, at: usize) -> Option<A::Item> {
 
 fn unexpected(wanted: &str, found: &DataType) -> TableError {
     TableError::Corrupt(format!("rollup source: {wanted} expected, {found} found"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every grouping set is counted by exactly one thread, and no thread is left idle while
+    /// there are sets for it.
+    #[test]
+    fn shares_deal_each_set_to_exactly_one_thread() {
+        let sets = grouping_sets().count();
+        for threads in 0..=sets + 2 {
+            let shares = shares(sets, threads);
+            assert_eq!(shares.len(), threads.clamp(1, sets), "threads {threads}");
+            let mut dealt: Vec<usize> = shares.iter().flatten().copied().collect();
+            dealt.sort_unstable();
+            assert_eq!(dealt, (0..sets).collect::<Vec<_>>(), "threads {threads}");
+            assert!(shares.iter().all(|share| !share.is_empty()));
+        }
+    }
 }

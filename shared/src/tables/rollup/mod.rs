@@ -621,6 +621,17 @@ mod tests {
     #[test]
     fn a_rollup_that_adds_in_earlier_rollups_counts_their_rows_too()
     -> Result<(), Box<dyn std::error::Error>> {
+        // Adding in splits the sets among the threads: on one thread all of them, on eight
+        // one thread two of them.
+        for threads in [1, 2, 8] {
+            adds_in_earlier_rollups(threads)?;
+        }
+        Ok(())
+    }
+
+    /// Counts [`SYNTHETIC_SOURCE`] in three parts on `threads` threads, each part adding in
+    /// the one before, and compares the last with the whole counted at once.
+    fn adds_in_earlier_rollups(threads: usize) -> Result<(), Box<dyn std::error::Error>> {
         let dir = tempfile::tempdir()?;
         let connection = synthetic_source()?;
         let whole = dir.path().join("whole.parquet");
@@ -631,7 +642,7 @@ mod tests {
         for part in 0..3 {
             let path = dir.path().join(format!("part-{part}.parquet"));
             let query = format!("{} WHERE hash(task_id, sign) % 3 = {part}", source_rows());
-            let rows = cells::write(&connection, &query, &previous, &path, 2)?;
+            let rows = cells::write(&connection, &query, &previous, &path, threads)?;
             parts.push(rows);
             previous = vec![path];
         }
@@ -747,6 +758,40 @@ mod tests {
             "{:?}",
             failed.map(|(rows, _)| rows)
         );
+        Ok(())
+    }
+
+    /// An earlier rollup that cannot be read fails the count that adds it in, on every
+    /// thread count, rather than leaving the threads that take every batch waiting.
+    #[test]
+    fn an_unreadable_earlier_rollup_is_an_error_whatever_the_threads() -> Result<(), TableError> {
+        let dir = tempfile::tempdir().map_err(|err| TableError::Corrupt(err.to_string()))?;
+        let connection = synthetic_source()?;
+        let damaged = dir.path().join("damaged.parquet");
+        std::fs::write(&damaged, b"not a rollup")
+            .map_err(|err| TableError::Corrupt(err.to_string()))?;
+        // A Parquet file that is not a rollup: a column is missing.
+        let other = dir.path().join("other.parquet");
+        connection.execute_batch(&format!(
+            "COPY (SELECT 1 AS n) TO {} (FORMAT parquet)",
+            path_literal(&other)
+        ))?;
+        for previous in [damaged, other] {
+            for threads in [1, 4] {
+                let path = dir.path().join("r.parquet");
+                let failed = cells::write(
+                    &connection,
+                    &source_rows(),
+                    std::slice::from_ref(&previous),
+                    &path,
+                    threads,
+                );
+                assert!(
+                    failed.is_err(),
+                    "{previous:?} on {threads} threads: {failed:?}"
+                );
+            }
+        }
         Ok(())
     }
 
