@@ -1092,6 +1092,21 @@ async fn rewrite_manifests(
     Ok(())
 }
 
+/// Rewrites every manifest with its rollups' format unknown, so reads count by scanning.
+async fn forget_rollups(storage: &dyn Storage) -> anyhow::Result<()> {
+    rewrite_manifests(storage, |manifest| {
+        for file in manifest
+            .task_attempts
+            .base
+            .iter_mut()
+            .chain(&mut manifest.task_attempts.deltas)
+        {
+            file.rollup_format = None;
+        }
+    })
+    .await
+}
+
 /// The deltas of every session, by manifest key.
 async fn deltas_by_session(
     storage: &dyn Storage,
@@ -1106,14 +1121,17 @@ async fn deltas_by_session(
     Ok(sessions)
 }
 
-/// An earlier delta's rollup that cannot be read (garbage bytes) or is gone does not stop
+/// An earlier delta's rollup that is gone or cannot be read (garbage bytes) does not stop
 /// compaction: a run adds in earlier rollups only to save reads, so it writes its delta's
-/// rollup counting that delta alone and goes on. (Without the fallback the first case failed
-/// reading the rollup and the second fetching it, at every retry.)
+/// rollup counting that delta alone and goes on; a fold that cannot sum them counts its new
+/// base. (Without the fallbacks the runs failed fetching the rollup and then reading it, at
+/// every retry.) The summary and aggregates read before and after the fold equal a scan's.
 #[tokio::test]
 async fn an_earlier_rollup_that_is_damaged_or_gone_does_not_stop_compaction() -> anyhow::Result<()>
 {
-    let (_dir, local) = local_storage()?;
+    use shared::query::{ApiRoute, QueryEngine, QuerySettings};
+
+    let (dir, local) = local_storage()?;
     let storage: Arc<dyn Storage> = Arc::new(local);
     ingest_failing_sessions(&storage, "damaged", [41, 42], 3_000, 2).await?;
     let (compactor, _scratch) = compactor_folding_past(&storage, 100)?;
@@ -1122,7 +1140,9 @@ async fn an_earlier_rollup_that_is_damaged_or_gone_does_not_stop_compaction() ->
         keys.chunks(keys.len().div_ceil(3).max(1)).collect();
     ensure!(batches.len() == 3, "{} raw objects", keys.len());
     compactor.compact(batches[0]).await?;
-    for (step, damage) in ["garbage", "gone"].into_iter().enumerate() {
+    // Gone first, then garbage over every earlier delta's rollup key: the fold then fetches
+    // them all and cannot read them.
+    for (step, damage) in ["gone", "garbage"].into_iter().enumerate() {
         let before = deltas_by_session(&*storage).await?;
         for deltas in before.values() {
             for delta in deltas {
@@ -1159,6 +1179,53 @@ async fn an_earlier_rollup_that_is_damaged_or_gone_does_not_stop_compaction() ->
             "{damage}: no session added a delta after a damaged one"
         );
     }
+    let requests: Vec<(ApiRoute, Vec<(String, String)>)> = vec![
+        (ApiRoute::Summary, Vec::new()),
+        (ApiRoute::Summary, vec![("state".into(), "FAILED".into())]),
+        (ApiRoute::Aggregates, vec![("by".into(), "name".into())]),
+    ];
+    // The answers, and how many came from rollups.
+    let ask = |name: &'static str| {
+        let engine = QueryEngine::open(
+            Arc::clone(&storage),
+            QuerySettings::under(&dir.path().join(name)),
+        );
+        let requests = &requests;
+        async move {
+            let engine = engine?;
+            let mut answers = Vec::new();
+            for (route, params) in requests {
+                answers.push(engine.answer(route, params).await?);
+            }
+            anyhow::Ok((answers, engine.rollup_answers()))
+        }
+    };
+    let (damaged, from_rollups) = ask("query-damaged").await?;
+    ensure!(
+        from_rollups == 0,
+        "{from_rollups} answers from damaged rollups"
+    );
+    let folded = compactor.fold().await?;
+    ensure!(folded == 2, "{folded} sessions folded");
+    ensure!(
+        compactor.folds_summed() == 0,
+        "a fold summed unreadable rollups"
+    );
+    let (counted, from_rollups) = ask("query-folded").await?;
+    ensure!(
+        from_rollups > 0,
+        "no answer from the counted bases' rollups"
+    );
+    forget_rollups(&*storage).await?;
+    let (scanned, _) = ask("query-scanned").await?;
+    for (answers, when) in [(&damaged, "before the fold"), (&counted, "after it")] {
+        for ((request, answer), scan) in requests.iter().zip(answers).zip(&scanned) {
+            ensure!(
+                answer == scan,
+                "{request:?} {when}:\n{answer}\nscanned:\n{scan}"
+            );
+        }
+    }
     Ok(())
 }
 
@@ -1180,6 +1247,11 @@ async fn rollups_count_what_a_scan_counts() -> anyhow::Result<()> {
     for batch in compactor.raw_keys().await?.chunks(3) {
         compactor.compact(batch).await?;
     }
+    // Folds summed their bases' rollups from the rollups they replaced.
+    ensure!(
+        compactor.folds_summed() > 0,
+        "no fold summed its base's rollup"
+    );
     let mut rollups = 0;
     let mut minus_rows = 0;
     // Rollups a read sums: each base's, and one per bit of the number of deltas (each delta's
@@ -1207,6 +1279,35 @@ async fn rollups_count_what_a_scan_counts() -> anyhow::Result<()> {
         }
         read += manifest.task_attempts.base.len() + deltas.len().count_ones() as usize;
         most_deltas = most_deltas.max(deltas.len());
+        for base in &manifest.task_attempts.base {
+            // A summed base rollup is the one counted from the base, row for row.
+            let key = base.rollup.as_ref().context("rollup")?;
+            let stored = dir.path().join("base-rollup.parquet");
+            std::fs::write(&stored, storage.get(key).await?.body)?;
+            let rows = dir.path().join("base.parquet");
+            std::fs::write(&rows, storage.get(&base.key).await?.body)?;
+            let counted = dir.path().join("base-counted.parquet");
+            shared::tables::rollup::write_rollup(
+                &connection,
+                &rows,
+                &shared::tables::rollup::RowsByFile::new(),
+                &[],
+                &counted,
+            )?;
+            for (left, right) in [(&stored, &counted), (&counted, &stored)] {
+                let extra: i64 = connection.query_row(
+                    &format!(
+                        "SELECT count(*) FROM (SELECT * FROM read_parquet('{}')
+                         EXCEPT ALL SELECT * FROM read_parquet('{}'))",
+                        left.display(),
+                        right.display()
+                    ),
+                    [],
+                    |row| row.get(0),
+                )?;
+                ensure!(extra == 0, "{extra} rows of {left:?} not in {right:?}");
+            }
+        }
         for file in manifest.task_attempts.all() {
             let key = file.rollup.as_ref().context("rollup")?;
             let path = dir.path().join(format!("rollup-{rollups}.parquet"));
@@ -1301,17 +1402,7 @@ async fn rollups_count_what_a_scan_counts() -> anyhow::Result<()> {
         "a snapshot for rollups fetches them and nothing else"
     );
 
-    rewrite_manifests(&*storage, |manifest| {
-        for file in manifest
-            .task_attempts
-            .base
-            .iter_mut()
-            .chain(&mut manifest.task_attempts.deltas)
-        {
-            file.rollup_format = None;
-        }
-    })
-    .await?;
+    forget_rollups(&*storage).await?;
     let scanning = QueryEngine::open(
         Arc::clone(&storage),
         QuerySettings::under(&dir.path().join("query-scan")),

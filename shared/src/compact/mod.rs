@@ -24,6 +24,7 @@ mod seen;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -178,6 +179,9 @@ pub struct Compactor {
     settings: CompactSettings,
     scratch: PathBuf,
     cache: FileCache,
+    /// Folds whose base's rollup was summed (see [`Compactor::folds_summed`]), shared by
+    /// clones.
+    folds_summed: Arc<AtomicU64>,
 }
 
 impl Compactor {
@@ -194,7 +198,14 @@ impl Compactor {
             settings,
             scratch,
             cache,
+            folds_summed: Arc::new(AtomicU64::new(0)),
         }
+    }
+
+    /// How many folds wrote their base's rollup by summing the rollups it replaces rather
+    /// than counting the base: tests tell the two ways apart by it.
+    pub fn folds_summed(&self) -> u64 {
+        self.folds_summed.load(Ordering::Relaxed)
     }
 
     /// The store compacted into.
@@ -811,6 +822,25 @@ impl Compactor {
             one_session: true,
             deletes,
         };
+        // The new base's rollup is summed from the rollups that add up to the files it
+        // replaces. Those are an optimization: any that cannot be fetched only means the base
+        // is counted.
+        let replaced = match table.rollups() {
+            Some(keys) if table.has_deletion_vectors() => {
+                match self.fetch_keys(keys.into_iter()).await {
+                    Ok(replaced) => Some(replaced),
+                    Err(err) => {
+                        tracing::warn!(error = %err, "rollups not fetched; the new base is counted");
+                        None
+                    }
+                }
+            }
+            _ => None,
+        };
+        let replaced_paths = replaced
+            .as_ref()
+            .map(|replaced| replaced.files().clone())
+            .unwrap_or_default();
         let (key, path) = self.new_attempts_file(cluster, session, TableFile::Base)?;
         let write_path = path.clone();
         let (rollup_key, rollup_path) =
@@ -821,7 +851,7 @@ impl Compactor {
         let write_index_path = index_path.clone();
         let spill = self.scratch.join("duckdb-spill");
         let memory_limit = self.settings.memory_limit_mib;
-        let rows = run_blocking(move || -> Result<u64, CompactError> {
+        let (rows, summed) = run_blocking(move || -> Result<(u64, bool), CompactError> {
             let connection = crate::tables::open_duckdb()?;
             let mut setup = format!(
                 "SET temp_directory = {};",
@@ -834,26 +864,34 @@ impl Compactor {
             let started = std::time::Instant::now();
             let rows = task_attempts::write_newest(&connection, &attempts.files(), &write_path)?;
             let written = started.elapsed();
-            rollup::write_rollup(
+            let recounted = write_base_rollup(
                 &connection,
                 &write_path,
-                &RowsByFile::new(),
-                &[],
+                &replaced_paths,
                 &write_rollup_path,
             )?;
+            let summed = recounted.is_some();
             let rolled_up = started.elapsed();
             key_index::write_key_index(&connection, &write_path, rows, &write_index_path)?;
             // Where a fold's time goes, as for a run's files (`the run's files written`).
             tracing::debug!(
                 rows,
+                rollups = replaced_paths.len(),
+                summed,
+                recounted = ?recounted.unwrap_or_default(),
                 base_ms = written.as_millis(),
                 rollup_ms = (rolled_up - written).as_millis(),
                 key_index_ms = (started.elapsed() - rolled_up).as_millis(),
                 "the fold's files written"
             );
-            Ok(rows)
+            Ok((rows, summed))
         })
         .await?;
+        if summed {
+            self.folds_summed.fetch_add(1, Ordering::Relaxed);
+        }
+        // The rollups summed stay in the cache until the sum is done.
+        drop(replaced);
         // The rollup and key index first: a base is only ever installed with them.
         self.upload(&rollup_path, &rollup_key).await?;
         let _ = tokio::fs::remove_file(&rollup_path).await;
@@ -1038,6 +1076,28 @@ fn write_delta_rollup(
             Ok(1)
         }
     }
+}
+
+/// Writes the rollup of a fold's new base at `path` to `rollup_path`: summed from the rollups
+/// `replaced` when there are any ([`rollup::write_summed_rollup`]), else counted. Rollups that
+/// do not add up must not wedge the session, so the base is then counted. Returns the slices
+/// counted again after a sum, or `None` when the whole base was counted.
+fn write_base_rollup(
+    connection: &duckdb::Connection,
+    path: &Path,
+    replaced: &[PathBuf],
+    rollup_path: &Path,
+) -> Result<Option<Vec<rollup::Slice>>, CompactError> {
+    if !replaced.is_empty() {
+        match rollup::write_summed_rollup(connection, path, replaced, rollup_path) {
+            Ok(summed) => return Ok(Some(summed.recounted)),
+            Err(err) => {
+                tracing::warn!(error = %err, "rollups not summed; the new base is counted");
+            }
+        }
+    }
+    rollup::write_rollup(connection, path, &RowsByFile::new(), &[], rollup_path)?;
+    Ok(None)
 }
 
 fn now_ms() -> i64 {

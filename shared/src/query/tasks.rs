@@ -100,10 +100,27 @@ pub(super) async fn counted(
             .filter(|paths| !paths.is_empty())
         {
             let paths: Vec<&std::path::Path> = paths.iter().map(PathBuf::as_path).collect();
-            return Ok(Some(Counted::Rollups(Relation::over_files(
-                read_parquet(&paths, ""),
-                snapshot.pins.clone(),
-            ))));
+            let rollups = read_parquet(&paths, "");
+            // A rollup that cannot be read (damaged in the bucket) must not fail every count
+            // of its session until the next fold rewrites it: the attempts answer instead.
+            // Binding the read opens every footer (DuckDB caches them).
+            let bound = format!("SELECT * FROM {rollups} LIMIT 0");
+            match engine
+                .run(move |connection| Ok(connection.prepare(&bound).map(drop)?))
+                .await
+            {
+                Ok(()) => {
+                    return Ok(Some(Counted::Rollups(Relation::over_files(
+                        rollups,
+                        snapshot.pins.clone(),
+                    ))));
+                }
+                Err(err @ QueryError::DuckDb(_)) => {
+                    tracing::warn!(error = %err, "rollups not read; the attempts are counted");
+                }
+                // A timeout or a broken pool is no reason to scan: the scan would fare worse.
+                Err(err) => return Err(err),
+            }
         }
     }
     Ok(filtered_relation(engine, filter)

@@ -28,6 +28,7 @@
 //! DuckDB picks and derives a rollup's source rows (the versions to subtract, the wait, the
 //! fingerprint, the roundings); `cells` counts them into the rollup's rows in one pass.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::LazyLock;
 
@@ -35,7 +36,7 @@ use duckdb::Connection;
 
 mod cells;
 
-use super::newest::rows_at;
+use super::newest::{read_parquet, rows_at};
 use super::task_attempts::{TableError, file_rows};
 
 /// The format of the rollups this build writes: format 2's cells, a delta's rollup counting
@@ -365,11 +366,7 @@ pub fn write_rollup(
     let plus = derived(&format!("(SELECT {SOURCE} FROM {})", file_rows(file)));
     if superseded.is_empty() {
         // A base, or a delta that replaced nothing: no version to subtract or pair.
-        let query = format!(
-            "WITH source AS (SELECT *, 1 AS sign FROM {plus}) SELECT {} FROM source",
-            cells::select_list()
-        );
-        return cells::write(connection, &query, previous, path, threads);
+        return cells::write(connection, &all_plus(&plus), previous, path, threads);
     }
     connection.execute_batch(&format!(
         "DROP TABLE IF EXISTS rollup_minus;
@@ -405,6 +402,103 @@ pub fn write_rollup(
     let written = cells::write(connection, &query, previous, path, threads)?;
     connection.execute_batch("DROP TABLE rollup_minus")?;
     Ok(written)
+}
+
+/// Writes the rollup of a fold's new base `file` to `path` by summing the stored rollups
+/// `replaced` that add up to the files it replaces
+/// ([`crate::tables::manifest::TableFiles::rollups`]), counting again from `file` only the
+/// slices whose extremes the sum cannot tell. The rollup is the one [`write_rollup`] writes
+/// for `file`, an example message aside (see the module's doc). An error means the rollups do not add up (or could not be read): count `file`
+/// with [`write_rollup`] instead.
+pub fn write_summed_rollup(
+    connection: &Connection,
+    file: &Path,
+    replaced: &[PathBuf],
+    path: &Path,
+) -> Result<Summed, TableError> {
+    summed_on(connection, file, replaced, path, every_core())
+}
+
+/// [`write_summed_rollup`] on `threads` threads.
+fn summed_on(
+    connection: &Connection,
+    file: &Path,
+    replaced: &[PathBuf],
+    path: &Path,
+    threads: usize,
+) -> Result<Summed, TableError> {
+    let base_rows = rows_by_slice(connection, file)?;
+    let recount = |slices: &[Slice]| {
+        let filter: Vec<String> = slices.iter().map(Slice::sql).collect();
+        all_plus(&derived(&format!(
+            "(SELECT {SOURCE} FROM {} WHERE {})",
+            file_rows(file),
+            filter.join(" OR ")
+        )))
+    };
+    cells::write_summed(connection, replaced, &base_rows, recount, path, threads)
+}
+
+/// The rows of the `task_attempts` file `file` by [`Slice`]: two columns read.
+fn rows_by_slice(connection: &Connection, file: &Path) -> Result<BTreeMap<Slice, i64>, TableError> {
+    let mut statement = connection.prepare(&format!(
+        "SELECT state, {} AS complete, count(*) FROM {} GROUP BY ALL",
+        super::report_times::DEFINED,
+        read_parquet(&[file], "")
+    ))?;
+    let rows = statement.query_map([], |row| {
+        let slice = Slice {
+            state: row.get(0)?,
+            complete: row.get(1)?,
+        };
+        Ok((slice, row.get::<_, i64>(2)?))
+    })?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// What [`write_summed_rollup`] wrote.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Summed {
+    /// The rollup's row count.
+    pub rows: u64,
+    /// The slices whose cells were counted again from the new base, in order.
+    pub recounted: Vec<Slice>,
+}
+
+/// The rows of one state (`None`: a null one) and completeness: the parts of a base whose
+/// cells a summed rollup counts again, as every cell's key holds both.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Slice {
+    /// The rows' state.
+    pub state: Option<String>,
+    /// Whether their definitions arrived ([`super::report_times::DEFINED`]).
+    pub complete: Option<bool>,
+}
+
+impl Slice {
+    /// SQL over [`SOURCE`]'s stored columns that holds for the slice's rows.
+    fn sql(&self) -> String {
+        let state = match &self.state {
+            Some(state) => format!("state = '{}'", state.replace('\'', "''")),
+            None => "state IS NULL".to_owned(),
+        };
+        let defined = super::report_times::DEFINED;
+        match self.complete {
+            Some(true) => format!("({state} AND {defined})"),
+            Some(false) => format!("({state} AND NOT ({defined}))"),
+            // `complete` is never null; a cell whose key says so is every row of the state.
+            None => format!("({state})"),
+        }
+    }
+}
+
+/// The query streaming `rows` (derived source rows, [`derived`]) to be counted, each a plus
+/// row: nothing superseded among them.
+fn all_plus(rows: &str) -> String {
+    format!(
+        "WITH source AS (SELECT *, 1 AS sign FROM {rows}) SELECT {} FROM source",
+        cells::select_list()
+    )
 }
 
 #[cfg(test)]
@@ -792,6 +886,195 @@ mod tests {
                 );
             }
         }
+        Ok(())
+    }
+
+    /// A session's versions: 3 000 attempts in a base and three deltas, each delta holding a
+    /// new version of about two thirds of them. Versions move between states and extremes;
+    /// every fifth attempt's versions are alike (a replacement that changes nothing); attempts
+    /// waiting for arguments are in the base alone; a few have no state.
+    const SYNTHETIC_SESSION: &str = "CREATE TABLE versions AS
+        WITH keys AS (SELECT t, f, CASE WHEN t % 5 = 0 THEN 0 ELSE f END AS g
+                      FROM range(3000) a(t), range(4) b(f)
+                      WHERE f = 0 OR (t % 7 <> 3 AND hash(t, f) % 3 <> 0)),
+        hashed AS (SELECT *, (hash(t, g) % 3)::INTEGER AS h FROM keys)
+        SELECT f AS file,
+            'task' || (t // 2) AS task_id,
+            (t % 2)::INTEGER AS attempt_number,
+            'job' || (t % 4) AS job_id,
+            CASE WHEN t % 41 = 0 THEN NULL WHEN t % 7 = 3 THEN 'PENDING_ARGS_AVAIL'
+                 ELSE ['RUNNING', 'FINISHED', 'FAILED'][1 + h] END AS state,
+            'NORMAL_TASK' AS type,
+            'f' || (t % 6) AS name,
+            'm.f' || (t % 6) AS func_or_class_name,
+            CASE WHEN h = 2 THEN 'E' || (t % 2) END AS error_type,
+            'node' || (t % 3) AS node_id,
+            'worker' || (t % 11) AS worker_id,
+            CASE WHEN t % 13 = 0 THEN NULL ELSE 'f' || (t % 6) END AS def_name,
+            CASE WHEN g = 0 AND t % 3 = 0 THEN NULL ELSE (hash(t, g, 1) % 20) * 7 END::BIGINT
+                AS duration_ms,
+            (1000 + t % 50 + g)::BIGINT AS creation_time_ms,
+            (1100 + hash(t, g, 2) % 40)::BIGINT AS start_time_ms,
+            CASE WHEN g = 0 THEN NULL ELSE 2000 + hash(t, g, 3) % 30 END::BIGINT AS end_time_ms,
+            CASE WHEN h = 2 THEN 'message ' || (hash(t, g, 4) % 4) END
+                AS error_message
+        FROM hashed";
+
+    /// Writes [`SYNTHETIC_SESSION`]'s base and deltas into `dir` with their rollups, as
+    /// compaction does: delta 1 counts itself, delta 2 adds in delta 1's rollup, delta 3
+    /// counts itself. Returns the new base a fold writes (the newest versions) and the
+    /// rollups that add up to the session ([`crate::tables::manifest::TableFiles::rollups`]).
+    fn synthetic_session(
+        connection: &Connection,
+        dir: &Path,
+    ) -> Result<(PathBuf, Vec<PathBuf>), Box<dyn std::error::Error>> {
+        connection.execute_batch(SYNTHETIC_SESSION)?;
+        let columns = "task_id, attempt_number, job_id, state, type, name, func_or_class_name, \
+             error_type, node_id, worker_id, def_name, duration_ms, creation_time_ms, \
+             start_time_ms, end_time_ms, error_message";
+        let files: Vec<PathBuf> = (0..4)
+            .map(|file| dir.join(format!("file-{file}.parquet")))
+            .collect();
+        connection.execute_batch(
+            "CREATE TABLE stored (file INTEGER, task_id VARCHAR, attempt_number INTEGER, row BIGINT)",
+        )?;
+        for (number, path) in files.iter().enumerate() {
+            connection.execute_batch(&format!(
+                "COPY (SELECT {columns} FROM versions WHERE file = {number}
+                       ORDER BY task_id, attempt_number) TO {path} (FORMAT parquet);
+                 INSERT INTO stored SELECT {number}, task_id, attempt_number, file_row_number
+                     FROM read_parquet({path}, file_row_number = true);",
+                path = path_literal(path),
+            ))?;
+        }
+        let mut rollups = Vec::new();
+        for (number, path) in files.iter().enumerate() {
+            // The stored versions this file's rows replace: each key's newest before it.
+            let mut superseded = RowsByFile::new();
+            for (earlier, earlier_path) in files.iter().enumerate().take(number) {
+                let mut statement = connection.prepare(&format!(
+                    "SELECT s.row FROM stored s JOIN stored n USING (task_id, attempt_number)
+                     WHERE n.file = {number} AND s.file = {earlier}
+                       AND NOT EXISTS (SELECT 1 FROM stored b
+                           WHERE b.task_id = s.task_id AND b.attempt_number = s.attempt_number
+                             AND b.file > {earlier} AND b.file < {number})
+                     ORDER BY s.row"
+                ))?;
+                let rows = statement
+                    .query_map([], |row| row.get::<_, i64>(0))?
+                    .collect::<Result<Vec<_>, _>>()?;
+                if !rows.is_empty() {
+                    superseded.push((earlier_path.clone(), rows));
+                }
+            }
+            let previous: Vec<PathBuf> = if number == 2 {
+                rollups.pop().into_iter().collect()
+            } else {
+                Vec::new()
+            };
+            let rollup = dir.join(format!("rollup-{number}.parquet"));
+            write_rollup(connection, path, &superseded, &previous, &rollup)?;
+            rollups.push(rollup);
+        }
+        let base = dir.join("new-base.parquet");
+        connection.execute_batch(&format!(
+            "COPY (SELECT {columns} FROM versions v
+                   WHERE file = (SELECT max(file) FROM versions w
+                       WHERE w.task_id = v.task_id AND w.attempt_number = v.attempt_number)
+                   ORDER BY job_id, creation_time_ms) TO {} (FORMAT parquet)",
+            path_literal(&base)
+        ))?;
+        Ok((base, rollups))
+    }
+
+    /// A fold's rollup summed from the rollups of the files it replaces is row for row the
+    /// rollup counted from its new base: minus cells taken out, extremes held only by
+    /// superseded versions counted again by state, the other states' cells summed.
+    #[test]
+    fn a_folds_rollup_summed_from_the_rollups_it_replaces_is_the_one_counted()
+    -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let connection = crate::tables::open_duckdb()?;
+        let (base, rollups) = synthetic_session(&connection, dir.path())?;
+        assert_eq!(rollups.len(), 3, "base, deltas 1-2 and delta 3");
+        let counted = dir.path().join("counted.parquet");
+        let rows = write_rollup(&connection, &base, &RowsByFile::new(), &[], &counted)?;
+        let count = |sql: &str| -> Result<i64, duckdb::Error> {
+            connection.query_row(sql, [], |row| row.get::<_, i64>(0))
+        };
+        let minus = count(&format!(
+            "SELECT count(*) FROM read_parquet([{}]) WHERE sign = -1",
+            rollups
+                .iter()
+                .map(|path| path_literal(path))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))?;
+        assert!(minus > 100, "{minus} minus rows: too few to test");
+        for threads in [1, 2, 8] {
+            let path = dir.path().join(format!("summed-{threads}.parquet"));
+            let summed = summed_on(&connection, &base, &rollups, &path, threads)?;
+            assert_eq!(summed.rows, rows, "{threads} threads");
+            let (counted, summed_rows) = (
+                format!("read_parquet({})", path_literal(&counted)),
+                format!("read_parquet({})", path_literal(&path)),
+            );
+            for (left, right) in [(&counted, &summed_rows), (&summed_rows, &counted)] {
+                let extra = count(&format!(
+                    "SELECT count(*) FROM (SELECT * FROM {left} EXCEPT ALL SELECT * FROM {right})"
+                ))?;
+                assert_eq!(extra, 0, "{threads} threads: rows of {left} not in {right}");
+            }
+            // Both ways were taken: some slices counted again (of a null state too), and the
+            // waiting attempts, never superseded, summed.
+            let recounted = |state: Option<&str>| {
+                summed
+                    .recounted
+                    .iter()
+                    .any(|slice| slice.state.as_deref() == state)
+            };
+            assert!(
+                recounted(None) && summed.recounted.len() >= 2,
+                "{threads} threads: {:?}",
+                summed.recounted
+            );
+            assert!(
+                !recounted(Some("PENDING_ARGS_AVAIL")),
+                "{threads} threads: {:?}",
+                summed.recounted
+            );
+            let waiting = count(&format!(
+                "SELECT count(*) FROM {summed_rows} WHERE state = 'PENDING_ARGS_AVAIL'"
+            ))?;
+            assert!(waiting > 0, "{threads} threads: no waiting attempts' cells");
+        }
+        Ok(())
+    }
+
+    /// Rollups that do not add up to the session (the base's left out: its versions' minus
+    /// rows have nothing to be taken from), or add up to other rows than the new base's, are
+    /// an error, for the fold to count instead.
+    #[test]
+    fn rollups_that_do_not_add_up_are_not_summed() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let connection = crate::tables::open_duckdb()?;
+        let (base, rollups) = synthetic_session(&connection, dir.path())?;
+        let deltas = rollups.get(1..).ok_or("no deltas")?;
+        let path = dir.path().join("summed.parquet");
+        let summed = summed_on(&connection, &base, deltas, &path, 2);
+        assert!(
+            matches!(&summed, Err(TableError::Corrupt(reason)) if reason.contains("never counted")),
+            "{summed:?}"
+        );
+        // Rollups that add up, but to other rows than the base's (the old base's here): the
+        // netting finds nothing wrong, the rows by slice do.
+        let old_base = dir.path().join("file-0.parquet");
+        let summed = summed_on(&connection, &old_base, &rollups, &path, 2);
+        assert!(
+            matches!(&summed, Err(TableError::Corrupt(reason))
+                if reason.contains("state and completeness")),
+            "{summed:?}"
+        );
         Ok(())
     }
 
