@@ -1123,9 +1123,10 @@ async fn deltas_by_session(
 
 /// An earlier delta's rollup that is gone or cannot be read (garbage bytes) does not stop
 /// compaction: a run adds in earlier rollups only to save reads, so it writes its delta's
-/// rollup counting that delta alone and goes on; a fold that cannot sum them counts its new
-/// base. (Without the fallbacks the runs failed fetching the rollup and then reading it, at
-/// every retry.) The summary and aggregates read before and after the fold equal a scan's.
+/// rollup counting that delta alone and goes on; a fold that cannot fetch or sum them counts
+/// its new base. (Without the fallbacks the runs failed fetching the rollup and then reading
+/// it, at every retry, and so did the folds.) The summary and aggregates read before and
+/// after the fold equal a scan's.
 #[tokio::test]
 async fn an_earlier_rollup_that_is_damaged_or_gone_does_not_stop_compaction() -> anyhow::Result<()>
 {
@@ -1200,6 +1201,16 @@ async fn an_earlier_rollup_that_is_damaged_or_gone_does_not_stop_compaction() ->
             anyhow::Ok((answers, engine.rollup_answers()))
         }
     };
+    // One session's newest rollup gone too: its fold cannot fetch the rollups it would sum,
+    // the other's cannot read them.
+    let sessions = deltas_by_session(&*storage).await?;
+    let newest = sessions
+        .values()
+        .next()
+        .and_then(|deltas| deltas.last())
+        .and_then(|delta| delta.rollup.as_ref())
+        .context("a newest delta's rollup")?;
+    storage.delete(newest).await?;
     let (damaged, from_rollups) = ask("query-damaged").await?;
     ensure!(
         from_rollups == 0,

@@ -600,6 +600,26 @@ mod tests {
         grouped.join(" UNION ALL ")
     }
 
+    /// Asserts that the relations `a` and `b` hold the same rows, each as many times.
+    fn assert_same_rows(
+        connection: &Connection,
+        a: &str,
+        b: &str,
+        what: &str,
+    ) -> Result<(), duckdb::Error> {
+        for (left, right) in [(a, b), (b, a)] {
+            let extra: i64 = connection.query_row(
+                &format!(
+                    "SELECT count(*) FROM (SELECT * FROM {left} EXCEPT ALL SELECT * FROM {right})"
+                ),
+                [],
+                |row| row.get(0),
+            )?;
+            assert_eq!(extra, 0, "{what}: rows of {left} not in {right}");
+        }
+        Ok(())
+    }
+
     /// Rows with nulls in every nullable column, ties at every extreme, both signs, and
     /// failures with messages.
     const SYNTHETIC_SOURCE: &str = "CREATE TABLE source AS SELECT
@@ -682,12 +702,7 @@ mod tests {
         );
         let expected = count(&format!("SELECT count(*) FROM {theirs}"))?;
         assert_eq!(written, expected as u64);
-        for (left, right) in [(&ours, &theirs), (&theirs, &ours)] {
-            let extra = count(&format!(
-                "SELECT count(*) FROM (SELECT * FROM {left} EXCEPT ALL SELECT * FROM {right})"
-            ))?;
-            assert_eq!(extra, 0, "rows of {left} not in {right}");
-        }
+        assert_same_rows(&connection, &ours, &theirs, "ours and DuckDB's")?;
         assert_eq!(
             crate::tables::columns(&connection, &ours)?,
             crate::tables::columns(&connection, &theirs)?
@@ -748,12 +763,7 @@ mod tests {
             format!("read_parquet({})", path_literal(&whole)),
             format!("read_parquet({})", path_literal(last)),
         );
-        for (left, right) in [(&whole, &added), (&added, &whole)] {
-            let extra = count(&format!(
-                "SELECT count(*) FROM (SELECT * FROM {left} EXCEPT ALL SELECT * FROM {right})"
-            ))?;
-            assert_eq!(extra, 0, "rows of {left} not in {right}");
-        }
+        assert_same_rows(&connection, &whole, &added, &format!("{threads} threads"))?;
         assert_eq!(parts.last().copied(), Some(written));
         assert!(
             parts.first().is_some_and(|first| *first < written),
@@ -1019,12 +1029,8 @@ mod tests {
                 format!("read_parquet({})", path_literal(&counted)),
                 format!("read_parquet({})", path_literal(&path)),
             );
-            for (left, right) in [(&counted, &summed_rows), (&summed_rows, &counted)] {
-                let extra = count(&format!(
-                    "SELECT count(*) FROM (SELECT * FROM {left} EXCEPT ALL SELECT * FROM {right})"
-                ))?;
-                assert_eq!(extra, 0, "{threads} threads: rows of {left} not in {right}");
-            }
+            let what = format!("{threads} threads");
+            assert_same_rows(&connection, &counted, &summed_rows, &what)?;
             // Both ways were taken: some slices counted again (of a null state too), and the
             // waiting attempts, never superseded, summed.
             let recounted = |state: Option<&str>| {
