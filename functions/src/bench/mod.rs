@@ -152,6 +152,9 @@ async fn only_session(storage: &Arc<dyn Storage>) -> anyhow::Result<String> {
 async fn query_in_child(work: &Path, session: &str, repeat: usize) -> anyhow::Result<Value> {
     let exe = std::env::current_exe().context("cannot find the afterglow binary")?;
     let output = tokio::process::Command::new(exe)
+        // The query phase runs as the query function does: `MALLOC_CONF`, which template.yaml
+        // sets for the compact function alone, is compaction's (docs/performance.md).
+        .env_remove("MALLOC_CONF")
         .arg("bench")
         .arg("--query-only")
         .arg("--dir")

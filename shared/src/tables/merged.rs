@@ -362,15 +362,18 @@ fn key<'a>(cursor: &'a Cursor<'_>) -> Row<'a> {
     cursor.keys.row(cursor.at)
 }
 
-/// Writes the batches received to `path`, laid out as `layout` says. Returns the rows
-/// written.
+/// Writes the batches received to `path`, laid out as `layout` says, its columns encoded on
+/// one lane per core. Returns the rows written.
 fn write_all(
     path: &Path,
     schema: SchemaRef,
     layout: &Layout,
     batches: Receiver<RecordBatch>,
 ) -> Result<u64, TableError> {
-    let mut file = ParquetFile::create(path, schema, layout)?;
+    // The merge keeps a core busy; the columns are encoded on one lane per core beside it, as
+    // one encoding thread set the fold's pace (docs/performance.md).
+    let encoders = std::thread::available_parallelism().map_or(1, usize::from);
+    let mut file = ParquetFile::create_on(path, schema, layout, encoders)?;
     for batch in batches {
         file.write(&batch)?;
     }
