@@ -484,26 +484,28 @@ fn only_the_compact_function_keeps_freed_pages_longer() -> anyhow::Result<()> {
         compact.contains("dirty_decay_ms:") && compact.contains("muzzy_decay_ms:"),
         "the compact function's MALLOC_CONF ({compact}) sets no decay"
     );
+    let globals = template
+        .get("Globals")
+        .and_then(|globals| globals.get("Function"));
     ensure!(
-        template
-            .get("Globals")
-            .and_then(|globals| globals.get("Function"))
-            .and_then(|function| function.get("Environment"))
-            .and_then(|environment| environment.get("Variables"))
-            .and_then(|variables| variables.get("MALLOC_CONF"))
+        globals
+            .and_then(|function| variable(function, "MALLOC_CONF"))
             .is_none(),
         "MALLOC_CONF is set for every function"
     );
     for (id, function) in resources(&template, "AWS::Serverless::Function")? {
         let set = function
             .get("Properties")
-            .and_then(|properties| properties.get("Environment"))
-            .and_then(|environment| environment.get("Variables"))
-            .and_then(|variables| variables.get("MALLOC_CONF"));
+            .and_then(|properties| variable(properties, "MALLOC_CONF"));
         ensure!(
             id == "CompactFunction" || set.is_none(),
             "{id} sets MALLOC_CONF"
         );
     }
     Ok(())
+}
+
+/// The environment variable `name` a function's properties (or `Globals.Function`) set.
+fn variable<'a>(function: &'a Value, name: &str) -> Option<&'a Value> {
+    function.get("Environment")?.get("Variables")?.get(name)
 }
