@@ -1,6 +1,13 @@
 //! DuckDB result rows as JSON objects by column name, or as typed structs ([`query_as`]) for
-//! code that reads the values itself.
+//! code that reads the values itself; and stored rows read as Arrow ([`arrow_row`]) as the
+//! same JSON DuckDB's would be.
 
+use duckdb::arrow::array::{Array, ArrayRef, AsArray};
+use duckdb::arrow::datatypes::{
+    DataType, Int8Type, Int16Type, Int32Type, Int64Type, UInt8Type, UInt16Type, UInt32Type,
+    UInt64Type,
+};
+use duckdb::arrow::record_batch::RecordBatch;
 use duckdb::types::{Value, ValueRef};
 use serde_json::{Map, Value as Json};
 
@@ -75,4 +82,45 @@ fn to_json(value: ValueRef<'_>) -> Result<Json, QueryError> {
             )));
         }
     })
+}
+
+/// The value at `row` of `column` as JSON, as [`query_rows`] makes DuckDB's: rows of the
+/// stored table read as Arrow (held in memory, or read by the parquet crate) answer as if
+/// DuckDB had read them. The table has text, integers and flags only; anything else is
+/// refused.
+pub fn arrow_value(column: &ArrayRef, row: usize) -> Result<Json, QueryError> {
+    if column.is_null(row) {
+        return Ok(Json::Null);
+    }
+    Ok(match column.data_type() {
+        DataType::Utf8 => column.as_string::<i32>().value(row).into(),
+        DataType::LargeUtf8 => column.as_string::<i64>().value(row).into(),
+        DataType::Utf8View => column.as_string_view().value(row).into(),
+        DataType::Boolean => column.as_boolean().value(row).into(),
+        DataType::Int8 => column.as_primitive::<Int8Type>().value(row).into(),
+        DataType::Int16 => column.as_primitive::<Int16Type>().value(row).into(),
+        DataType::Int32 => column.as_primitive::<Int32Type>().value(row).into(),
+        DataType::Int64 => column.as_primitive::<Int64Type>().value(row).into(),
+        DataType::UInt8 => column.as_primitive::<UInt8Type>().value(row).into(),
+        DataType::UInt16 => column.as_primitive::<UInt16Type>().value(row).into(),
+        DataType::UInt32 => column.as_primitive::<UInt32Type>().value(row).into(),
+        DataType::UInt64 => column.as_primitive::<UInt64Type>().value(row).into(),
+        other => {
+            return Err(QueryError::Internal(format!(
+                "no JSON for a stored {other} value"
+            )));
+        }
+    })
+}
+
+/// Row `row` of `batch` as [`query_rows`] gives DuckDB's `SELECT *` of it: column name →
+/// value, in the batch's order.
+pub fn arrow_row(batch: &RecordBatch, row: usize) -> Result<JsonRow, QueryError> {
+    batch
+        .schema()
+        .fields()
+        .iter()
+        .zip(batch.columns())
+        .map(|(field, column)| Ok((field.name().clone(), arrow_value(column, row)?)))
+        .collect()
 }

@@ -170,6 +170,8 @@ pub struct QueryEngine {
     key_index_lookups: AtomicU64,
     resident: Arc<resident::ResidentRows>,
     resident_reads: AtomicU64,
+    /// Footers of the files task lookups read with the parquet crate.
+    footers: Arc<crate::tables::task_block::Footers>,
 }
 
 impl QueryEngine {
@@ -217,6 +219,7 @@ impl QueryEngine {
             key_index_lookups: AtomicU64::new(0),
             resident: Arc::new(resident::ResidentRows::new(settings.resident_bytes)),
             resident_reads: AtomicU64::new(0),
+            footers: Arc::default(),
             settings,
         })
     }

@@ -253,6 +253,11 @@ impl TaskFilter {
         }
     }
 
+    /// Whether [`Self::passes_stored`] decides this filter (on every row), rather than SQL.
+    pub fn decided_in_rust(&self) -> bool {
+        self.passes_stored(&serde_json::Map::new()).is_some()
+    }
+
     /// Whether a stored `task_attempts` row (as JSON) passes this filter, for a filter of a
     /// scope and which kinds of attempts only (drivers, attempts without a definition), as
     /// [`super::sql::task_conditions`] decides it in SQL; `None` for a filter on anything

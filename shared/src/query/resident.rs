@@ -15,16 +15,11 @@ use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use duckdb::arrow::array::{Array, ArrayRef, AsArray};
-use duckdb::arrow::datatypes::{
-    DataType, Int8Type, Int16Type, Int32Type, Int64Type, UInt8Type, UInt16Type, UInt32Type,
-    UInt64Type,
-};
 use duckdb::arrow::record_batch::RecordBatch;
 use serde_json::Value as Json;
 
 use super::QueryError;
-use super::json::JsonRow;
+use super::json::{JsonRow, arrow_row, arrow_value};
 use crate::storage::ObjectKey;
 use crate::tables::newest::read_parquet;
 
@@ -81,7 +76,7 @@ impl FileRows {
                 QueryError::Internal(format!("{} has no task_id column", path.display()))
             })?;
             for row in 0..batch.num_rows() {
-                let Json::String(task_id) = value(ids, row)? else {
+                let Json::String(task_id) = arrow_value(ids, row)? else {
                     return Err(QueryError::Internal(format!(
                         "{} holds a row without a task id",
                         path.display()
@@ -111,13 +106,7 @@ impl FileRows {
                 let batch = self.batches.get(*at).ok_or_else(|| {
                     QueryError::Internal(format!("no batch {at} of {}", self.batches.len()))
                 })?;
-                let schema = batch.schema();
-                schema
-                    .fields()
-                    .iter()
-                    .zip(batch.columns())
-                    .map(|(field, column)| Ok((field.name().clone(), value(column, *row)?)))
-                    .collect()
+                arrow_row(batch, *row)
             })
             .collect()
     }
@@ -126,34 +115,6 @@ impl FileRows {
     pub fn bytes(&self) -> u64 {
         self.bytes
     }
-}
-
-/// The value at `row` of `column` as JSON, as [`super::json::query_rows`] makes DuckDB's (the stored table
-/// has text, integers and flags only; anything else is refused, and the file then read by
-/// DuckDB).
-fn value(column: &ArrayRef, row: usize) -> Result<Json, QueryError> {
-    if column.is_null(row) {
-        return Ok(Json::Null);
-    }
-    Ok(match column.data_type() {
-        DataType::Utf8 => column.as_string::<i32>().value(row).into(),
-        DataType::LargeUtf8 => column.as_string::<i64>().value(row).into(),
-        DataType::Utf8View => column.as_string_view().value(row).into(),
-        DataType::Boolean => column.as_boolean().value(row).into(),
-        DataType::Int8 => column.as_primitive::<Int8Type>().value(row).into(),
-        DataType::Int16 => column.as_primitive::<Int16Type>().value(row).into(),
-        DataType::Int32 => column.as_primitive::<Int32Type>().value(row).into(),
-        DataType::Int64 => column.as_primitive::<Int64Type>().value(row).into(),
-        DataType::UInt8 => column.as_primitive::<UInt8Type>().value(row).into(),
-        DataType::UInt16 => column.as_primitive::<UInt16Type>().value(row).into(),
-        DataType::UInt32 => column.as_primitive::<UInt32Type>().value(row).into(),
-        DataType::UInt64 => column.as_primitive::<UInt64Type>().value(row).into(),
-        other => {
-            return Err(QueryError::Internal(format!(
-                "no JSON for a held {other} value"
-            )));
-        }
-    })
 }
 
 impl ResidentRows {

@@ -6,15 +6,15 @@ use std::sync::Arc;
 use duckdb::types::Value;
 use serde_json::{Map, Value as Json, json};
 
-use super::json::{JsonRow, query_as, query_rows};
+use super::json::{JsonRow, arrow_row, query_as, query_rows};
 use super::params::{Cursor, Params, Scope, TaskFilter, parse_hex};
 use super::rollups;
 use super::snapshot::{IndexedFile, Needs, Snapshot, session_stats};
 use super::sql::{Relation, Sql, SupersededRead, newest_rows, read_parquet, task_conditions};
 use super::task_page::{TIE_BREAK, TaskPage, TaskSort};
 use super::{QueryEngine, QueryError};
-use crate::tables::key_index;
 use crate::tables::task_attempts::status_columns;
+use crate::tables::{key_index, task_block};
 
 /// The fields of a task-table row (DESIGN §4), by Ray's state-API names.
 pub(super) const ROW_COLUMNS: &[&str] = &[
@@ -421,13 +421,17 @@ pub(super) async fn task(
 
 /// The attempts of `task_id` that `filter` selects, in attempt order, found through the key
 /// indexes of the files in scope (or in the rows held in memory, which a lookup through them
-/// has the engine load when the scope is small); `None` when a file in scope has no key
-/// index.
+/// has the engine load when the scope is small); `None`, to scan instead, when a file in scope
+/// has no key index or `filter` is not one decided in Rust.
 pub(super) async fn task_attempts_indexed(
     engine: &QueryEngine,
     filter: &TaskFilter,
     task_id: &str,
 ) -> Result<Option<Vec<JsonRow>>, QueryError> {
+    // The rows found are checked in Rust, whether held in memory or read from their block.
+    if !filter.decided_in_rust() {
+        return Ok(None);
+    }
     // The key indexes first, alone: a cold Lambda then downloads them and the few files they
     // name, not the session's base.
     let indexed = engine
@@ -469,32 +473,26 @@ fn task_by_scan(relation: &Relation, task_id: &str, filter: &TaskFilter) -> Sql 
     sql
 }
 
-/// The attempts of `task_id` that `filter` selects among the `indexes` in scope, in attempt
-/// order: each attempt's version in the newest file that has it is its newest (see
-/// [`crate::tables::newest`]). Files held in memory ([`super::resident`]) are read there
-/// when the filter can be checked on a held row ([`TaskFilter::passes_stored`]); the others
-/// through their key indexes.
+/// The attempts of `task_id` that `filter` (one [`TaskFilter::decided_in_rust`]) selects among
+/// the `indexes` in scope, in attempt order: each attempt's version in the newest file that has
+/// it is its newest (see [`crate::tables::newest`]). Files held in memory
+/// ([`super::resident`]) are read there; the others through their key indexes.
 pub(super) async fn task_in_indexed_files(
     engine: &QueryEngine,
     indexes: &[IndexedFile],
     task_id: &str,
     filter: &TaskFilter,
 ) -> Result<Vec<JsonRow>, QueryError> {
-    // Held rows answer only a filter decided in Rust.
-    let checkable = filter.passes_stored(&JsonRow::new()).is_some();
     let held: Vec<_> = indexes
         .iter()
-        .map(|file| checkable.then(|| engine.resident.get(&file.data)).flatten())
+        .map(|file| engine.resident.get(&file.data))
         .collect();
     let mut versions = Vec::new();
     for (position, rows) in held.iter().enumerate() {
         let Some(rows) = rows else { continue };
         engine.count_resident_read();
-        for mut row in rows.rows_of(task_id)? {
-            let passes = filter.passes_stored(&row);
-            row.insert("file_position".to_owned(), json!(position));
-            row.insert("passes".to_owned(), json!(passes));
-            versions.push(row);
+        for row in rows.rows_of(task_id)? {
+            versions.push(version(row, position, filter));
         }
     }
     // Positions (in `indexes`) of the files read from disk.
@@ -525,9 +523,10 @@ pub(super) async fn task_in_indexed_files(
 }
 
 /// Every version of `task_id`'s attempts in the `blocks` (position in `indexes`, block) its
-/// key indexes name, each saying which file it came from (`file_position`) and whether it
-/// passes `filter` (`passes`). Only the files named are fetched; one that is gone costs its
-/// rows.
+/// key indexes name, each made a [`version`]. Only the files named are fetched; one that is
+/// gone costs its rows. The parquet crate reads them, decoding only the pages that hold the
+/// task's rows ([`task_block`]); a file it cannot read fails the lookup, as it would fail a
+/// fold.
 async fn task_in_blocks(
     engine: &QueryEngine,
     indexes: &[IndexedFile],
@@ -553,47 +552,45 @@ async fn task_in_blocks(
         })
         .collect::<Result<Vec<_>, _>>()?;
     let pins = engine.fetch(&keys).await?;
-    // Every version of the task's attempts, each saying whether it passes the filter; the
-    // newest is chosen, and the attempts ordered, here. (In SQL, by a window over the
-    // versions, the same answer took twice as long to plan and run: 7.8 against 4.1 ms for
-    // two small files; sorting the wide rows alone cost 1 ms of a 3.5 ms read.)
-    let mut versions = Sql::default();
-    for (file, block) in blocks {
-        let Some(path) = named
-            .iter()
-            .position(|named| named == file)
-            .and_then(|at| pins.files().get(at).cloned().flatten())
-        else {
-            continue;
-        };
-        let (first, last) = key_index::block_rows(*block);
-        if !versions.text.is_empty() {
-            versions.push(" UNION ALL BY NAME ");
+    // Each block to read: (position in `indexes`, local file, its rows).
+    let reads: Vec<(usize, PathBuf, (u64, u64))> = blocks
+        .iter()
+        .filter_map(|(file, block)| {
+            let path = named
+                .iter()
+                .position(|named| named == file)
+                .and_then(|at| pins.files().get(at).cloned().flatten())?;
+            Some((*file, path, key_index::block_rows(*block)))
+        })
+        .collect();
+    let footers = Arc::clone(&engine.footers);
+    let (task_id, filter) = (task_id.to_owned(), filter.clone());
+    let read = tokio::task::spawn_blocking(move || {
+        // Pinned, the files stay in the cache until every block is read.
+        let _pins = pins;
+        let mut versions = Vec::new();
+        for (file, path, rows) in reads {
+            let batches = task_block::task_rows(&footers, &path, rows, &task_id)
+                .map_err(|err| QueryError::Internal(err.to_string()))?;
+            for batch in &batches {
+                for row in 0..batch.num_rows() {
+                    versions.push(version(arrow_row(batch, row)?, file, &filter));
+                }
+            }
         }
-        let rows = Relation::over_files(
-            read_parquet(&[&path], ", file_row_number = true"),
-            Some(Arc::clone(&pins)),
-        );
-        versions
-            .push("SELECT * EXCLUDE (file_row_number), ")
-            .number(*file)
-            .push(" AS file_position, (")
-            .append(task_conditions(filter))
-            .push(") AS passes FROM ")
-            .relation(&rows)
-            .push(" WHERE file_row_number BETWEEN ")
-            .number(first)
-            .push(" AND ")
-            .number(last)
-            .push(" AND task_id = ")
-            .bind(task_id.to_owned());
-    }
-    if versions.text.is_empty() {
-        return Ok(Vec::new());
-    }
-    engine
-        .run(move |connection| query_rows(connection, &versions.text, &versions.params))
-        .await
+        Ok(versions)
+    });
+    read.await
+        .map_err(|err| QueryError::Internal(err.to_string()))?
+}
+
+/// A stored version of an attempt, saying which file it came from (`file_position`, its
+/// position in scope) and whether it passes `filter` (`passes`), for [`newest_passing`].
+fn version(mut row: JsonRow, file_position: usize, filter: &TaskFilter) -> JsonRow {
+    let passes = filter.passes_stored(&row);
+    row.insert("file_position".to_owned(), json!(file_position));
+    row.insert("passes".to_owned(), json!(passes));
+    row
 }
 
 /// Each attempt's newest version (from the file latest in the manifest), in attempt order,

@@ -14,6 +14,7 @@ mod parquet_file;
 pub mod report_times;
 pub mod rollup;
 pub mod task_attempts;
+pub mod task_block;
 
 /// An in-memory DuckDB with nothing downloaded or auto-loaded, keeping the Parquet footers it
 /// has parsed: the one way compaction and queries open it.
