@@ -4,8 +4,8 @@
 
 use duckdb::arrow::array::{Array, ArrayRef, AsArray};
 use duckdb::arrow::datatypes::{
-    DataType, Int8Type, Int16Type, Int32Type, Int64Type, UInt8Type, UInt16Type, UInt32Type,
-    UInt64Type,
+    DataType, Float32Type, Float64Type, Int8Type, Int16Type, Int32Type, Int64Type, UInt8Type,
+    UInt16Type, UInt32Type, UInt64Type,
 };
 use duckdb::arrow::record_batch::RecordBatch;
 use duckdb::types::{Value, ValueRef};
@@ -86,8 +86,8 @@ fn to_json(value: ValueRef<'_>) -> Result<Json, QueryError> {
 
 /// The value at `row` of `column` as JSON, as [`query_rows`] makes DuckDB's: rows of the
 /// stored table read as Arrow (held in memory, or read by the parquet crate) answer as if
-/// DuckDB had read them. The table has text, integers and flags only; anything else is
-/// refused.
+/// DuckDB had read them: text, integers, floats and flags (the table stores no other kind);
+/// anything else is refused, as [`query_rows`] refuses it.
 pub fn arrow_value(column: &ArrayRef, row: usize) -> Result<Json, QueryError> {
     if column.is_null(row) {
         return Ok(Json::Null);
@@ -97,6 +97,8 @@ pub fn arrow_value(column: &ArrayRef, row: usize) -> Result<Json, QueryError> {
         DataType::LargeUtf8 => column.as_string::<i64>().value(row).into(),
         DataType::Utf8View => column.as_string_view().value(row).into(),
         DataType::Boolean => column.as_boolean().value(row).into(),
+        DataType::Float32 => f64::from(column.as_primitive::<Float32Type>().value(row)).into(),
+        DataType::Float64 => column.as_primitive::<Float64Type>().value(row).into(),
         DataType::Int8 => column.as_primitive::<Int8Type>().value(row).into(),
         DataType::Int16 => column.as_primitive::<Int16Type>().value(row).into(),
         DataType::Int32 => column.as_primitive::<Int32Type>().value(row).into(),

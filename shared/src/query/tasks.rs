@@ -422,7 +422,8 @@ pub(super) async fn task(
 /// The attempts of `task_id` that `filter` selects, in attempt order, found through the key
 /// indexes of the files in scope (or in the rows held in memory, which a lookup through them
 /// has the engine load when the scope is small); `None`, to scan instead, when a file in scope
-/// has no key index or `filter` is not one decided in Rust.
+/// has no key index, `filter` is not one decided in Rust, or a block is one the parquet crate
+/// cannot read.
 pub(super) async fn task_attempts_indexed(
     engine: &QueryEngine,
     filter: &TaskFilter,
@@ -446,7 +447,9 @@ pub(super) async fn task_attempts_indexed(
     let Some(indexes) = indexed.key_indexes else {
         return Ok(None);
     };
-    let rows = task_in_indexed_files(engine, &indexes, task_id, filter).await?;
+    let Some(rows) = task_in_indexed_files(engine, &indexes, task_id, filter).await? else {
+        return Ok(None);
+    };
     let files: Vec<_> = indexes
         .iter()
         .map(|file| (file.data.clone(), file.rows))
@@ -476,13 +479,14 @@ fn task_by_scan(relation: &Relation, task_id: &str, filter: &TaskFilter) -> Sql 
 /// The attempts of `task_id` that `filter` (one [`TaskFilter::decided_in_rust`]) selects among
 /// the `indexes` in scope, in attempt order: each attempt's version in the newest file that has
 /// it is its newest (see [`crate::tables::newest`]). Files held in memory
-/// ([`super::resident`]) are read there; the others through their key indexes.
+/// ([`super::resident`]) are read there; the others through their key indexes. `None` when a
+/// block is one the parquet crate cannot read.
 pub(super) async fn task_in_indexed_files(
     engine: &QueryEngine,
     indexes: &[IndexedFile],
     task_id: &str,
     filter: &TaskFilter,
-) -> Result<Vec<JsonRow>, QueryError> {
+) -> Result<Option<Vec<JsonRow>>, QueryError> {
     let held: Vec<_> = indexes
         .iter()
         .map(|file| engine.resident.get(&file.data))
@@ -517,23 +521,27 @@ pub(super) async fn task_in_indexed_files(
             .into_iter()
             .filter_map(|(at, block)| unheld.get(at).map(|position| (*position, block)))
             .collect();
-        versions.extend(task_in_blocks(engine, indexes, &blocks, task_id, filter).await?);
+        let Some(read) = task_in_blocks(engine, indexes, &blocks, task_id, filter).await? else {
+            return Ok(None);
+        };
+        versions.extend(read);
     }
-    Ok(newest_passing(versions))
+    Ok(Some(newest_passing(versions)))
 }
 
 /// Every version of `task_id`'s attempts in the `blocks` (position in `indexes`, block) its
 /// key indexes name, each made a [`version`]. Only the files named are fetched; one that is
-/// gone costs its rows. The parquet crate reads them, decoding only the pages that hold the
-/// task's rows ([`task_block`]); a file it cannot read fails the lookup, as it would fail a
-/// fold.
+/// gone costs its rows. The parquet crate reads them: the block's task ids, and of the other
+/// columns only the pages that hold the task's rows ([`task_block`]). `None` when it cannot
+/// read one (logged): the lookup then scans with DuckDB, as a fold falls back to DuckDB for
+/// files the crate cannot merge.
 async fn task_in_blocks(
     engine: &QueryEngine,
     indexes: &[IndexedFile],
     blocks: &[(usize, u32)],
     task_id: &str,
     filter: &TaskFilter,
-) -> Result<Vec<JsonRow>, QueryError> {
+) -> Result<Option<Vec<JsonRow>>, QueryError> {
     let mut named: Vec<usize> = blocks.iter().map(|(file, _)| *file).collect();
     named.sort_unstable();
     named.dedup();
@@ -570,15 +578,20 @@ async fn task_in_blocks(
         let _pins = pins;
         let mut versions = Vec::new();
         for (file, path, rows) in reads {
-            let batches = task_block::task_rows(&footers, &path, rows, &task_id)
-                .map_err(|err| QueryError::Internal(err.to_string()))?;
+            let batches = match task_block::task_rows(&footers, &path, rows, &task_id) {
+                Ok(batches) => batches,
+                Err(err) => {
+                    tracing::warn!(error = %err, "a block the parquet crate cannot read: the lookup scans");
+                    return Ok(None);
+                }
+            };
             for batch in &batches {
                 for row in 0..batch.num_rows() {
                     versions.push(version(arrow_row(batch, row)?, file, &filter));
                 }
             }
         }
-        Ok(versions)
+        Ok(Some(versions))
     });
     read.await
         .map_err(|err| QueryError::Internal(err.to_string()))?

@@ -6,7 +6,7 @@
 //! 10 M attempts at or over its 50 ms line (docs/performance.md). The crate compares the
 //! block's task ids and then, through the file's offset index, decodes only the page of each
 //! other column that holds a matching row. A file written without an offset index (DuckDB's)
-//! is still read correctly, its row groups whole.
+//! is still read correctly, its pages found by their headers.
 //!
 //! The key indexes stay DuckDB's to read: DuckDB writes their `UINTEGER` keys delta-encoded
 //! with first values past `i32::MAX`, which the crate refuses ("first value too large").
@@ -248,7 +248,7 @@ mod tests {
 
     use super::*;
     use crate::query::json::{JsonRow, arrow_row, query_rows};
-    use crate::tables::newest::read_parquet;
+    use crate::tables::newest::{path_literal, read_parquet};
     use crate::tables::parquet_file::{Layout, ParquetFile};
 
     /// The task id of `row` in [`rows`]: every seventh row's repeats one of 13, so tasks recur
@@ -355,12 +355,13 @@ mod tests {
                 .is_some_and(|index| index.has_offset_indexes()),
             "no offset index: every page would be decoded"
         );
-        // As earlier builds had DuckDB write data files.
+        // As DuckDB writes data files (earlier builds; a fold's base when the crate's merge
+        // declines).
         let theirs = dir.path().join("theirs.parquet");
         connection.execute_batch(&format!(
-            "COPY (SELECT * FROM {}) TO '{}' (FORMAT parquet, COMPRESSION zstd, PARQUET_VERSION V2, ROW_GROUP_SIZE 20480)",
+            "COPY (SELECT * FROM {}) TO {} (FORMAT parquet, COMPRESSION zstd, PARQUET_VERSION V2, ROW_GROUP_SIZE 20480)",
             read_parquet(&[&ours], ""),
-            theirs.display()
+            path_literal(&theirs)
         ))?;
         let blocks: [(u64, u64); 6] = [
             (0, 29_999),

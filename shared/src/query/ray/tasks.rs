@@ -205,7 +205,7 @@ fn one_task(query: &RayQuery) -> Option<String> {
 /// `api/v0/tasks` for one task id: its attempts found as `/api/tasks/{id}` finds them (key
 /// indexes, or rows held in memory) instead of by scanning the session, and `total` counted as
 /// the summary counts it (from rollups). At a million attempts the scan took 140 ms. `None`
-/// when a file in scope has no key index.
+/// when the lookup would have to scan (see `task_attempts_indexed`).
 async fn list_one_task(
     engine: &QueryEngine,
     scope: &Scope,
