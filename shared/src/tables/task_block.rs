@@ -38,7 +38,7 @@ const FOOTER_BYTES: usize = 64 << 20;
 /// Parsed footers (with offset indexes) of the files lookups read, so a lookup does not parse
 /// a 10 M base's ~6 000 column chunks and their page locations again. Files are never
 /// rewritten under a name; a footer is used only while its file's length and modification
-/// time are those it was read at.
+/// time are those it was read at. One larger than the whole budget is used once, not held.
 #[derive(Debug)]
 pub struct Footers {
     held: Mutex<Held>,
@@ -109,6 +109,11 @@ impl Footers {
         let mut held = self.lock();
         if let Some(gone) = held.footers.remove(path) {
             held.bytes -= gone.bytes;
+        }
+        // A footer larger than the whole budget is used for this read only: holding it would
+        // evict every other footer and still exceed the budget.
+        if bytes > self.budget {
+            return Ok(metadata);
         }
         while held.bytes + bytes > self.budget {
             let Some(oldest) = held
@@ -427,16 +432,69 @@ mod tests {
         let first = read(0)?;
         read(1)?;
         // Held: the same footer, not parsed again.
-        assert!(std::sync::Arc::ptr_eq(
-            read(0)?.metadata(),
-            first.metadata()
-        ));
+        assert!(Arc::ptr_eq(read(0)?.metadata(), first.metadata()));
         read(2)?;
         let held = footers.lock();
         let mut names: Vec<_> = held.footers.keys().collect();
         names.sort();
         assert_eq!(names, vec![&paths[0], &paths[2]]);
         assert_eq!(held.bytes, 2 * size);
+        Ok(())
+    }
+
+    /// A footer larger than the budget is not held, and costs the footers held nothing.
+    #[test]
+    fn a_footer_larger_than_the_budget_is_not_held() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let (small, large) = (
+            dir.path().join("small.parquet"),
+            dir.path().join("large.parquet"),
+        );
+        write(&small, &rows(100, 0)?)?;
+        write(&large, &rows(70_000, 0)?)?;
+        let size = |path: &Path| -> Result<usize, Box<dyn std::error::Error>> {
+            Ok(Footers::default()
+                .of(path, &File::open(path)?)?
+                .metadata()
+                .memory_size())
+        };
+        let (small_size, large_size) = (size(&small)?, size(&large)?);
+        assert!(small_size < large_size, "{small_size} {large_size}");
+        let footers = Footers::within(large_size - 1);
+        footers.of(&small, &File::open(&small)?)?;
+        let read = footers.of(&large, &File::open(&large)?)?;
+        assert_eq!(read.metadata().file_metadata().num_rows(), 70_000);
+        {
+            let held = footers.lock();
+            assert_eq!(held.footers.keys().collect::<Vec<_>>(), vec![&small]);
+            assert_eq!(held.bytes, small_size);
+        }
+        // A file too large to hold, written over one held: the held footer goes too.
+        write(&small, &rows(70_000, 0)?)?;
+        footers.of(&small, &File::open(&small)?)?;
+        let held = footers.lock();
+        assert!(held.footers.is_empty());
+        assert_eq!(held.bytes, 0);
+        Ok(())
+    }
+
+    /// A footer is parsed again once its file's modification time is not the one it was read
+    /// at, though the length is the same.
+    #[test]
+    fn a_footer_is_parsed_again_when_its_file_was_modified()
+    -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("file.parquet");
+        write(&path, &rows(100, 0)?)?;
+        let footers = Footers::default();
+        let first = footers.of(&path, &File::open(&path)?)?;
+        let again = footers.of(&path, &File::open(&path)?)?;
+        assert!(Arc::ptr_eq(first.metadata(), again.metadata()));
+        let file = File::options().write(true).open(&path)?;
+        let modified = file.metadata()?.modified()?;
+        file.set_modified(modified - std::time::Duration::from_secs(60))?;
+        let after = footers.of(&path, &File::open(&path)?)?;
+        assert!(!Arc::ptr_eq(first.metadata(), after.metadata()));
         Ok(())
     }
 
