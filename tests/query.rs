@@ -1255,13 +1255,24 @@ async fn rollups_count_what_a_scan_counts() -> anyhow::Result<()> {
     let storage: Arc<dyn Storage> = Arc::new(local);
     ingest_failing_sessions(&storage, "rollups", [21, 22], 8_000, 3).await?;
     let (compactor, _scratch) = compactor_folding_past(&storage, 4)?;
+    // Every base a fold installed, seen in the manifests after each run.
+    let mut bases = BTreeSet::new();
     for batch in compactor.raw_keys().await?.chunks(3) {
         compactor.compact(batch).await?;
+        for meta in storage.list("tables/manifests/").await? {
+            let manifest = shared::tables::manifest::load(&*storage, &meta.key)
+                .await?
+                .manifest;
+            bases.extend(manifest.task_attempts.base.into_iter().map(|base| base.key));
+        }
     }
-    // Folds summed their bases' rollups from the rollups they replaced.
+    // Every fold summed its base's rollup from the rollups it replaced.
+    ensure!(bases.len() >= 2, "{} folds", bases.len());
     ensure!(
-        compactor.folds_summed() > 0,
-        "no fold summed its base's rollup"
+        compactor.folds_summed() == u64::try_from(bases.len())?,
+        "{} of {} folds summed their base's rollup",
+        compactor.folds_summed(),
+        bases.len()
     );
     let mut rollups = 0;
     let mut minus_rows = 0;

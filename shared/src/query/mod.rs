@@ -35,7 +35,7 @@ pub use self::aggregates::BUCKET_BOUNDS_MS;
 pub use self::logs::TaskLog;
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -374,15 +374,96 @@ impl QueryEngine {
     ) -> Result<T, QueryError> {
         let connection = self.connection()?;
         let interrupt = connection.interrupt_handle();
-        let mut job = tokio::task::spawn_blocking(move || work(&connection));
-        match tokio::time::timeout(self.settings.timeout, &mut job).await {
-            Ok(joined) => joined.map_err(|err| QueryError::Internal(err.to_string()))?,
-            Err(_) => {
-                interrupt.interrupt();
-                // Wait for the interrupted query, so no work outlives the request.
-                let _ = job.await;
-                Err(QueryError::Timeout(self.settings.timeout))
-            }
+        let job = tokio::task::spawn_blocking(move || work(&connection));
+        within_deadline(self.settings.timeout, job, move || interrupt.interrupt()).await
+    }
+
+    /// Runs `work` that is not DuckDB's (the parquet crate's block reads) off the async
+    /// executor under the deadline [`Self::run`] keeps: once it passes, or the request is
+    /// dropped, `work`'s flag is set, and `work` gives up at its next check of it.
+    async fn run_stoppable<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&AtomicBool) -> Result<T, QueryError> + Send + 'static,
+    ) -> Result<T, QueryError> {
+        let stop = StopOnDrop(Arc::new(AtomicBool::new(false)));
+        let flag = Arc::clone(&stop.0);
+        let job = tokio::task::spawn_blocking(move || work(&flag));
+        within_deadline(self.settings.timeout, job, || stop.set()).await
+    }
+}
+
+/// A flag that work off the executor checks, set when it is dropped: a request whose future is
+/// dropped (its client gone) stops its work too.
+struct StopOnDrop(Arc<AtomicBool>);
+
+impl StopOnDrop {
+    fn set(&self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.set();
+    }
+}
+
+/// `job`'s answer if it comes within `timeout`; else `stop` tells it to give up, and the request
+/// is a timeout once it has: no work outlives the request.
+async fn within_deadline<T>(
+    timeout: Duration,
+    mut job: tokio::task::JoinHandle<Result<T, QueryError>>,
+    stop: impl FnOnce(),
+) -> Result<T, QueryError> {
+    match tokio::time::timeout(timeout, &mut job).await {
+        Ok(joined) => joined.map_err(|err| QueryError::Internal(err.to_string()))?,
+        Err(_) => {
+            stop();
+            let _ = job.await;
+            Err(QueryError::Timeout(timeout))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Work past its deadline is told to stop and is waited for: the request's timeout comes
+    /// only once the work has ended, so none outlives the request. The work here ends only when
+    /// told (or after ten seconds, failing the test instead of hanging it).
+    #[tokio::test]
+    async fn work_past_its_deadline_is_stopped_and_waited_for()
+    -> Result<(), Box<dyn std::error::Error>> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let ended = Arc::new(AtomicBool::new(false));
+        let (flag, done) = (Arc::clone(&stop), Arc::clone(&ended));
+        let job = tokio::task::spawn_blocking(move || {
+            let started = std::time::Instant::now();
+            while !flag.load(Ordering::Relaxed) {
+                if started.elapsed() > Duration::from_secs(10) {
+                    return Ok("never told to stop");
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            done.store(true, Ordering::Relaxed);
+            Ok("stopped")
+        });
+        let answer = within_deadline(Duration::from_millis(50), job, move || {
+            stop.store(true, Ordering::Relaxed);
+        })
+        .await;
+        assert!(matches!(answer, Err(QueryError::Timeout(_))), "{answer:?}");
+        assert!(
+            ended.load(Ordering::Relaxed),
+            "the timeout came before the work ended"
+        );
+        // Work within its deadline is answered.
+        let quick = tokio::task::spawn_blocking(|| Ok(7));
+        assert_eq!(
+            within_deadline(Duration::from_secs(10), quick, || ()).await?,
+            7
+        );
+        Ok(())
     }
 }

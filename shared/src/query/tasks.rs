@@ -2,6 +2,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use duckdb::types::Value;
 use serde_json::{Map, Value as Json, json};
@@ -534,7 +535,8 @@ pub(super) async fn task_in_indexed_files(
 /// gone costs its rows. The parquet crate reads them: the block's task ids, and of the other
 /// columns only the pages that hold the task's rows ([`task_block`]). `None` when it cannot
 /// read one (logged): the lookup then scans with DuckDB, as a fold falls back to DuckDB for
-/// files the crate cannot merge.
+/// files the crate cannot merge. The reads keep the deadline of each of the engine's calls
+/// (`QuerySettings::timeout`), as DuckDB's statements do.
 async fn task_in_blocks(
     engine: &QueryEngine,
     indexes: &[IndexedFile],
@@ -573,28 +575,47 @@ async fn task_in_blocks(
         .collect();
     let footers = Arc::clone(&engine.footers);
     let (task_id, filter) = (task_id.to_owned(), filter.clone());
-    let read = tokio::task::spawn_blocking(move || {
-        // Pinned, the files stay in the cache until every block is read.
-        let _pins = pins;
-        let mut versions = Vec::new();
-        for (file, path, rows) in reads {
-            let batches = match task_block::task_rows(&footers, &path, rows, &task_id) {
-                Ok(batches) => batches,
-                Err(err) => {
-                    tracing::warn!(error = %err, "a block the parquet crate cannot read: the lookup scans");
-                    return Ok(None);
-                }
-            };
-            for batch in &batches {
-                for row in 0..batch.num_rows() {
-                    versions.push(version(arrow_row(batch, row)?, file, &filter));
-                }
+    engine
+        .run_stoppable(move |stop| {
+            // Pinned, the files stay in the cache until every block is read.
+            let _pins = pins;
+            read_blocks(&footers, &reads, &task_id, &filter, stop)
+        })
+        .await
+}
+
+/// Every version of `task_id`'s attempts in the `reads` (position in scope, local file, its
+/// block's rows), each made a [`version`]; `None` when the parquet crate cannot read one
+/// (logged). Once `stop` is set (the deadline passed, or the request is gone) it reads no
+/// further block.
+fn read_blocks(
+    footers: &task_block::Footers,
+    reads: &[(usize, PathBuf, (u64, u64))],
+    task_id: &str,
+    filter: &TaskFilter,
+    stop: &AtomicBool,
+) -> Result<Option<Vec<JsonRow>>, QueryError> {
+    let mut versions = Vec::new();
+    for (file, path, rows) in reads {
+        if stop.load(Ordering::Relaxed) {
+            return Err(QueryError::Internal(
+                "the lookup's block reads were stopped at its deadline".into(),
+            ));
+        }
+        let batches = match task_block::task_rows(footers, path, *rows, task_id) {
+            Ok(batches) => batches,
+            Err(err) => {
+                tracing::warn!(error = %err, "a block the parquet crate cannot read: the lookup scans");
+                return Ok(None);
+            }
+        };
+        for batch in &batches {
+            for row in 0..batch.num_rows() {
+                versions.push(version(arrow_row(batch, row)?, *file, filter));
             }
         }
-        Ok(Some(versions))
-    });
-    read.await
-        .map_err(|err| QueryError::Internal(err.to_string()))?
+    }
+    Ok(Some(versions))
 }
 
 /// A stored version of an attempt, saying which file it came from (`file_position`, its
@@ -744,6 +765,22 @@ mod tests {
         rows.iter()
             .filter_map(|row| row.get("n").and_then(Json::as_i64))
             .collect()
+    }
+
+    /// Past the deadline no block is read: the read stops instead of going on to a file (here
+    /// one that is gone, which a read would report as a block the crate cannot read).
+    #[test]
+    fn block_reads_stop_at_the_deadline() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let reads = [(0, dir.path().join("gone.parquet"), (0, 122_879))];
+        let footers = task_block::Footers::default();
+        let filter = TaskFilter::default();
+        let task_id = "ab".repeat(24);
+        let on_time = read_blocks(&footers, &reads, &task_id, &filter, &AtomicBool::new(false));
+        assert!(matches!(on_time, Ok(None)), "{on_time:?}");
+        let late = read_blocks(&footers, &reads, &task_id, &filter, &AtomicBool::new(true));
+        assert!(matches!(late, Err(QueryError::Internal(_))), "{late:?}");
+        Ok(())
     }
 
     #[test]

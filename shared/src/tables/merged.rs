@@ -8,12 +8,18 @@
 //! is read once in order, and the merged rows are encoded on a thread of their own while the
 //! next are merged (docs/performance.md).
 //!
+//! Most of a large base is not changed by the deltas folded into it: a session goes on at
+//! each job's newest attempts, and replaces the versions of attempts that were still running.
+//! The base's row groups that no delta row falls among and none of whose rows is replaced are
+//! copied into the new base as they are encoded, without decoding a column
+//! ([`copyable_groups`]); only the others are merged.
+//!
 //! Files this build cannot merge are left to DuckDB, which matches columns by name and sorts
 //! whatever it is given: a delta without a deletion vector or files of other columns
 //! ([`merge_newest`] answers `None`), and a file found out of order or unreadable here (an
 //! error, after which nothing of the merge is left on disk).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::fs::File;
 use std::path::Path;
 use std::sync::Arc;
@@ -23,10 +29,13 @@ use duckdb::Connection;
 use duckdb::arrow::array::RecordBatch;
 use duckdb::arrow::compute::{SortOptions, interleave_record_batch};
 use duckdb::arrow::datatypes::{Field, Schema, SchemaRef};
-use duckdb::arrow::row::{Row, RowConverter, Rows, SortField};
+use duckdb::arrow::row::{OwnedRow, Row, RowConverter, Rows, SortField};
 use parquet::arrow::arrow_reader::{
-    ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder, RowSelection, RowSelector,
+    ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReader,
+    ParquetRecordBatchReaderBuilder, RowSelection, RowSelector,
 };
+use parquet::arrow::{ArrowSchemaConverter, ProjectionMask};
+use parquet::file::metadata::PageIndexPolicy;
 
 use super::newest::{DeletionVector, TableFiles, read_parquet};
 use super::parquet_file::{Layout, ParquetFile};
@@ -60,6 +69,27 @@ struct Merge {
     held: Vec<RecordBatch>,
     /// The rows merged and not yet gathered: (batch in `held`, row).
     merged: Vec<(usize, usize)>,
+    /// The base's row groups still to be copied as they are, in order: each goes before the
+    /// first merged row past its first key.
+    copies: VecDeque<GroupCopy>,
+}
+
+/// A row group of the base to copy as it is, with the sort keys of its first and last rows.
+struct GroupCopy {
+    /// Its number in the base.
+    group: usize,
+    /// The sort key of its first row.
+    first: OwnedRow,
+    /// The sort key of its last row.
+    last: OwnedRow,
+}
+
+/// What the merge hands the writer, in the order of the file.
+enum Piece {
+    /// Rows to encode.
+    Rows(RecordBatch),
+    /// The base's row group of this number, to append as it is encoded there.
+    Copy(usize),
 }
 
 impl Merge {
@@ -81,16 +111,7 @@ impl Merge {
                 continue;
             }
             let batch = RecordBatch::try_new(Arc::clone(&self.schema), batch.columns().to_vec())?;
-            let columns = self
-                .sort_key
-                .iter()
-                .map(|name| {
-                    batch.column_by_name(name).cloned().ok_or_else(|| {
-                        TableError::Corrupt(format!("a file to fold has no {name} column"))
-                    })
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            let keys = self.converter.convert_columns(&columns)?;
+            let keys = sort_keys(&self.converter, self.sort_key, &batch)?;
             let ordered = keys.iter().zip(keys.iter().skip(1)).all(|(a, b)| a <= b)
                 && after.is_none_or(|last| last <= keys.row(0));
             if !ordered {
@@ -178,7 +199,109 @@ pub(super) fn merge_newest(
     layout: &Layout,
     path: &Path,
 ) -> Result<Option<u64>, TableError> {
-    merge_in_batches(connection, files, sort_key, layout, BATCH_ROWS, path)
+    let merged = merge_in_batches(connection, files, sort_key, layout, BATCH_ROWS, path)?;
+    Ok(merged.map(|merged| {
+        tracing::debug!(
+            rows = merged.rows,
+            copied_groups = merged.copied_groups,
+            "the fold's base merged"
+        );
+        merged.rows
+    }))
+}
+
+/// What a merge wrote.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Merged {
+    /// Rows in the file.
+    rows: u64,
+    /// Row groups of the base copied as they were, not decoded.
+    copied_groups: usize,
+}
+
+/// A file to merge, opened, with the rows of it that are dropped.
+struct Source<'a> {
+    /// Where it is: what errors name, and what the copying thread opens for itself.
+    path: &'a Path,
+    /// Read by the merging thread alone: handles cloned from it share one read position.
+    file: File,
+    /// Its footer (a base's with its offset index, which copying its row groups keeps).
+    metadata: ArrowReaderMetadata,
+    /// The rows its deletion vectors name, sorted.
+    dropped: Vec<usize>,
+}
+
+impl Source<'_> {
+    /// Opens `path`, with its offset index when `indexed`.
+    fn open(path: &Path, indexed: bool, dropped: Vec<usize>) -> Result<Source<'_>, TableError> {
+        let unreadable = |source| TableError::Read {
+            path: path.to_path_buf(),
+            source,
+        };
+        let file = File::open(path).map_err(|err| unreadable(err.into()))?;
+        let options = if indexed {
+            ArrowReaderOptions::new().with_offset_index_policy(PageIndexPolicy::Optional)
+        } else {
+            ArrowReaderOptions::new()
+        };
+        let metadata = ArrowReaderMetadata::load(&file, options).map_err(unreadable)?;
+        Ok(Source {
+            path,
+            file,
+            metadata,
+            dropped,
+        })
+    }
+
+    /// A reader of the file's rows that are kept, in row groups other than `copied`, of the
+    /// columns `projection` names (every column when none).
+    fn reader(
+        &self,
+        batch_rows: usize,
+        copied: &[usize],
+        projection: Option<&[&str]>,
+    ) -> Result<ParquetRecordBatchReader, TableError> {
+        let unreadable = |source| TableError::Read {
+            path: self.path.to_path_buf(),
+            source,
+        };
+        let file = self
+            .file
+            .try_clone()
+            .map_err(|err| unreadable(err.into()))?;
+        let mut groups = Vec::new();
+        let mut start = 0;
+        for (group, meta) in self.metadata.metadata().row_groups().iter().enumerate() {
+            let rows = usize::try_from(meta.num_rows()).map_err(|_| {
+                TableError::Corrupt(format!(
+                    "{}: a row group of {} rows",
+                    self.path.display(),
+                    meta.num_rows()
+                ))
+            })?;
+            if !copied.contains(&group) {
+                groups.push((group, start, rows));
+            }
+            start += rows;
+        }
+        let kept = kept_rows(
+            &self.dropped,
+            groups.iter().map(|(_, start, rows)| (*start, *rows)),
+        );
+        let mut builder =
+            ParquetRecordBatchReaderBuilder::new_with_metadata(file, self.metadata.clone())
+                .with_batch_size(batch_rows)
+                .with_row_groups(groups.iter().map(|(group, _, _)| *group).collect())
+                .with_row_selection(kept);
+        if let Some(names) = projection {
+            let mask = ProjectionMask::columns(
+                self.metadata.metadata().file_metadata().schema_descr(),
+                names.iter().copied(),
+            );
+            builder = builder.with_projection(mask);
+        }
+        builder.build().map_err(unreadable)
+    }
 }
 
 /// [`merge_newest`], reading and gathering `batch_rows` rows at a time.
@@ -189,30 +312,18 @@ fn merge_in_batches(
     layout: &Layout,
     batch_rows: usize,
     path: &Path,
-) -> Result<Option<u64>, TableError> {
+) -> Result<Option<Merged>, TableError> {
     let Some(vectors) = files.deletes.as_ref() else {
         return Ok(None);
     };
     let all: Vec<&Path> = files.base.iter().chain(&files.deltas).copied().collect();
     let mut superseded = superseded_rows(connection, vectors)?;
-    let mut builders = Vec::with_capacity(all.len());
+    let mut sources = Vec::with_capacity(all.len());
     for (index, file) in all.iter().enumerate() {
-        let unreadable = |source| TableError::Read {
-            path: file.to_path_buf(),
-            source,
-        };
-        let opened = File::open(file).map_err(|err| unreadable(err.into()))?;
-        let builder = ParquetRecordBatchReaderBuilder::try_new(opened).map_err(unreadable)?;
-        let rows = builder.metadata().file_metadata().num_rows();
-        let rows = usize::try_from(rows).map_err(|_| {
-            TableError::Corrupt(format!("{}: a footer of {rows} rows", file.display()))
-        })?;
         let dropped = superseded.remove(&index).unwrap_or_default();
-        let kept = kept_rows(&dropped, rows);
-        builders.push((*file, builder.with_batch_size(batch_rows), kept));
+        sources.push(Source::open(file, index < files.base.len(), dropped)?);
     }
-    let Some(schema) = common_schema(builders.iter().map(|(_, builder, _)| builder.schema()))
-    else {
+    let Some(schema) = common_schema(sources.iter().map(|source| source.metadata.schema())) else {
         return Ok(None);
     };
     let options = SortOptions {
@@ -227,20 +338,231 @@ fn merge_in_batches(
                 .map(|field| SortField::new_with_options(field.data_type().clone(), options))
         })
         .collect::<Result<Vec<_>, _>>()?;
+    let converter = RowConverter::new(fields)?;
+    // One base: the row groups of it that no other file's row falls among are copied.
+    let copies = match sources.split_first() {
+        Some((base, others)) if files.base.len() == 1 => copyable_groups(
+            base, others, &schema, &converter, sort_key, layout, batch_rows,
+        )?,
+        _ => Vec::new(),
+    };
+    let copied: Vec<usize> = copies.iter().map(|copy| copy.group).collect();
     let mut merge = Merge {
-        converter: RowConverter::new(fields)?,
+        converter,
         sort_key,
         schema: Arc::clone(&schema),
         batch_rows,
         held: Vec::new(),
         merged: Vec::with_capacity(batch_rows),
+        copies: copies.into(),
     };
-    let written = merge_to(&mut merge, builders, layout, path);
+    let written = merge_to(&mut merge, &sources, &copied, layout, path);
     if written.is_err() {
         // A partial base is nobody's: the fold failed, and the next one writes anew.
         let _ = std::fs::remove_file(path);
     }
-    written.map(Some)
+    written.map(|rows| {
+        Some(Merged {
+            rows,
+            copied_groups: copied.len(),
+        })
+    })
+}
+
+/// The sort keys of `batch`'s rows.
+fn sort_keys(
+    converter: &RowConverter,
+    sort_key: &[&str],
+    batch: &RecordBatch,
+) -> Result<Rows, TableError> {
+    let columns = sort_key
+        .iter()
+        .map(|name| {
+            batch
+                .column_by_name(name)
+                .cloned()
+                .ok_or_else(|| TableError::Corrupt(format!("a file to fold has no {name} column")))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(converter.convert_columns(&columns)?)
+}
+
+/// The row groups of `base` to copy into the new base as they are, in order: those of the
+/// [`candidate_groups`] among whose rows no kept row of the `others` falls. A base's rows
+/// change where its session goes on (each job's newest attempts), so most of a large base's
+/// row groups are copied.
+fn copyable_groups(
+    base: &Source<'_>,
+    others: &[Source<'_>],
+    schema: &SchemaRef,
+    converter: &RowConverter,
+    sort_key: &[&str],
+    layout: &Layout,
+    batch_rows: usize,
+) -> Result<Vec<GroupCopy>, TableError> {
+    let candidates = candidate_groups(base, schema, layout);
+    if candidates.is_empty() {
+        return Ok(Vec::new());
+    }
+    let bounded = group_bounds(base, &candidates, converter, sort_key, batch_rows)?;
+    let touched = touched_groups(others, &bounded, converter, sort_key, batch_rows)?;
+    Ok(bounded
+        .into_iter()
+        .zip(touched)
+        .filter(|(_, touched)| !touched)
+        .map(|(copy, _)| copy)
+        .collect())
+}
+
+/// The row groups of `base` that may be copied, as (group, its first row, its rows): none of
+/// their rows dropped, at least half as large as `layout`'s row groups (so that the groups
+/// merged between two copies stay few), with offset indexes, in a file of the columns the new
+/// base has (a base DuckDB wrote has other column descriptors).
+fn candidate_groups(
+    base: &Source<'_>,
+    schema: &SchemaRef,
+    layout: &Layout,
+) -> Vec<(usize, usize, usize)> {
+    let metadata = base.metadata.metadata();
+    let flat = !schema
+        .fields()
+        .iter()
+        .any(|field| field.data_type().is_nested());
+    // A schema the writer cannot take fails there, naming the file.
+    let Ok(written) = ArrowSchemaConverter::new().convert(schema) else {
+        return Vec::new();
+    };
+    if !flat || written.columns() != metadata.file_metadata().schema_descr().columns() {
+        return Vec::new();
+    }
+    let mut candidates = Vec::new();
+    let mut start = 0;
+    for (group, meta) in metadata.row_groups().iter().enumerate() {
+        let rows = usize::try_from(meta.num_rows()).unwrap_or(0);
+        let end = start + rows;
+        let first_dropped = base.dropped.partition_point(|row| *row < start);
+        let whole = base
+            .dropped
+            .get(first_dropped)
+            .is_none_or(|row| *row >= end);
+        let page_index = metadata.page_index_for_row_group(group);
+        let indexed =
+            (0..meta.num_columns()).all(|column| page_index.offset_index(column).is_some());
+        if whole && indexed && rows > 0 && rows * 2 >= layout.row_group_rows {
+            candidates.push((group, start, rows));
+        }
+        start = end;
+    }
+    candidates
+}
+
+/// Each of the `candidates` (as [`candidate_groups`] gives them) with the sort keys of its
+/// first and last rows, read alone. Candidates out of order are an error, as a file out of
+/// order is in the merge.
+fn group_bounds(
+    base: &Source<'_>,
+    candidates: &[(usize, usize, usize)],
+    converter: &RowConverter,
+    sort_key: &[&str],
+    batch_rows: usize,
+) -> Result<Vec<GroupCopy>, TableError> {
+    let mut selectors = Vec::new();
+    for (_, _, rows) in candidates {
+        selectors.push(RowSelector::select(1));
+        if *rows > 1 {
+            selectors.push(RowSelector::skip(rows - 2));
+            selectors.push(RowSelector::select(1));
+        }
+    }
+    let unreadable = |source| TableError::Read {
+        path: base.path.to_path_buf(),
+        source,
+    };
+    let file = base
+        .file
+        .try_clone()
+        .map_err(|err| unreadable(err.into()))?;
+    let metadata = base.metadata.metadata();
+    let ends = ParquetRecordBatchReaderBuilder::new_with_metadata(file, base.metadata.clone())
+        .with_projection(ProjectionMask::columns(
+            metadata.file_metadata().schema_descr(),
+            sort_key.iter().copied(),
+        ))
+        .with_row_groups(candidates.iter().map(|(group, _, _)| *group).collect())
+        .with_row_selection(RowSelection::from(selectors))
+        .with_batch_size(batch_rows)
+        .build()
+        .map_err(unreadable)?;
+    let mut keys: Vec<OwnedRow> = Vec::with_capacity(2 * candidates.len());
+    for batch in ends {
+        let batch = batch.map_err(|err| unreadable(err.into()))?;
+        keys.extend(
+            sort_keys(converter, sort_key, &batch)?
+                .iter()
+                .map(|row| row.owned()),
+        );
+    }
+    let mut bounded: Vec<GroupCopy> = Vec::with_capacity(candidates.len());
+    let mut next = keys.into_iter();
+    for (group, _, rows) in candidates {
+        let first = next.next();
+        let last = if *rows > 1 {
+            next.next()
+        } else {
+            first.clone()
+        };
+        let (Some(first), Some(last)) = (first, last) else {
+            return Err(TableError::Corrupt(format!(
+                "{}: a row group's first and last rows were not read",
+                base.path.display()
+            )));
+        };
+        let after_previous = bounded
+            .last()
+            .is_none_or(|previous| previous.last.row() < first.row());
+        if first.row() > last.row() || !after_previous {
+            return Err(TableError::Corrupt(format!(
+                "{} is not in the order it is folded in",
+                base.path.display()
+            )));
+        }
+        bounded.push(GroupCopy {
+            group: *group,
+            first,
+            last,
+        });
+    }
+    Ok(bounded)
+}
+
+/// Which of the `bounded` groups a kept row of the `others` falls among (from the group's
+/// first key to its last): those are merged, not copied.
+fn touched_groups(
+    others: &[Source<'_>],
+    bounded: &[GroupCopy],
+    converter: &RowConverter,
+    sort_key: &[&str],
+    batch_rows: usize,
+) -> Result<Vec<bool>, TableError> {
+    let mut touched = vec![false; bounded.len()];
+    for other in others {
+        for batch in other.reader(batch_rows, &[], Some(sort_key))? {
+            let batch = batch.map_err(|err| TableError::Read {
+                path: other.path.to_path_buf(),
+                source: err.into(),
+            })?;
+            for row in sort_keys(converter, sort_key, &batch)?.iter() {
+                let after = bounded.partition_point(|copy| copy.first.row() <= row);
+                if let Some(at) = after.checked_sub(1)
+                    && bounded.get(at).is_some_and(|copy| row <= copy.last.row())
+                    && let Some(hit) = touched.get_mut(at)
+                {
+                    *hit = true;
+                }
+            }
+        }
+    }
+    Ok(touched)
 }
 
 /// The rows `vectors` name, by the index among the files read of the file holding them,
@@ -274,33 +596,29 @@ fn superseded_rows(
     Ok(superseded)
 }
 
-/// Merges the files `builders` open (each with the rows it keeps) into `path`: this thread
-/// merges, another encodes. Returns the rows written.
+/// Merges the kept rows of `sources` into `path`, the base's (the first source's) row groups
+/// `copied` as they are: this thread merges, another encodes. Returns the rows written.
 fn merge_to(
     merge: &mut Merge,
-    builders: Vec<(&Path, ParquetRecordBatchReaderBuilder<File>, RowSelection)>,
+    sources: &[Source<'_>],
+    copied: &[usize],
     layout: &Layout,
     path: &Path,
 ) -> Result<u64, TableError> {
-    let mut cursors = Vec::with_capacity(builders.len());
-    for (file, builder, kept) in builders {
-        let reader =
-            builder
-                .with_row_selection(kept)
-                .build()
-                .map_err(|source| TableError::Read {
-                    path: file.to_path_buf(),
-                    source,
-                })?;
-        if let Some(cursor) = merge.open(file, reader)? {
+    let mut cursors = Vec::with_capacity(sources.len());
+    for (index, source) in sources.iter().enumerate() {
+        let skipped: &[usize] = if index == 0 { copied } else { &[] };
+        let reader = source.reader(merge.batch_rows, skipped, None)?;
+        if let Some(cursor) = merge.open(source.path, reader)? {
             cursors.push(cursor);
         }
     }
     let schema = Arc::clone(&merge.schema);
-    let (sender, batches) = sync_channel::<RecordBatch>(2);
+    let base = sources.first().filter(|_| !copied.is_empty());
+    let (sender, pieces) = sync_channel::<Piece>(2);
     std::thread::scope(|scope| {
-        let writer = scope.spawn(|| write_all(path, schema, layout, batches));
-        let merged = merge_all(merge, &mut cursors, |batch| sender.send(batch).is_ok());
+        let writer = scope.spawn(|| write_all(path, schema, layout, base, pieces));
+        let merged = merge_all(merge, &mut cursors, |piece| sender.send(piece).is_ok());
         drop(sender);
         let written = writer
             .join()
@@ -310,12 +628,13 @@ fn merge_to(
     })
 }
 
-/// Every row of `cursors` in order, handed to `send` in batches; stops early if `send` says
-/// the batches are no longer taken (the writer failed and reports why).
+/// Every row of `cursors` in order, and the base's row groups to copy where they go, handed
+/// to `send`; stops early if `send` says the pieces are no longer taken (the writer failed and
+/// reports why).
 fn merge_all(
     merge: &mut Merge,
     cursors: &mut Vec<Cursor<'_>>,
-    mut send: impl FnMut(RecordBatch) -> bool,
+    mut send: impl FnMut(Piece) -> bool,
 ) -> Result<(), TableError> {
     while !cursors.is_empty() {
         // The cursor at the least row, and the least row of the others: its rows up to that
@@ -331,13 +650,30 @@ fn merge_all(
                 next = Some(index);
             }
         }
+        // A row group to copy whose rows come before the least row goes first; the least row
+        // must then come after all of them, or the base was not in order.
+        let least_key = key(&cursors[least]);
+        let due = merge.copies.front().and_then(|copy| {
+            (copy.first.row() < least_key).then(|| (copy.group, copy.last.row() < least_key))
+        });
+        if let Some((group, before_least)) = due {
+            if !before_least {
+                return Err(TableError::Corrupt(format!(
+                    "row group {group} of the base is not in the order it is folded in"
+                )));
+            }
+            if !copy_next(merge, cursors, &mut send)? {
+                return Ok(());
+            }
+            continue;
+        }
         loop {
             let cursor = &mut cursors[least];
             merge.merged.push((cursor.slot, cursor.at));
             let more = merge.advance(cursor)?;
             if merge.merged.len() >= merge.batch_rows
                 && let Some(batch) = merge.gather(cursors)?
-                && !send(batch)
+                && !send(Piece::Rows(batch))
             {
                 return Ok(());
             }
@@ -346,15 +682,46 @@ fn merge_all(
                 cursors.swap_remove(least);
                 break;
             }
-            if next.is_some_and(|next| key(&cursors[least]) > key(&cursors[next])) {
+            let past = |bound: Row<'_>| key(&cursors[least]) > bound;
+            if next.is_some_and(|next| past(key(&cursors[next])))
+                || merge
+                    .copies
+                    .front()
+                    .is_some_and(|copy| past(copy.first.row()))
+            {
                 break;
             }
         }
     }
-    if let Some(batch) = merge.gather(cursors)? {
-        send(batch);
+    if let Some(batch) = merge.gather(cursors)?
+        && !send(Piece::Rows(batch))
+    {
+        return Ok(());
+    }
+    while !merge.copies.is_empty() {
+        if !copy_next(merge, cursors, &mut send)? {
+            return Ok(());
+        }
     }
     Ok(())
+}
+
+/// Hands `send` the rows merged so far and then the next row group to copy; false when the
+/// writer no longer takes them.
+fn copy_next(
+    merge: &mut Merge,
+    cursors: &mut [Cursor<'_>],
+    send: &mut impl FnMut(Piece) -> bool,
+) -> Result<bool, TableError> {
+    if let Some(batch) = merge.gather(cursors)?
+        && !send(Piece::Rows(batch))
+    {
+        return Ok(false);
+    }
+    Ok(match merge.copies.pop_front() {
+        Some(copy) => send(Piece::Copy(copy.group)),
+        None => true,
+    })
 }
 
 /// The sort key of the row `cursor` is at.
@@ -362,38 +729,70 @@ fn key<'a>(cursor: &'a Cursor<'_>) -> Row<'a> {
     cursor.keys.row(cursor.at)
 }
 
-/// Writes the batches received to `path`, laid out as `layout` says, its columns encoded on
-/// one lane per core. Returns the rows written.
+/// Writes the pieces received to `path`, laid out as `layout` says, its columns encoded on
+/// one lane per core, the row groups to copy read from `base`. Returns the rows written.
 fn write_all(
     path: &Path,
     schema: SchemaRef,
     layout: &Layout,
-    batches: Receiver<RecordBatch>,
+    base: Option<&Source<'_>>,
+    pieces: Receiver<Piece>,
 ) -> Result<u64, TableError> {
     // The merge keeps a core busy; the columns are encoded on one lane per core beside it, as
-    // one encoding thread set the fold's pace (docs/performance.md).
+    // one encoding thread set the fold's pace (docs/performance.md). Only a file on lanes
+    // takes copied row groups.
     let encoders = std::thread::available_parallelism().map_or(1, usize::from);
-    let mut file = ParquetFile::create_on(path, schema, layout, encoders)?;
-    for batch in batches {
-        file.write(&batch)?;
+    let mut file = match base {
+        Some(_) => ParquetFile::create_on_lanes(path, schema, layout, encoders)?,
+        None => ParquetFile::create_on(path, schema, layout, encoders)?,
+    };
+    // A handle of this thread's own: the merging thread reads the base meanwhile, and handles
+    // cloned from one share its read position.
+    let copied = base
+        .map(|base| {
+            File::open(base.path)
+                .map(|file| (file, base))
+                .map_err(|err| TableError::Read {
+                    path: base.path.to_path_buf(),
+                    source: err.into(),
+                })
+        })
+        .transpose()?;
+    for piece in pieces {
+        match (piece, &copied) {
+            (Piece::Rows(batch), _) => file.write(&batch)?,
+            (Piece::Copy(group), Some((source, base))) => {
+                file.copy_row_group(source, base.metadata.metadata(), group)?;
+            }
+            (Piece::Copy(group), None) => {
+                return Err(TableError::Corrupt(format!(
+                    "row group {group} to copy from no base"
+                )));
+            }
+        }
     }
     file.finish()
 }
 
-/// The rows of a file of `rows` rows that are kept when the sorted row numbers `dropped` are
-/// not.
-fn kept_rows(dropped: &[usize], rows: usize) -> RowSelection {
+/// The rows kept, when the sorted row numbers `dropped` are not, of the row groups `groups`
+/// (each as its first row in the file and its rows, in order) read one after another.
+fn kept_rows(dropped: &[usize], groups: impl IntoIterator<Item = (usize, usize)>) -> RowSelection {
     let mut selectors = Vec::with_capacity(2 * dropped.len() + 1);
-    let mut next = 0;
-    for &number in dropped.iter().filter(|number| **number < rows) {
-        if number > next {
-            selectors.push(RowSelector::select(number - next));
+    for (start, rows) in groups {
+        let end = start + rows;
+        let mut next = start;
+        let from = dropped.partition_point(|row| *row < start);
+        let within = dropped.get(from..).unwrap_or_default();
+        for &number in within.iter().take_while(|row| **row < end) {
+            if number > next {
+                selectors.push(RowSelector::select(number - next));
+            }
+            selectors.push(RowSelector::skip(1));
+            next = number + 1;
         }
-        selectors.push(RowSelector::skip(1));
-        next = number + 1;
-    }
-    if rows > next {
-        selectors.push(RowSelector::select(rows - next));
+        if end > next {
+            selectors.push(RowSelector::select(end - next));
+        }
     }
     RowSelection::from(selectors)
 }
@@ -532,34 +931,8 @@ mod tests {
         dir: &Path,
     ) -> Result<u64, Box<dyn std::error::Error>> {
         let ours = dir.join(format!("ours-{batch_rows}.parquet"));
-        let written = merge_in_batches(connection, files, &SORT_KEY, &LAYOUT, batch_rows, &ours)?;
-        let theirs = dir.join("theirs.parquet");
-        let expected = write_newest(
-            connection,
-            files,
-            &SORT_KEY.join(", "),
-            "FORMAT parquet, ROW_GROUP_SIZE 122880",
-            &theirs,
-        )?;
-        assert_eq!(written, Some(expected), "rows merged");
-        let count =
-            |sql: &str| -> duckdb::Result<i64> { connection.query_row(sql, [], |row| row.get(0)) };
-        let read = |path: &Path| {
-            format!(
-                "read_parquet({}, file_row_number = true)",
-                path_literal(path)
-            )
-        };
-        for (left, right) in [(read(&ours), read(&theirs)), (read(&theirs), read(&ours))] {
-            let extra = count(&format!(
-                "SELECT count(*) FROM (SELECT * FROM {left} EXCEPT ALL SELECT * FROM {right})"
-            ))?;
-            assert_eq!(extra, 0, "rows of {left} not at the same place in {right}");
-        }
-        let describe = |path: &Path| {
-            crate::tables::columns(connection, &format!("read_parquet({})", path_literal(path)))
-        };
-        assert_eq!(describe(&ours)?, describe(&theirs)?, "column types");
+        let merged = merges_as_duckdb_orders(connection, files, &LAYOUT, batch_rows, &ours)?;
+        assert_eq!(merged.copied_groups, 0, "a DuckDB file's row groups copied");
         let groups = |path: &Path| -> duckdb::Result<Vec<i64>> {
             let mut statement = connection.prepare(&format!(
                 "SELECT row_group_num_rows FROM parquet_metadata({})
@@ -569,8 +942,54 @@ mod tests {
             let rows = statement.query_map([], |row| row.get(0))?;
             rows.collect()
         };
-        assert_eq!(groups(&ours)?, groups(&theirs)?, "row groups");
-        Ok(expected)
+        assert_eq!(
+            groups(&ours)?,
+            groups(&dir.join("theirs.parquet"))?,
+            "row groups"
+        );
+        Ok(merged.rows)
+    }
+
+    /// Merges `files` into `ours` (laid out as `layout` says) reading `batch_rows` rows at a
+    /// time and checks the file against DuckDB's sort of their newest rows (`theirs.parquet`
+    /// beside it): the same rows at the same places, of the same column types.
+    fn merges_as_duckdb_orders(
+        connection: &Connection,
+        files: &TableFiles<'_>,
+        layout: &Layout,
+        batch_rows: usize,
+        ours: &Path,
+    ) -> Result<Merged, Box<dyn std::error::Error>> {
+        let written = merge_in_batches(connection, files, &SORT_KEY, layout, batch_rows, ours)?
+            .ok_or("the merge declined the files")?;
+        let theirs = ours.with_file_name("theirs.parquet");
+        let expected = write_newest(
+            connection,
+            files,
+            &SORT_KEY.join(", "),
+            "FORMAT parquet, ROW_GROUP_SIZE 122880",
+            &theirs,
+        )?;
+        assert_eq!(written.rows, expected, "rows merged");
+        let count =
+            |sql: &str| -> duckdb::Result<i64> { connection.query_row(sql, [], |row| row.get(0)) };
+        let read = |path: &Path| {
+            format!(
+                "read_parquet({}, file_row_number = true)",
+                path_literal(path)
+            )
+        };
+        for (left, right) in [(read(ours), read(&theirs)), (read(&theirs), read(ours))] {
+            let extra = count(&format!(
+                "SELECT count(*) FROM (SELECT * FROM {left} EXCEPT ALL SELECT * FROM {right})"
+            ))?;
+            assert_eq!(extra, 0, "rows of {left} not at the same place in {right}");
+        }
+        let describe = |path: &Path| {
+            crate::tables::columns(connection, &format!("read_parquet({})", path_literal(path)))
+        };
+        assert_eq!(describe(ours)?, describe(&theirs)?, "column types");
+        Ok(written)
     }
 
     /// A base of several row groups and two deltas that replace some of its rows (some moved
@@ -649,6 +1068,231 @@ mod tests {
         for column in ["job_id", "creation_time_ms"] {
             assert!(nulls(column)? > 0, "no NULL {column}");
         }
+        Ok(())
+    }
+
+    /// Attempts `first..first + count` of two jobs, created in the order of `i` (so that new
+    /// attempts go at each job's end, as a live session's do), their values salted by `salt`,
+    /// with nulls in the sort key.
+    fn attempts_in_order(first: i64, count: i64, salt: &str) -> String {
+        format!(
+            "SELECT CASE WHEN i % 997 = 0 THEN NULL ELSE 'job-' || (i % 2) END AS job_id,
+                    CASE WHEN i % 991 = 0 THEN NULL ELSE i END AS creation_time_ms,
+                    md5(i::VARCHAR) AS task_id,
+                    0::INTEGER AS attempt_number,
+                    '{salt}-' || i AS state,
+                    (i % 7)::UTINYINT AS code,
+                    i % 3 = 0 AS flag
+             FROM range({first}, {first} + {count}) t(i)"
+        )
+    }
+
+    /// Each row group's column chunks in the file at `path`, as their bytes.
+    fn chunks(path: &Path) -> Result<Vec<Vec<Vec<u8>>>, Box<dyn std::error::Error>> {
+        let bytes = std::fs::read(path)?;
+        let reader = parquet::file::reader::SerializedFileReader::new(File::open(path)?)?;
+        let metadata = parquet::file::reader::FileReader::metadata(&reader);
+        let mut groups = Vec::new();
+        for group in metadata.row_groups() {
+            let mut columns = Vec::new();
+            for column in group.columns() {
+                let (start, length) = column.byte_range();
+                let range = usize::try_from(start)?..usize::try_from(start + length)?;
+                columns.push(bytes.get(range).ok_or("a chunk past the file")?.to_vec());
+            }
+            groups.push(columns);
+        }
+        Ok(groups)
+    }
+
+    /// A fold of a base the crate wrote copies the row groups no delta changed, byte for byte,
+    /// and merges the others: those holding a row a delta replaces, and those a delta's new
+    /// rows fall among (a job's last group, whose attempts without a creation time sort after
+    /// the new ones). The file is DuckDB's sort of the newest rows, row for row, with an offset
+    /// index through which the crate reads a task from copied and merged groups alike.
+    #[test]
+    fn a_fold_copies_the_row_groups_no_delta_changed() -> Result<(), Box<dyn std::error::Error>> {
+        // Two pages in each whole row group (the crate's pages hold at most 20 000 rows).
+        const GROUPS: Layout = Layout {
+            row_group_rows: 30_000,
+            unique: &["task_id"],
+        };
+        let dir = tempfile::tempdir()?;
+        let connection = crate::tables::open_duckdb()?;
+        // A base as a fold writes it: a sorted file merged by the crate.
+        let sorted = dir.path().join("sorted.parquet");
+        copy_sorted(&connection, &attempts_in_order(0, 300_000, "base"), &sorted)?;
+        let base = dir.path().join("base.parquet");
+        let alone = TableFiles {
+            base: vec![&sorted],
+            deltas: Vec::new(),
+            one_session: true,
+            deletes: Some(Vec::new()),
+        };
+        let written = merge_in_batches(&connection, &alone, &SORT_KEY, &GROUPS, BATCH_ROWS, &base)?;
+        assert_eq!(
+            written,
+            Some(Merged {
+                rows: 300_000,
+                copied_groups: 0
+            }),
+            "DuckDB's file is merged, not copied"
+        );
+        // New attempts, and two of the base's again (their creation time unchanged: they stay
+        // where they were).
+        let delta = dir.path().join("delta.parquet");
+        copy_sorted(
+            &connection,
+            &format!(
+                "{} WHERE i IN (12345, 150001) UNION ALL {}",
+                attempts_in_order(0, 300_000, "again"),
+                attempts_in_order(300_000, 4_000, "new")
+            ),
+            &delta,
+        )?;
+        let deletes = dir.path().join("deletes.parquet");
+        let replaced = vector(&connection, &[&base, &delta], 1, 0, &deletes)?;
+        assert_eq!(replaced, 2);
+        let files = TableFiles {
+            base: vec![&base],
+            deltas: vec![&delta],
+            one_session: true,
+            deletes: Some(vec![DeletionVector {
+                path: &deletes,
+                files: &[Some(0)],
+                rows: replaced,
+            }]),
+        };
+        let base_chunks = chunks(&base)?;
+        assert_eq!(base_chunks.len(), 10, "row groups in the base");
+        for batch_rows in [BATCH_ROWS, 97] {
+            let ours = dir.path().join(format!("folded-{batch_rows}.parquet"));
+            let merged = merges_as_duckdb_orders(&connection, &files, &GROUPS, batch_rows, &ours)?;
+            // Of the ten, the two replaced rows' groups and each job's last are merged.
+            assert_eq!(merged.copied_groups, 6, "{batch_rows} rows a batch");
+            let identical = chunks(&ours)?
+                .iter()
+                .filter(|group| base_chunks.contains(group))
+                .count();
+            assert_eq!(identical, 6, "row groups as the base has them");
+            let footer = ArrowReaderMetadata::load(
+                &File::open(&ours)?,
+                ArrowReaderOptions::new().with_offset_index_policy(PageIndexPolicy::Required),
+            )?;
+            let footer = footer.metadata();
+            let groups = footer.row_groups().len();
+            let indexed = (0..groups).all(|group| {
+                let index = footer.page_index_for_row_group(group);
+                (0..footer.row_group(group).num_columns())
+                    .all(|column| index.offset_index(column).is_some())
+            });
+            assert!(indexed, "a row group without its offset index");
+            // A task every 15 000 rows, read through the offset index.
+            let footers = crate::tables::task_block::Footers::default();
+            let mut read = 0;
+            for row in (0..merged.rows).step_by(15_000) {
+                let task_id: String = connection.query_row(
+                    &format!(
+                        "SELECT task_id FROM {} WHERE file_row_number = {row}",
+                        read_parquet(&[&ours], ", file_row_number = true")
+                    ),
+                    [],
+                    |found| found.get(0),
+                )?;
+                let block = (row - row % 30_000, row - row % 30_000 + 29_999);
+                let batches =
+                    crate::tables::task_block::task_rows(&footers, &ours, block, &task_id)?;
+                let mut states = Vec::new();
+                for batch in &batches {
+                    for index in 0..batch.num_rows() {
+                        let found = crate::query::json::arrow_row(batch, index)?;
+                        states.push(found.get("state").cloned());
+                    }
+                }
+                let expected: String = connection.query_row(
+                    &format!(
+                        "SELECT state FROM {} WHERE file_row_number = {row}",
+                        read_parquet(&[&ours], ", file_row_number = true")
+                    ),
+                    [],
+                    |found| found.get(0),
+                )?;
+                assert_eq!(
+                    states,
+                    [Some(serde_json::Value::from(expected))],
+                    "row {row}"
+                );
+                read += 1;
+            }
+            assert!(read >= 20, "{read} tasks read");
+        }
+        Ok(())
+    }
+
+    /// A base whose row groups are out of order (rows of a group sort before the last of the
+    /// group before it) is an error, not a misordered fold: a group that would be copied is
+    /// never decoded, so the merge checks the keys that bound it. Nothing is left on disk, and
+    /// the fold falls back to DuckDB's sort.
+    #[test]
+    fn a_base_whose_row_groups_are_out_of_order_is_an_error()
+    -> Result<(), Box<dyn std::error::Error>> {
+        const GROUPS: Layout = Layout {
+            row_group_rows: 30_000,
+            unique: &["task_id"],
+        };
+        let dir = tempfile::tempdir()?;
+        let connection = crate::tables::open_duckdb()?;
+        // Two files of one row group each, as the crate writes them; each is sorted, and the
+        // second's first rows sort before the first's last (both hold both jobs).
+        let mut halves = Vec::new();
+        for (first, name) in [(0, "a"), (30_000, "b")] {
+            let sorted = dir.path().join(format!("sorted-{name}.parquet"));
+            copy_sorted(
+                &connection,
+                &attempts_in_order(first, 30_000, name),
+                &sorted,
+            )?;
+            let written = dir.path().join(format!("{name}.parquet"));
+            let alone = TableFiles {
+                base: vec![&sorted],
+                deltas: Vec::new(),
+                one_session: true,
+                deletes: Some(Vec::new()),
+            };
+            merge_in_batches(
+                &connection,
+                &alone,
+                &SORT_KEY,
+                &GROUPS,
+                BATCH_ROWS,
+                &written,
+            )?;
+            let footer = ArrowReaderMetadata::load(
+                &File::open(&written)?,
+                ArrowReaderOptions::new().with_offset_index_policy(PageIndexPolicy::Required),
+            )?;
+            halves.push((written, footer));
+        }
+        let base = dir.path().join("base.parquet");
+        let schema = Arc::clone(halves.first().ok_or("no half")?.1.schema());
+        let mut file = ParquetFile::create_on_lanes(&base, schema, &GROUPS, 1)?;
+        for (path, footer) in &halves {
+            file.copy_row_group(&File::open(path)?, footer.metadata(), 0)?;
+        }
+        assert_eq!(file.finish()?, 60_000);
+        let files = TableFiles {
+            base: vec![&base],
+            deltas: Vec::new(),
+            one_session: true,
+            deletes: Some(Vec::new()),
+        };
+        let out = dir.path().join("out.parquet");
+        let merged = merge_in_batches(&connection, &files, &SORT_KEY, &GROUPS, BATCH_ROWS, &out);
+        assert!(
+            matches!(&merged, Err(TableError::Corrupt(why)) if why.contains("not in the order")),
+            "{merged:?}"
+        );
+        assert!(!out.exists(), "a partial base was left");
         Ok(())
     }
 

@@ -21,6 +21,7 @@ use duckdb::arrow::record_batch::RecordBatch;
 use parquet::arrow::arrow_writer::{
     ArrowColumnChunk, ArrowColumnWriter, ArrowRowGroupWriterFactory, compute_leaves,
 };
+use parquet::column::writer::ColumnCloseResult;
 use parquet::errors::ParquetError;
 use parquet::file::metadata::ParquetMetaData;
 use parquet::file::writer::SerializedFileWriter;
@@ -120,6 +121,67 @@ impl ColumnLanes {
                 .map_err(|_| ParquetError::General("a column encoder panicked".into()))?;
         }
         self.file.close()
+    }
+
+    /// Closes the open row group and appends row group `group` of the file `source` (whose
+    /// footer is `metadata`, with its offset index) as it is encoded there, byte for byte: no
+    /// column is decoded. Its columns must be this file's, as its footer describes them.
+    pub(super) fn copy_row_group(
+        &mut self,
+        source: &File,
+        metadata: &ParquetMetaData,
+        group: usize,
+    ) -> Result<(), ParquetError> {
+        self.unless_failed()?;
+        let copied = self.copy_group(source, metadata, group);
+        self.failed = copied.is_err();
+        copied
+    }
+
+    /// [`ColumnLanes::copy_row_group`], leaving `failed` to its caller.
+    fn copy_group(
+        &mut self,
+        source: &File,
+        metadata: &ParquetMetaData,
+        group: usize,
+    ) -> Result<(), ParquetError> {
+        let missing = || ParquetError::General(format!("no row group {group} to copy"));
+        let row_group = metadata.row_groups().get(group).ok_or_else(missing)?;
+        let rows = u64::try_from(row_group.num_rows()).map_err(|_| missing())?;
+        let offsets = metadata.page_index_for_row_group(group);
+        if self.group_rows > 0 {
+            self.close_group()?;
+        }
+        self.append_closed()?;
+        let mut writer = self.file.next_row_group()?;
+        for (column, chunk) in row_group.columns().iter().enumerate() {
+            // Without its offset index a copied chunk would leave the file's partial, and
+            // lookups find pages through it.
+            let offset_index = offsets.offset_index(column).cloned().ok_or_else(|| {
+                ParquetError::General(format!("row group {group} has no offset index to copy"))
+            })?;
+            let chunk_bytes = u64::try_from(chunk.compressed_size()).map_err(|_| {
+                ParquetError::General(format!(
+                    "a chunk of {} bytes in row group {group}",
+                    chunk.compressed_size()
+                ))
+            })?;
+            writer.append_column(
+                source,
+                ColumnCloseResult {
+                    bytes_written: chunk_bytes,
+                    rows_written: rows,
+                    metadata: chunk.clone(),
+                    bloom_filter: None,
+                    column_index: None,
+                    offset_index: Some(offset_index),
+                },
+            )?;
+        }
+        writer.close()?;
+        // The factory's column writers are made for a row group's ordinal.
+        self.groups += 1;
+        Ok(())
     }
 
     fn unless_failed(&self) -> Result<(), ParquetError> {

@@ -79,7 +79,28 @@ impl ParquetFile {
         layout: &Layout,
         threads: usize,
     ) -> Result<Self, TableError> {
-        Self::open(path, schema, layout, threads).map_err(|source| TableError::Write {
+        Self::create_with(path, schema, layout, (threads > 1).then_some(threads))
+    }
+
+    /// As [`ParquetFile::create_on`], on lanes even when `threads` is one (unless a column is
+    /// nested), so that [`ParquetFile::copy_row_group`] can append to it.
+    pub(crate) fn create_on_lanes(
+        path: &Path,
+        schema: SchemaRef,
+        layout: &Layout,
+        threads: usize,
+    ) -> Result<Self, TableError> {
+        Self::create_with(path, schema, layout, Some(threads))
+    }
+
+    /// Creates the file, on `lanes` threads of their own when given (and no column is nested).
+    fn create_with(
+        path: &Path,
+        schema: SchemaRef,
+        layout: &Layout,
+        lanes: Option<usize>,
+    ) -> Result<Self, TableError> {
+        Self::open(path, schema, layout, lanes).map_err(|source| TableError::Write {
             path: path.to_owned(),
             source,
         })
@@ -89,7 +110,7 @@ impl ParquetFile {
         path: &Path,
         schema: SchemaRef,
         layout: &Layout,
-        threads: usize,
+        lanes: Option<usize>,
     ) -> Result<Self, ParquetError> {
         let file = File::create(path)?;
         let mut properties = WriterProperties::builder()
@@ -129,17 +150,18 @@ impl ParquetFile {
             .iter()
             .any(|field| field.data_type().is_nested());
         let whole = ArrowWriter::try_new_with_options(file, Arc::clone(&schema), options)?;
-        let writer = if threads > 1 && flat {
-            let (file, factory) = whole.into_serialized_writer()?;
-            Writer::Lanes(ColumnLanes::new(
-                file,
-                factory,
-                schema,
-                layout.row_group_rows,
-                threads,
-            ))
-        } else {
-            Writer::Here(whole)
+        let writer = match lanes {
+            Some(threads) if flat => {
+                let (file, factory) = whole.into_serialized_writer()?;
+                Writer::Lanes(ColumnLanes::new(
+                    file,
+                    factory,
+                    schema,
+                    layout.row_group_rows,
+                    threads,
+                ))
+            }
+            _ => Writer::Here(whole),
         };
         Ok(Self {
             path: path.to_owned(),
@@ -154,6 +176,26 @@ impl ParquetFile {
             Writer::Lanes(lanes) => lanes.write(batch),
         };
         written.map_err(|source| self.failed(source))
+    }
+
+    /// Closes the open row group and appends row group `group` of the file `source` (whose
+    /// footer, with its offset index, is `metadata`) as it is encoded there, without decoding
+    /// it: a fold's base copies the row groups no delta changed (see [`super::merged`]). Its
+    /// columns must be this file's, and the file one on lanes
+    /// ([`ParquetFile::create_on_lanes`], no column nested).
+    pub(crate) fn copy_row_group(
+        &mut self,
+        source: &File,
+        metadata: &ParquetMetaData,
+        group: usize,
+    ) -> Result<(), TableError> {
+        let copied = match &mut self.writer {
+            Writer::Here(_) => Err(ParquetError::General(
+                "a file encoded on one thread takes no copied row groups".into(),
+            )),
+            Writer::Lanes(lanes) => lanes.copy_row_group(source, metadata, group),
+        };
+        copied.map_err(|source| self.failed(source))
     }
 
     /// Writes the footer and closes the file. Returns the rows written.
