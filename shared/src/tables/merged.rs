@@ -911,6 +911,36 @@ mod tests {
         (dir.join("base.parquet"), dir.join("delta.parquet"))
     }
 
+    /// A session of `base` alone.
+    fn alone(base: &Path) -> TableFiles<'_> {
+        TableFiles {
+            base: vec![base],
+            deltas: Vec::new(),
+            one_session: true,
+            deletes: Some(Vec::new()),
+        }
+    }
+
+    /// A session of `base` and `delta`, the delta replacing the `rows` rows of the base its
+    /// vector at `deletes` names.
+    fn replacing<'a>(
+        base: &'a Path,
+        delta: &'a Path,
+        deletes: &'a Path,
+        rows: u64,
+    ) -> TableFiles<'a> {
+        TableFiles {
+            base: vec![base],
+            deltas: vec![delta],
+            one_session: true,
+            deletes: Some(vec![DeletionVector {
+                path: deletes,
+                files: &[Some(0)],
+                rows,
+            }]),
+        }
+    }
+
     /// A session of `base` and `delta`, the delta replacing no row.
     fn replacing_nothing<'a>(base: &'a Path, delta: &'a Path) -> TableFiles<'a> {
         TableFiles {
@@ -1123,13 +1153,14 @@ mod tests {
         let sorted = dir.path().join("sorted.parquet");
         copy_sorted(&connection, &attempts_in_order(0, 300_000, "base"), &sorted)?;
         let base = dir.path().join("base.parquet");
-        let alone = TableFiles {
-            base: vec![&sorted],
-            deltas: Vec::new(),
-            one_session: true,
-            deletes: Some(Vec::new()),
-        };
-        let written = merge_in_batches(&connection, &alone, &SORT_KEY, &GROUPS, BATCH_ROWS, &base)?;
+        let written = merge_in_batches(
+            &connection,
+            &alone(&sorted),
+            &SORT_KEY,
+            &GROUPS,
+            BATCH_ROWS,
+            &base,
+        )?;
         assert_eq!(
             written,
             Some(Merged {
@@ -1153,16 +1184,7 @@ mod tests {
         let deletes = dir.path().join("deletes.parquet");
         let replaced = vector(&connection, &[&base, &delta], 1, 0, &deletes)?;
         assert_eq!(replaced, 2);
-        let files = TableFiles {
-            base: vec![&base],
-            deltas: vec![&delta],
-            one_session: true,
-            deletes: Some(vec![DeletionVector {
-                path: &deletes,
-                files: &[Some(0)],
-                rows: replaced,
-            }]),
-        };
+        let files = replacing(&base, &delta, &deletes, replaced);
         let base_chunks = chunks(&base)?;
         assert_eq!(base_chunks.len(), 10, "row groups in the base");
         for batch_rows in [BATCH_ROWS, 97] {
@@ -1253,15 +1275,9 @@ mod tests {
                 &sorted,
             )?;
             let written = dir.path().join(format!("{name}.parquet"));
-            let alone = TableFiles {
-                base: vec![&sorted],
-                deltas: Vec::new(),
-                one_session: true,
-                deletes: Some(Vec::new()),
-            };
             merge_in_batches(
                 &connection,
-                &alone,
+                &alone(&sorted),
                 &SORT_KEY,
                 &GROUPS,
                 BATCH_ROWS,
@@ -1280,12 +1296,7 @@ mod tests {
             file.copy_row_group(&File::open(path)?, footer.metadata(), 0)?;
         }
         assert_eq!(file.finish()?, 60_000);
-        let files = TableFiles {
-            base: vec![&base],
-            deltas: Vec::new(),
-            one_session: true,
-            deletes: Some(Vec::new()),
-        };
+        let files = alone(&base);
         let out = dir.path().join("out.parquet");
         let merged = merge_in_batches(&connection, &files, &SORT_KEY, &GROUPS, BATCH_ROWS, &out);
         assert!(
@@ -1307,16 +1318,7 @@ mod tests {
         let deletes = dir.path().join("deletes.parquet");
         let replaced = vector(&connection, &[&base, &delta], 1, 0, &deletes)?;
         assert_eq!(replaced, 1_000);
-        let files = TableFiles {
-            base: vec![&base],
-            deltas: vec![&delta],
-            one_session: true,
-            deletes: Some(vec![DeletionVector {
-                path: &deletes,
-                files: &[Some(0)],
-                rows: replaced,
-            }]),
-        };
+        let files = replacing(&base, &delta, &deletes, replaced);
         assert_eq!(
             merges_as_duckdb_sorts(&connection, &files, BATCH_ROWS, dir.path())?,
             1_500
