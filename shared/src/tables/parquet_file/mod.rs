@@ -12,7 +12,9 @@
 //! delta-encoded as DuckDB encodes them; docs/performance.md).
 //!
 //! A file is encoded on the thread that writes it, or with its columns spread over several
-//! threads ([`lanes`]) when that thread would otherwise set the pace (a fold's base).
+//! threads ([`lanes`]) when that thread would otherwise set the pace (a fold's base). A file on
+//! lanes also takes row groups of another file as they are encoded there
+//! ([`ParquetFile::copy_row_group`]): a fold copies the base's groups no delta changed.
 
 mod lanes;
 
