@@ -585,7 +585,7 @@ impl Compactor {
             let live = stored.live;
             let merged = merge_stored(stored.attempts, &fold);
             let added = merged.new.len() as u64;
-            let rows = task_attempts::write_delta(
+            let (rows, index) = task_attempts::write_delta(
                 &path,
                 &cluster_name,
                 &session_name,
@@ -606,7 +606,7 @@ impl Compactor {
                     &write_rollup_path,
                 )?;
                 let rolled_up = started.elapsed();
-                key_index::write_key_index(&connection, &path, rows, &write_index_path)?;
+                index.write(&write_index_path)?;
                 // Where a run's time goes after the parse, for profiling without a profiler.
                 tracing::debug!(
                     rows,
@@ -862,7 +862,8 @@ impl Compactor {
             }
             connection.execute_batch(&setup).map_err(TableError::from)?;
             let started = std::time::Instant::now();
-            let rows = task_attempts::write_newest(&connection, &attempts.files(), &write_path)?;
+            let (rows, index) =
+                task_attempts::write_newest(&connection, &attempts.files(), &write_path)?;
             let written = started.elapsed();
             let recounted = write_base_rollup(
                 &connection,
@@ -872,7 +873,12 @@ impl Compactor {
             )?;
             let summed = recounted.is_some();
             let rolled_up = started.elapsed();
-            key_index::write_key_index(&connection, &write_path, rows, &write_index_path)?;
+            match index {
+                Some(index) => index.write(&write_index_path)?,
+                None => {
+                    key_index::write_key_index(&connection, &write_path, rows, &write_index_path)?
+                }
+            };
             // Where a fold's time goes, as for a run's files (`the run's files written`).
             tracing::debug!(
                 rows,

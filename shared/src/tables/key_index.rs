@@ -13,27 +13,36 @@
 //! at 10 M attempts reads one block more): readers compare the task id itself in the blocks
 //! named. Files written before indexes existed have none; a session with such a file is read
 //! the plain way.
+//!
+//! Compaction builds a file's index from the task ids of the rows it writes ([`KeyIndex`]): a
+//! run's delta as its batches are built, a fold's merged rows as they are written and its
+//! copied row groups' from their task id column alone. Only a base DuckDB sorted (files the
+//! crate's merge declines) is indexed by DuckDB reading it back ([`write_key_index`]).
 
 use std::path::Path;
+use std::sync::Arc;
 
 use duckdb::Connection;
+use duckdb::arrow::array::{Array, AsArray, RecordBatch, UInt32Array};
+use duckdb::arrow::datatypes::{DataType, Field, Schema};
 
 use super::newest::{path_literal, read_parquet};
+use super::parquet_file::{Layout, ParquetFile};
 use super::task_attempts::{ROW_GROUP_ROWS, TableError, file_rows};
 
-/// How a key index is written: sorted by key, so each row group's min/max statistics bound
+/// How DuckDB writes a key index: sorted by key, so each row group's min/max statistics bound
 /// its keys and a lookup reads one of them (row groups of [`index_row_group_rows`]).
 const PARQUET_OPTIONS: &str = "FORMAT parquet, COMPRESSION zstd, PARQUET_VERSION V2";
 
-/// Rows per row group of the key index of a file of `rows` rows: a quarter of them, from
-/// 16 384 to [`ROW_GROUP_ROWS`]. A lookup decodes one row group of every index, and a run's
-/// delta of ~125 000 rows fits in one of 122 880, so each delta's whole index was decoded; a
-/// base's index gains nothing from smaller ones, as DuckDB's planner reads the statistics of
-/// every row group (on a 10 M store, the indexes of one base and eleven deltas answered in
-/// 9.2 ms with the deltas' in groups of 32 768, 13.5 as they were, and 11.1 with the base's
-/// in groups of 32 768 too; docs/performance.md).
+/// Rows per row group of the key index of a file of `rows` rows: a quarter of them (rounded up, so
+/// the crate writes four), from 16 384 to [`ROW_GROUP_ROWS`]. A lookup decodes one row group of
+/// every index, and a run's delta of ~125 000 rows fits in one of 122 880, so each delta's whole
+/// index was decoded; a base's index gains nothing from smaller ones, as DuckDB's planner reads the
+/// statistics of every row group (on a 10 M store, the indexes of one base and eleven deltas
+/// answered in 9.2 ms with the deltas' in groups of 32 768, 13.5 as they were, and 11.1 with the
+/// base's in groups of 32 768 too; docs/performance.md).
 fn index_row_group_rows(rows: u64) -> u64 {
-    (rows / 4).clamp(16_384, ROW_GROUP_ROWS)
+    rows.div_ceil(4).clamp(16_384, ROW_GROUP_ROWS)
 }
 
 /// The key of the task id `operand` (SQL of a hex string): bytes 0–3 of the id xor bytes 8–11.
@@ -71,6 +80,133 @@ pub fn write_key_index(
         group = index_row_group_rows(rows),
     );
     Ok(connection.execute(&copy, [])? as u64)
+}
+
+/// A key index built from the task ids of a data file being written, row by row in the
+/// file's order, and written by the parquet crate: the rows [`write_key_index`] writes, without
+/// DuckDB reading back every task id of the file just written (0.06-0.16 s of each run, and
+/// 2.9 of the 13 s a 10 M fold took; docs/performance.md).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct KeyIndex {
+    /// The entry of each row added ([`entry`]: its key and its block).
+    entries: Vec<u64>,
+    /// Rows of the data file placed so far: those added and those [`KeyIndex::skip`]ped.
+    rows: u64,
+}
+
+impl KeyIndex {
+    /// An empty index with room for `rows` rows.
+    pub fn with_capacity(rows: usize) -> Self {
+        Self {
+            entries: Vec::with_capacity(rows),
+            rows: 0,
+        }
+    }
+
+    /// Rows of the data file placed so far.
+    pub fn rows(&self) -> u64 {
+        self.rows
+    }
+
+    /// Adds the data file's next row, of task id `task_id` (hex).
+    pub fn push(&mut self, task_id: &str) {
+        self.entries.push(entry(key(task_id), self.rows));
+        self.rows += 1;
+    }
+
+    /// Adds the data file's next rows, of the task ids `task_ids` (a text column).
+    pub fn push_column(&mut self, task_ids: &dyn Array) -> Result<(), TableError> {
+        self.push_keys(&Self::keys_of(task_ids)?);
+        Ok(())
+    }
+
+    /// Adds the data file's next rows, of the keys `keys` ([`KeyIndex::keys_of`] their task
+    /// ids).
+    pub fn push_keys(&mut self, keys: &[u32]) {
+        let start = self.skip(keys.len() as u64);
+        self.add_at(start, keys);
+    }
+
+    /// Passes over the data file's next `rows` rows, to be added later with
+    /// [`KeyIndex::add_at`]. Returns the first one's row number.
+    pub fn skip(&mut self, rows: u64) -> u64 {
+        let start = self.rows;
+        self.rows += rows;
+        start
+    }
+
+    /// Adds rows passed over ([`KeyIndex::skip`]) from row number `start` on, of the keys
+    /// `keys` ([`KeyIndex::keys_of`] their task ids).
+    pub fn add_at(&mut self, start: u64, keys: &[u32]) {
+        self.entries
+            .extend((start..).zip(keys).map(|(row, key)| entry(*key, row)));
+    }
+
+    /// The keys of the task ids `task_ids` (a text column), in order. A null has the key of
+    /// no digits, as in SQL ([`key_of`]).
+    pub fn keys_of(task_ids: &dyn Array) -> Result<Vec<u32>, TableError> {
+        let keys = |id: Option<&str>| key(id.unwrap_or_default());
+        Ok(match task_ids.data_type() {
+            DataType::Utf8 => task_ids.as_string::<i32>().iter().map(keys).collect(),
+            DataType::LargeUtf8 => task_ids.as_string::<i64>().iter().map(keys).collect(),
+            DataType::Utf8View => task_ids.as_string_view().iter().map(keys).collect(),
+            other => {
+                return Err(TableError::Corrupt(format!(
+                    "task ids of type {other}, not text"
+                )));
+            }
+        })
+    }
+
+    /// Writes the index to `path`, sorted by key (then block), in row groups of
+    /// [`index_row_group_rows`]. Returns its rows (the data file's).
+    pub fn write(self, path: &Path) -> Result<u64, TableError> {
+        let rows = self.rows;
+        // Every row placed must have been added: an index missing rows would send lookups
+        // past tasks it holds.
+        if self.entries.len() as u64 != rows {
+            return Err(TableError::Corrupt(format!(
+                "a key index of {} rows for a file of {rows}",
+                self.entries.len()
+            )));
+        }
+        let mut entries = self.entries;
+        entries.sort_unstable();
+        // The high half is the key, the low the block (see `entry`).
+        let (keys, blocks): (Vec<u32>, Vec<u32>) = entries
+            .into_iter()
+            .map(|entry| ((entry >> 32) as u32, entry as u32))
+            .unzip();
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("key", DataType::UInt32, true),
+            Field::new("block", DataType::UInt32, true),
+        ]));
+        let batch = RecordBatch::try_new(
+            Arc::clone(&schema),
+            vec![
+                Arc::new(UInt32Array::from(keys)),
+                Arc::new(UInt32Array::from(blocks)),
+            ],
+        )?;
+        // Sorted keys differ by little from one row to the next; their blocks are few values,
+        // which a dictionary holds.
+        let layout = Layout {
+            row_group_rows: usize::try_from(index_row_group_rows(rows)).unwrap_or(usize::MAX),
+            unique: &[],
+            ordered: &["key"],
+        };
+        let mut file = ParquetFile::create(path, schema, &layout)?;
+        file.write(&batch)?;
+        file.finish()
+    }
+}
+
+/// The index's entry for a row of `key` at row number `row`: the key in the high half and the
+/// row's block in the low, so that entries sort by key, then block, as one word each. A block
+/// past `u32::MAX` would need 500 trillion rows.
+fn entry(key: u32, row: u64) -> u64 {
+    let block = u32::try_from(row / ROW_GROUP_ROWS).unwrap_or(u32::MAX);
+    (u64::from(key) << 32) | u64::from(block)
 }
 
 /// The key of `task_id`, as [`key_of`] computes it in the index: the same words, each zero
@@ -129,6 +265,34 @@ pub fn blocks_of(
     blocks.sort_unstable();
     blocks.dedup();
     Ok(blocks)
+}
+
+/// A key index as read back: its rows, sorted, and its columns with their types.
+#[cfg(test)]
+type IndexRows = (Vec<(u32, u32)>, Vec<String>);
+
+/// The rows of the key index at `path`, sorted, and the types of its columns: what two indexes
+/// of one file must agree on.
+#[cfg(test)]
+pub(crate) fn index_rows(connection: &Connection, path: &Path) -> Result<IndexRows, TableError> {
+    let index = read_parquet(&[path], "");
+    let mut statement = connection.prepare(&format!(
+        "SELECT key, block FROM {index} ORDER BY key, block"
+    ))?;
+    let rows = statement
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?
+        .collect::<Result<_, _>>()?;
+    let mut statement = connection.prepare(&format!("DESCRIBE SELECT * FROM {index}"))?;
+    let types = statement
+        .query_map([], |row| {
+            Ok(format!(
+                "{} {}",
+                row.get::<_, String>(0)?,
+                row.get::<_, String>(1)?
+            ))
+        })?
+        .collect::<Result<_, _>>()?;
+    Ok((rows, types))
 }
 
 #[cfg(test)]
@@ -256,5 +420,66 @@ mod tests {
         )
         .expect("located");
         assert!(absent.is_empty(), "{absent:?}");
+
+        // The same index built from the task ids in the file's order, some rows passed over
+        // and added later (as a fold adds the row groups it copies): DuckDB's rows, types and
+        // row groups, and the same blocks found.
+        let ids: Vec<String> = connection
+            .prepare(&format!(
+                "SELECT task_id FROM {} ORDER BY row_number",
+                file_rows(&data)
+            ))
+            .and_then(|mut statement| {
+                statement
+                    .query_map([], |row| row.get(0))?
+                    .collect::<Result<_, _>>()
+            })
+            .expect("task ids");
+        let (before, rest) = ids.split_at(100_000);
+        let (passed, after) = rest.split_at(50_000);
+        let mut built = KeyIndex::default();
+        before.iter().for_each(|id| built.push(id));
+        let start = built.skip(passed.len() as u64);
+        let column = duckdb::arrow::array::StringArray::from_iter_values(after);
+        built.push_column(&column).expect("a text column");
+        let column = duckdb::arrow::array::StringViewArray::from_iter_values(passed);
+        built.add_at(start, &KeyIndex::keys_of(&column).expect("a text column"));
+        let ours = dir.path().join("built.parquet");
+        assert_eq!(built.write(&ours).expect("index written"), rows);
+        assert_eq!(
+            index_rows(&connection, &ours).expect("read"),
+            index_rows(&connection, &index).expect("read")
+        );
+        let groups = |path: &Path| -> i64 {
+            connection
+                .query_row(
+                    &format!(
+                        "SELECT count(DISTINCT row_group_id) FROM parquet_metadata({})",
+                        path_literal(path)
+                    ),
+                    [],
+                    |row| row.get(0),
+                )
+                .expect("row groups")
+        };
+        // DuckDB cuts row groups at whole vectors of rows; the crate exactly.
+        assert_eq!(groups(&ours), 4);
+        assert_eq!(
+            blocks_of(
+                &connection,
+                &[&ours],
+                "abcdef0123456789ffffffffffffffffffffffff01000000",
+            )
+            .expect("located"),
+            vec![(0, 0), (0, 2)]
+        );
+        // An index missing a row it passed over is not written.
+        let mut short = KeyIndex::default();
+        short.push("ab");
+        short.skip(1);
+        assert!(matches!(
+            short.write(&dir.path().join("short.parquet")),
+            Err(TableError::Corrupt(_))
+        ));
     }
 }

@@ -37,12 +37,16 @@ use parquet::arrow::arrow_reader::{
 use parquet::arrow::{ArrowSchemaConverter, ProjectionMask};
 use parquet::file::metadata::PageIndexPolicy;
 
+use super::key_index::KeyIndex;
 use super::newest::{DeletionVector, TableFiles, read_parquet};
 use super::parquet_file::{Layout, ParquetFile};
 use super::task_attempts::TableError;
 
 /// Rows decoded from a file at a time, and rows gathered into each batch written.
 const BATCH_ROWS: usize = 8192;
+
+/// The column the merged file's key index is of ([`super::key_index`]).
+const TASK_ID: &str = "task_id";
 
 /// One file being read in order, its rows dropped where its deletion vectors name them.
 struct Cursor<'a> {
@@ -188,17 +192,17 @@ impl Merge {
     }
 }
 
-/// Writes the newest rows of `files` (each sorted by `sort_key`, ascending, nulls last) to
-/// `path`, merged in that order and laid out as `layout` says. Returns the rows written, or
-/// `None` when the files are not for this merge (a delta without a deletion vector, files of
-/// other columns): nothing is written then, nor after an error.
+/// Writes the newest rows of `files` (each sorted by `sort_key`, ascending, nulls last) to `path`,
+/// merged in that order and laid out as `layout` says. Returns the rows written and their key index
+/// ([`super::key_index`]), or `None` when the files are not for this merge (a delta without a
+/// deletion vector, files of other columns): nothing is written then, nor after an error.
 pub(super) fn merge_newest(
     connection: &Connection,
     files: &TableFiles<'_>,
     sort_key: &'static [&'static str],
     layout: &Layout,
     path: &Path,
-) -> Result<Option<u64>, TableError> {
+) -> Result<Option<(u64, KeyIndex)>, TableError> {
     let merged = merge_in_batches(connection, files, sort_key, layout, BATCH_ROWS, path)?;
     Ok(merged.map(|merged| {
         tracing::debug!(
@@ -206,17 +210,19 @@ pub(super) fn merge_newest(
             copied_groups = merged.copied_groups,
             "the fold's base merged"
         );
-        merged.rows
+        (merged.rows, merged.index)
     }))
 }
 
 /// What a merge wrote.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Debug)]
 struct Merged {
     /// Rows in the file.
     rows: u64,
     /// Row groups of the base copied as they were, not decoded.
     copied_groups: usize,
+    /// The key index of its rows.
+    index: KeyIndex,
 }
 
 /// A file to merge, opened, with the rows of it that are dropped.
@@ -361,10 +367,11 @@ fn merge_in_batches(
         // A partial base is nobody's: the fold failed, and the next one writes anew.
         let _ = std::fs::remove_file(path);
     }
-    written.map(|rows| {
+    written.map(|(rows, index)| {
         Some(Merged {
             rows,
             copied_groups: copied.len(),
+            index,
         })
     })
 }
@@ -597,14 +604,15 @@ fn superseded_rows(
 }
 
 /// Merges the kept rows of `sources` into `path`, the base's (the first source's) row groups
-/// `copied` as they are: this thread merges, another encodes. Returns the rows written.
+/// `copied` as they are: this thread merges, another encodes. Returns the rows written and
+/// their key index.
 fn merge_to(
     merge: &mut Merge,
     sources: &[Source<'_>],
     copied: &[usize],
     layout: &Layout,
     path: &Path,
-) -> Result<u64, TableError> {
+) -> Result<(u64, KeyIndex), TableError> {
     let mut cursors = Vec::with_capacity(sources.len());
     for (index, source) in sources.iter().enumerate() {
         let skipped: &[usize] = if index == 0 { copied } else { &[] };
@@ -617,14 +625,33 @@ fn merge_to(
     let base = sources.first().filter(|_| !copied.is_empty());
     let (sender, pieces) = sync_channel::<Piece>(2);
     std::thread::scope(|scope| {
+        // The copied groups' task ids are read meanwhile, for the key index: when most of the
+        // base is copied, the merge leaves a core to spare.
+        let keys = base.map(|base| scope.spawn(move || copied_keys(base, copied)));
         let writer = scope.spawn(|| write_all(path, schema, layout, base, pieces));
         let merged = merge_all(merge, &mut cursors, |piece| sender.send(piece).is_ok());
         drop(sender);
-        let written = writer
-            .join()
-            .unwrap_or_else(|_| Err(TableError::Corrupt("the fold's writer panicked".into())));
+        let panicked = |what: &str| TableError::Corrupt(format!("the fold's {what} panicked"));
+        let written = writer.join().unwrap_or_else(|_| Err(panicked("writer")));
+        let keys = match keys {
+            Some(keys) => keys.join().unwrap_or_else(|_| Err(panicked("key reader"))),
+            None => Ok(Vec::new()),
+        };
         // The merge's error first: the writer saw only that its batches ended.
-        merged.and(written)
+        let Written {
+            rows,
+            mut index,
+            placed,
+        } = merged.and(written)?;
+        for ((group, start), (read, keys)) in placed.into_iter().zip(keys?) {
+            if group != read {
+                return Err(TableError::Corrupt(format!(
+                    "row group {group} copied where the key index has {read}"
+                )));
+            }
+            index.add_at(start, &keys);
+        }
+        Ok((rows, index))
     })
 }
 
@@ -730,14 +757,14 @@ fn key<'a>(cursor: &'a Cursor<'_>) -> Row<'a> {
 }
 
 /// Writes the pieces received to `path`, laid out as `layout` says, its columns encoded on
-/// one lane per core, the row groups to copy read from `base`. Returns the rows written.
+/// one lane per core, the row groups to copy read from `base`.
 fn write_all(
     path: &Path,
     schema: SchemaRef,
     layout: &Layout,
     base: Option<&Source<'_>>,
     pieces: Receiver<Piece>,
-) -> Result<u64, TableError> {
+) -> Result<Written, TableError> {
     // The merge keeps a core busy; the columns are encoded on one lane per core beside it, as
     // one encoding thread set the fold's pace (docs/performance.md). Only a file on lanes
     // takes copied row groups.
@@ -758,11 +785,25 @@ fn write_all(
                 })
         })
         .transpose()?;
+    let mut index = KeyIndex::default();
+    let mut placed = Vec::new();
     for piece in pieces {
         match (piece, &copied) {
-            (Piece::Rows(batch), _) => file.write(&batch)?,
+            (Piece::Rows(batch), _) => {
+                file.write(&batch)?;
+                let task_ids = batch.column_by_name(TASK_ID).ok_or_else(|| {
+                    TableError::Corrupt(format!("merged rows without a {TASK_ID} column"))
+                })?;
+                index.push_column(task_ids)?;
+            }
             (Piece::Copy(group), Some((source, base))) => {
-                file.copy_row_group(source, base.metadata.metadata(), group)?;
+                let metadata = base.metadata.metadata();
+                file.copy_row_group(source, metadata, group)?;
+                let rows = metadata
+                    .row_groups()
+                    .get(group)
+                    .map_or(0, |meta| meta.num_rows().unsigned_abs());
+                placed.push((group, index.skip(rows)));
             }
             (Piece::Copy(group), None) => {
                 return Err(TableError::Corrupt(format!(
@@ -771,7 +812,56 @@ fn write_all(
             }
         }
     }
-    file.finish()
+    Ok(Written {
+        rows: file.finish()?,
+        index,
+        placed,
+    })
+}
+
+/// What [`write_all`] wrote.
+struct Written {
+    /// Rows in the file.
+    rows: u64,
+    /// The key index of the rows merged; the copied groups' rows are passed over in it.
+    index: KeyIndex,
+    /// Each copied row group's number, and the row number it starts at in the file.
+    placed: Vec<(usize, u64)>,
+}
+
+/// The keys ([`KeyIndex::keys_of`]) of the task ids of each of the row groups `copied` of
+/// `base`, in order, each with its group's number. Read with a handle of this thread's own.
+fn copied_keys(base: &Source<'_>, copied: &[usize]) -> Result<Vec<(usize, Vec<u32>)>, TableError> {
+    let unreadable = |source| TableError::Read {
+        path: base.path.to_path_buf(),
+        source,
+    };
+    let file = File::open(base.path).map_err(|err| unreadable(err.into()))?;
+    let mask = ProjectionMask::columns(
+        base.metadata.metadata().file_metadata().schema_descr(),
+        [TASK_ID],
+    );
+    let mut groups = Vec::with_capacity(copied.len());
+    for &group in copied {
+        let handle = file.try_clone().map_err(|err| unreadable(err.into()))?;
+        let reader =
+            ParquetRecordBatchReaderBuilder::new_with_metadata(handle, base.metadata.clone())
+                .with_batch_size(BATCH_ROWS)
+                .with_row_groups(vec![group])
+                .with_projection(mask.clone())
+                .build()
+                .map_err(unreadable)?;
+        let mut keys = Vec::new();
+        for batch in reader {
+            let batch = batch?;
+            let task_ids = batch.column_by_name(TASK_ID).ok_or_else(|| {
+                TableError::Corrupt(format!("{}: no {TASK_ID} column", base.path.display()))
+            })?;
+            keys.extend(KeyIndex::keys_of(task_ids)?);
+        }
+        groups.push((group, keys));
+    }
+    Ok(groups)
 }
 
 /// The rows kept, when the sorted row numbers `dropped` are not, of the row groups `groups`
@@ -832,6 +922,7 @@ mod tests {
     const LAYOUT: Layout = Layout {
         row_group_rows: 122_880,
         unique: &["task_id"],
+        ordered: &[],
     };
 
     /// Writes `select` to `path` in `order`, in DuckDB, compressed as table files are.
@@ -1146,6 +1237,7 @@ mod tests {
         const GROUPS: Layout = Layout {
             row_group_rows: 30_000,
             unique: &["task_id"],
+            ordered: &[],
         };
         let dir = tempfile::tempdir()?;
         let connection = crate::tables::open_duckdb()?;
@@ -1161,12 +1253,10 @@ mod tests {
             BATCH_ROWS,
             &base,
         )?;
+        let written = written.ok_or("the merge was declined")?;
         assert_eq!(
-            written,
-            Some(Merged {
-                rows: 300_000,
-                copied_groups: 0
-            }),
+            (written.rows, written.copied_groups),
+            (300_000, 0),
             "DuckDB's file is merged, not copied"
         );
         // New attempts, and two of the base's again (their creation time unchanged: they stay
@@ -1247,6 +1337,85 @@ mod tests {
                 read += 1;
             }
             assert!(read >= 20, "{read} tasks read");
+            // The key index of merged and copied rows alike is the one DuckDB computes from
+            // the file: copied groups start where no block does (groups of 30 000 rows).
+            let (ours_index, theirs_index) = (dir.path().join("ours"), dir.path().join("theirs"));
+            assert_eq!(merged.index.write(&ours_index)?, merged.rows);
+            crate::tables::key_index::write_key_index(
+                &connection,
+                &ours,
+                merged.rows,
+                &theirs_index,
+            )?;
+            assert_eq!(
+                crate::tables::key_index::index_rows(&connection, &ours_index)?,
+                crate::tables::key_index::index_rows(&connection, &theirs_index)?,
+                "{batch_rows} rows a batch"
+            );
+        }
+        Ok(())
+    }
+
+    /// A fold whose delta falls among none of the base's row groups copies every one of them,
+    /// each closed exactly full, between merged rows that sort before the first and after the
+    /// last; its key index places them where they land.
+    #[test]
+    fn a_fold_copies_every_row_group_when_no_delta_row_falls_among_them()
+    -> Result<(), Box<dyn std::error::Error>> {
+        const GROUPS: Layout = Layout {
+            row_group_rows: 30_000,
+            unique: &["task_id"],
+            ordered: &[],
+        };
+        let dir = tempfile::tempdir()?;
+        let connection = crate::tables::open_duckdb()?;
+        let sorted = dir.path().join("sorted.parquet");
+        copy_sorted(&connection, &attempts_in_order(0, 300_000, "base"), &sorted)?;
+        let base = dir.path().join("base.parquet");
+        merge_in_batches(
+            &connection,
+            &alone(&sorted),
+            &SORT_KEY,
+            &GROUPS,
+            BATCH_ROWS,
+            &base,
+        )?
+        .ok_or("the merge was declined")?;
+        // A job before every other, and an attempt with no job or creation time whose id
+        // sorts after every md5.
+        let delta = dir.path().join("delta.parquet");
+        copy_sorted(
+            &connection,
+            "SELECT 'a' AS job_id, 1::BIGINT AS creation_time_ms, 'first' AS task_id,
+                    0::INTEGER AS attempt_number, 'new' AS state, 0::UTINYINT AS code,
+                    false AS flag
+             UNION ALL
+             SELECT NULL::VARCHAR, NULL::BIGINT, 'last', 0::INTEGER, 'new', 1::UTINYINT, true",
+            &delta,
+        )?;
+        let deletes = dir.path().join("deletes.parquet");
+        let replaced = vector(&connection, &[&base, &delta], 1, 0, &deletes)?;
+        assert_eq!(replaced, 0);
+        let files = replacing(&base, &delta, &deletes, replaced);
+        let base_chunks = chunks(&base)?;
+        assert_eq!(base_chunks.len(), 10, "row groups in the base");
+        for batch_rows in [BATCH_ROWS, 97] {
+            let ours = dir.path().join(format!("folded-{batch_rows}.parquet"));
+            let merged = merges_as_duckdb_orders(&connection, &files, &GROUPS, batch_rows, &ours)?;
+            assert_eq!(merged.copied_groups, 10, "{batch_rows} rows a batch");
+            let folded = chunks(&ours)?;
+            assert_eq!(folded.len(), 12, "a group of one row on each side");
+            assert!(
+                folded.get(1..11) == Some(&base_chunks[..]),
+                "groups copied in order"
+            );
+            let (ours_index, theirs_index) = (dir.path().join("ours"), dir.path().join("theirs"));
+            assert_eq!(merged.index.write(&ours_index)?, 300_002);
+            crate::tables::key_index::write_key_index(&connection, &ours, 300_002, &theirs_index)?;
+            assert_eq!(
+                crate::tables::key_index::index_rows(&connection, &ours_index)?,
+                crate::tables::key_index::index_rows(&connection, &theirs_index)?,
+            );
         }
         Ok(())
     }
@@ -1261,6 +1430,7 @@ mod tests {
         const GROUPS: Layout = Layout {
             row_group_rows: 30_000,
             unique: &["task_id"],
+            ordered: &[],
         };
         let dir = tempfile::tempdir()?;
         let connection = crate::tables::open_duckdb()?;
@@ -1424,8 +1594,8 @@ mod tests {
         );
         assert!(!out.exists(), "a partial base was left");
         // What a fold does with them: DuckDB sorts the rows instead.
-        let folded = super::super::task_attempts::write_newest(&connection, &files, &out)?;
-        assert_eq!(folded, 100_000);
+        let (folded, index) = super::super::task_attempts::write_newest(&connection, &files, &out)?;
+        assert_eq!((folded, index), (100_000, None));
         let misplaced: i64 = connection.query_row(
             &format!(
                 "SELECT count(*) FROM (

@@ -9,6 +9,7 @@ use duckdb::arrow::record_batch::RecordBatch;
 use duckdb::{Connection, params};
 
 use super::arrow_rows::ArrowRows;
+use super::key_index::KeyIndex;
 use super::newest::{TableFiles, path_literal, rows_at};
 use super::parquet_file::{Layout, ParquetFile};
 use super::report_times;
@@ -174,6 +175,7 @@ const PARQUET_OPTIONS: &str =
 const LAYOUT: Layout = Layout {
     row_group_rows: ROW_GROUP_ROWS as usize,
     unique: &["task_id"],
+    ordered: &[],
 };
 
 /// Rows per row group of every `task_attempts` file ([`PARQUET_OPTIONS`], [`write_delta`]): a key
@@ -231,20 +233,21 @@ const GROUPS: usize = 4;
 /// Writes `attempts` as a `task_attempts` file at `path`, sorted by job and creation time (so
 /// a table page's top-N skips row groups by their statistics), with their views under
 /// `failures` and their report times by reference ([`report_times::encode`]). Returns the rows
-/// written; with none, no file is written.
+/// written and their key index, to be written beside them; with no rows, no file is written.
 pub fn write_delta(
     path: &Path,
     cluster: &str,
     session: &str,
     attempts: &[&TaskAttempt],
     failures: &FailureContext,
-) -> Result<u64, TableError> {
+) -> Result<(u64, KeyIndex), TableError> {
     if attempts.is_empty() {
-        return Ok(0);
+        return Ok((0, KeyIndex::default()));
     }
     let mut ordered = attempts.to_vec();
     ordered.sort_by_cached_key(|attempt| row_order(attempt));
     let attempts = ordered.as_slice();
+    let mut index = KeyIndex::with_capacity(attempts.len());
     let builders = std::thread::available_parallelism().map_or(1, usize::from);
     // Several groups, so that writing one (encoding and compressing, one core) overlaps
     // building the next (a core per chunk).
@@ -253,18 +256,25 @@ pub fn write_delta(
         .div_ceil(builders * GROUPS)
         .clamp(1, ROWS_PER_BATCH);
     let chunks: Vec<&[&TaskAttempt]> = attempts.chunks(per_batch).collect();
-    let encoded = |chunk: &&[&TaskAttempt]| -> Result<RecordBatch, TableError> {
+    // Each batch with the keys of its task ids, taken from its column on the thread that built
+    // it: read from the attempts on this thread, they were a cache miss each (60-80 ms a run).
+    let encoded = |chunk: &&[&TaskAttempt]| -> Result<(RecordBatch, Vec<u32>), TableError> {
         let batch = batch_of(chunk, cluster, session, failures)?;
-        Ok(report_times::encode(&batch)?)
+        let task_ids = batch
+            .column_by_name("task_id")
+            .ok_or_else(|| TableError::Corrupt("a delta's rows without task ids".into()))?;
+        let keys = KeyIndex::keys_of(task_ids)?;
+        Ok((report_times::encode(&batch)?, keys))
     };
     let mut file: Option<ParquetFile> = None;
-    let mut write = |batches: Vec<RecordBatch>| -> Result<(), TableError> {
-        for batch in batches {
+    let mut write = |batches: Vec<(RecordBatch, Vec<u32>)>| -> Result<(), TableError> {
+        for (batch, keys) in batches {
             let open = match file.as_mut() {
                 Some(open) => open,
                 None => file.insert(ParquetFile::create(path, batch.schema(), &LAYOUT)?),
             };
             open.write(&batch)?;
+            index.push_keys(&keys);
         }
         Ok(())
     };
@@ -279,7 +289,7 @@ pub fn write_delta(
         Some(file) => file.finish()?,
         None => 0,
     };
-    Ok(rows)
+    Ok((rows, index))
 }
 
 /// The rows of the `task_attempts` file at `path` as a relation of its columns and
@@ -616,25 +626,22 @@ pub fn write_deletes(
 /// row fully merged, so picking the newest version is the whole merge. The sorted files are
 /// merged in Rust ([`super::merged`]); files it cannot merge (deltas of builds before deletion
 /// vectors, other columns) are sorted again by DuckDB, as are files it finds out of order or
-/// cannot read. Returns the row count.
+/// cannot read. Returns the row count, and the rows' key index when they were merged in Rust
+/// (DuckDB's file is indexed by [`super::key_index::write_key_index`]).
 pub fn write_newest(
     connection: &Connection,
     files: &TableFiles<'_>,
     path: &Path,
-) -> Result<u64, TableError> {
+) -> Result<(u64, Option<KeyIndex>), TableError> {
     match super::merged::merge_newest(connection, files, &SORT_KEY, &LAYOUT, path) {
-        Ok(Some(rows)) => return Ok(rows),
+        Ok(Some((rows, index))) => return Ok((rows, Some(index))),
         Ok(None) => {}
         // Nothing of the merge is left; DuckDB sorts whatever it is given.
         Err(err) => tracing::warn!(error = %err, "fold not merged; DuckDB sorts it instead"),
     }
-    Ok(super::newest::write_newest(
-        connection,
-        files,
-        &sort_order(),
-        PARQUET_OPTIONS,
-        path,
-    )?)
+    let rows =
+        super::newest::write_newest(connection, files, &sort_order(), PARQUET_OPTIONS, path)?;
+    Ok((rows, None))
 }
 
 /// Compressed bytes per column over `files`, largest first, from the Parquet footers.
@@ -911,25 +918,25 @@ mod tests {
     }
 
     /// `rows` synthetic attempts written as a delta in a new temporary directory (returned, so
-    /// it lives as long as the test): the delta, and a database to read it with.
-    fn written_delta(rows: u64) -> (tempfile::TempDir, PathBuf, Connection) {
+    /// it lives as long as the test): the delta, a database to read it with, and its key index.
+    fn written_delta(rows: u64) -> (tempfile::TempDir, PathBuf, Connection, KeyIndex) {
         let dir = tempfile::tempdir().expect("temporary directory");
         let path = dir.path().join("delta.parquet");
         let attempts: Vec<TaskAttempt> = (0..rows).map(attempt).collect();
         let references: Vec<&TaskAttempt> = attempts.iter().collect();
         let failures = FailureContext::default();
-        let written =
+        let (written, index) =
             write_delta(&path, "c", "s", &references, &failures).expect("the delta is written");
         assert_eq!(written, rows);
         let connection = Connection::open_in_memory().expect("DuckDB opens");
-        (dir, path, connection)
+        (dir, path, connection, index)
     }
 
     #[test]
     fn a_delta_is_written_in_the_order_duckdb_sorts_it() {
         // More rows than one batch or one row group, so that rows are built on several threads
         // and order is kept across batches and row groups.
-        let (_dir, path, connection) = written_delta(300_000);
+        let (_dir, path, connection, _) = written_delta(300_000);
         let order = |by: &str| -> Vec<(Option<String>, i32)> {
             let sql = format!(
                 "SELECT task_id, attempt_number FROM read_parquet({}, file_row_number = true) \
@@ -975,7 +982,7 @@ mod tests {
     -> Result<(), Box<dyn std::error::Error>> {
         // Several batches and row groups, so row numbers cross both.
         let rows = 2 * ROW_GROUP_ROWS + 1_000;
-        let (_dir, path, connection) = written_delta(rows);
+        let (dir, path, connection, index) = written_delta(rows);
         let groups: Vec<(i64, i64)> = connection
             .prepare(&format!(
                 "SELECT row_group_id, row_group_num_rows FROM parquet_metadata({}) \
@@ -996,6 +1003,14 @@ mod tests {
         )?;
         let count = i64::try_from(rows)?;
         assert_eq!(numbers, (count, 0, count - 1));
+        // The key index built as the rows were written is the one DuckDB computes from them.
+        let (ours, theirs) = (dir.path().join("ours"), dir.path().join("theirs"));
+        assert_eq!(index.write(&ours)?, rows);
+        super::super::key_index::write_key_index(&connection, &path, rows, &theirs)?;
+        assert_eq!(
+            super::super::key_index::index_rows(&connection, &ours)?,
+            super::super::key_index::index_rows(&connection, &theirs)?
+        );
         // Report times are stored by reference where they equal another time of their row,
         // their codes as UTINYINT, and as themselves where they equal none.
         let file = crate::tables::newest::read_parquet(&[path.as_path()], "");

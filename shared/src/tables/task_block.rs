@@ -303,6 +303,7 @@ mod tests {
         let layout = Layout {
             row_group_rows: 30_000,
             unique: &["task_id"],
+            ordered: &[],
         };
         let mut file = ParquetFile::create(path, batch.schema(), &layout)?;
         file.write(batch)?;

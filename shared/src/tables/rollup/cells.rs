@@ -225,6 +225,7 @@ fn store(counted: &[Cells], sets: &[Set], path: &Path) -> Result<u64, TableError
     let layout = Layout {
         row_group_rows: ROW_GROUP_ROWS as usize,
         unique: &[],
+        ordered: &[],
     };
     let mut file = ParquetFile::create(path, rows.schema(), &layout)?;
     file.write(&rows)?;
