@@ -274,7 +274,7 @@ type IndexRows = (Vec<(u32, u32)>, Vec<String>);
 /// The rows of the key index at `path`, sorted, and the types of its columns: what two indexes
 /// of one file must agree on.
 #[cfg(test)]
-pub(crate) fn index_rows(connection: &Connection, path: &Path) -> Result<IndexRows, TableError> {
+fn index_rows(connection: &Connection, path: &Path) -> Result<IndexRows, TableError> {
     let index = read_parquet(&[path], "");
     let mut statement = connection.prepare(&format!(
         "SELECT key, block FROM {index} ORDER BY key, block"
@@ -293,6 +293,29 @@ pub(crate) fn index_rows(connection: &Connection, path: &Path) -> Result<IndexRo
         })?
         .collect::<Result<_, _>>()?;
     Ok((rows, types))
+}
+
+/// Checks `index`, built as the data file `data` (of `rows` rows) was written, against the key
+/// index DuckDB computes from `data` ([`write_key_index`]): the same rows and column types.
+/// Both are written in `dir`.
+#[cfg(test)]
+pub(crate) fn indexed_as_duckdb(
+    connection: &Connection,
+    index: KeyIndex,
+    data: &Path,
+    rows: u64,
+    dir: &Path,
+) -> Result<(), TableError> {
+    let (ours, theirs) = (dir.join("ours-index"), dir.join("theirs-index"));
+    assert_eq!(index.write(&ours)?, rows);
+    write_key_index(connection, data, rows, &theirs)?;
+    assert_eq!(
+        index_rows(connection, &ours)?,
+        index_rows(connection, &theirs)?,
+        "{}",
+        data.display()
+    );
+    Ok(())
 }
 
 #[cfg(test)]

@@ -1226,6 +1226,40 @@ mod tests {
         Ok(groups)
     }
 
+    /// Row groups of 30 000 rows: two pages in each whole one (the crate's pages hold at most
+    /// 20 000 rows), ten in a base of 300 000 attempts.
+    const GROUPS: Layout = Layout {
+        row_group_rows: 30_000,
+        unique: &["task_id"],
+        ordered: &[],
+    };
+
+    /// A base of 300 000 attempts ([`attempts_in_order`]) as a fold writes it: DuckDB's sorted
+    /// file merged by the crate into groups of [`GROUPS`], at `base.parquet` in `dir`.
+    fn crate_base(
+        connection: &Connection,
+        dir: &Path,
+    ) -> Result<std::path::PathBuf, Box<dyn std::error::Error>> {
+        let sorted = dir.join("sorted.parquet");
+        copy_sorted(connection, &attempts_in_order(0, 300_000, "base"), &sorted)?;
+        let base = dir.join("base.parquet");
+        let written = merge_in_batches(
+            connection,
+            &alone(&sorted),
+            &SORT_KEY,
+            &GROUPS,
+            BATCH_ROWS,
+            &base,
+        )?
+        .ok_or("the merge was declined")?;
+        assert_eq!(
+            (written.rows, written.copied_groups),
+            (300_000, 0),
+            "DuckDB's file is merged, not copied"
+        );
+        Ok(base)
+    }
+
     /// A fold of a base the crate wrote copies the row groups no delta changed, byte for byte,
     /// and merges the others: those holding a row a delta replaces, and those a delta's new
     /// rows fall among (a job's last group, whose attempts without a creation time sort after
@@ -1233,32 +1267,9 @@ mod tests {
     /// index through which the crate reads a task from copied and merged groups alike.
     #[test]
     fn a_fold_copies_the_row_groups_no_delta_changed() -> Result<(), Box<dyn std::error::Error>> {
-        // Two pages in each whole row group (the crate's pages hold at most 20 000 rows).
-        const GROUPS: Layout = Layout {
-            row_group_rows: 30_000,
-            unique: &["task_id"],
-            ordered: &[],
-        };
         let dir = tempfile::tempdir()?;
         let connection = crate::tables::open_duckdb()?;
-        // A base as a fold writes it: a sorted file merged by the crate.
-        let sorted = dir.path().join("sorted.parquet");
-        copy_sorted(&connection, &attempts_in_order(0, 300_000, "base"), &sorted)?;
-        let base = dir.path().join("base.parquet");
-        let written = merge_in_batches(
-            &connection,
-            &alone(&sorted),
-            &SORT_KEY,
-            &GROUPS,
-            BATCH_ROWS,
-            &base,
-        )?;
-        let written = written.ok_or("the merge was declined")?;
-        assert_eq!(
-            (written.rows, written.copied_groups),
-            (300_000, 0),
-            "DuckDB's file is merged, not copied"
-        );
+        let base = crate_base(&connection, dir.path())?;
         // New attempts, and two of the base's again (their creation time unchanged: they stay
         // where they were).
         let delta = dir.path().join("delta.parquet");
@@ -1339,19 +1350,13 @@ mod tests {
             assert!(read >= 20, "{read} tasks read");
             // The key index of merged and copied rows alike is the one DuckDB computes from
             // the file: copied groups start where no block does (groups of 30 000 rows).
-            let (ours_index, theirs_index) = (dir.path().join("ours"), dir.path().join("theirs"));
-            assert_eq!(merged.index.write(&ours_index)?, merged.rows);
-            crate::tables::key_index::write_key_index(
+            crate::tables::key_index::indexed_as_duckdb(
                 &connection,
+                merged.index,
                 &ours,
                 merged.rows,
-                &theirs_index,
+                dir.path(),
             )?;
-            assert_eq!(
-                crate::tables::key_index::index_rows(&connection, &ours_index)?,
-                crate::tables::key_index::index_rows(&connection, &theirs_index)?,
-                "{batch_rows} rows a batch"
-            );
         }
         Ok(())
     }
@@ -1362,25 +1367,9 @@ mod tests {
     #[test]
     fn a_fold_copies_every_row_group_when_no_delta_row_falls_among_them()
     -> Result<(), Box<dyn std::error::Error>> {
-        const GROUPS: Layout = Layout {
-            row_group_rows: 30_000,
-            unique: &["task_id"],
-            ordered: &[],
-        };
         let dir = tempfile::tempdir()?;
         let connection = crate::tables::open_duckdb()?;
-        let sorted = dir.path().join("sorted.parquet");
-        copy_sorted(&connection, &attempts_in_order(0, 300_000, "base"), &sorted)?;
-        let base = dir.path().join("base.parquet");
-        merge_in_batches(
-            &connection,
-            &alone(&sorted),
-            &SORT_KEY,
-            &GROUPS,
-            BATCH_ROWS,
-            &base,
-        )?
-        .ok_or("the merge was declined")?;
+        let base = crate_base(&connection, dir.path())?;
         // A job before every other, and an attempt with no job or creation time whose id
         // sorts after every md5.
         let delta = dir.path().join("delta.parquet");
@@ -1409,13 +1398,13 @@ mod tests {
                 folded.get(1..11) == Some(&base_chunks[..]),
                 "groups copied in order"
             );
-            let (ours_index, theirs_index) = (dir.path().join("ours"), dir.path().join("theirs"));
-            assert_eq!(merged.index.write(&ours_index)?, 300_002);
-            crate::tables::key_index::write_key_index(&connection, &ours, 300_002, &theirs_index)?;
-            assert_eq!(
-                crate::tables::key_index::index_rows(&connection, &ours_index)?,
-                crate::tables::key_index::index_rows(&connection, &theirs_index)?,
-            );
+            crate::tables::key_index::indexed_as_duckdb(
+                &connection,
+                merged.index,
+                &ours,
+                300_002,
+                dir.path(),
+            )?;
         }
         Ok(())
     }
@@ -1427,11 +1416,6 @@ mod tests {
     #[test]
     fn a_base_whose_row_groups_are_out_of_order_is_an_error()
     -> Result<(), Box<dyn std::error::Error>> {
-        const GROUPS: Layout = Layout {
-            row_group_rows: 30_000,
-            unique: &["task_id"],
-            ordered: &[],
-        };
         let dir = tempfile::tempdir()?;
         let connection = crate::tables::open_duckdb()?;
         // Two files of one row group each, as the crate writes them; each is sorted, and the

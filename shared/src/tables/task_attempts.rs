@@ -1004,13 +1004,7 @@ mod tests {
         let count = i64::try_from(rows)?;
         assert_eq!(numbers, (count, 0, count - 1));
         // The key index built as the rows were written is the one DuckDB computes from them.
-        let (ours, theirs) = (dir.path().join("ours"), dir.path().join("theirs"));
-        assert_eq!(index.write(&ours)?, rows);
-        super::super::key_index::write_key_index(&connection, &path, rows, &theirs)?;
-        assert_eq!(
-            super::super::key_index::index_rows(&connection, &ours)?,
-            super::super::key_index::index_rows(&connection, &theirs)?
-        );
+        super::super::key_index::indexed_as_duckdb(&connection, index, &path, rows, dir.path())?;
         // Report times are stored by reference where they equal another time of their row,
         // their codes as UTINYINT, and as themselves where they equal none.
         let file = crate::tables::newest::read_parquet(&[path.as_path()], "");
