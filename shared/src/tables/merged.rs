@@ -37,16 +37,13 @@ use parquet::arrow::arrow_reader::{
 use parquet::arrow::{ArrowSchemaConverter, ProjectionMask};
 use parquet::file::metadata::PageIndexPolicy;
 
-use super::key_index::KeyIndex;
+use super::key_index::{KeyIndex, TASK_ID};
 use super::newest::{DeletionVector, TableFiles, read_parquet};
 use super::parquet_file::{Layout, ParquetFile};
 use super::task_attempts::TableError;
 
 /// Rows decoded from a file at a time, and rows gathered into each batch written.
 const BATCH_ROWS: usize = 8192;
-
-/// The column the merged file's key index is of ([`super::key_index`]).
-const TASK_ID: &str = "task_id";
 
 /// One file being read in order, its rows dropped where its deletion vectors name them.
 struct Cursor<'a> {
@@ -643,13 +640,28 @@ fn merge_to(
             mut index,
             placed,
         } = merged.and(written)?;
-        for ((group, start), (read, keys)) in placed.into_iter().zip(keys?) {
+        let keys = keys?;
+        if placed.len() != keys.len() {
+            return Err(TableError::Corrupt(format!(
+                "{} row groups copied, the task ids of {} read",
+                placed.len(),
+                keys.len()
+            )));
+        }
+        for ((group, start), (read, keys)) in placed.into_iter().zip(keys) {
             if group != read {
                 return Err(TableError::Corrupt(format!(
                     "row group {group} copied where the key index has {read}"
                 )));
             }
             index.add_at(start, &keys);
+        }
+        // The index must place every row the file holds, or lookups would miss some.
+        if index.rows() != rows {
+            return Err(TableError::Corrupt(format!(
+                "a key index placing {} rows for a file of {rows}",
+                index.rows()
+            )));
         }
         Ok((rows, index))
     })
@@ -802,7 +814,12 @@ fn write_all(
                 let rows = metadata
                     .row_groups()
                     .get(group)
-                    .map_or(0, |meta| meta.num_rows().unsigned_abs());
+                    .map(|meta| meta.num_rows().unsigned_abs())
+                    .ok_or_else(|| {
+                        TableError::Corrupt(format!(
+                            "row group {group} copied from beyond the base"
+                        ))
+                    })?;
                 placed.push((group, index.skip(rows)));
             }
             (Piece::Copy(group), None) => {
@@ -843,6 +860,7 @@ fn copied_keys(base: &Source<'_>, copied: &[usize]) -> Result<Vec<(usize, Vec<u3
     );
     let mut groups = Vec::with_capacity(copied.len());
     for &group in copied {
+        // A handle per reader, all used in turn on this thread alone.
         let handle = file.try_clone().map_err(|err| unreadable(err.into()))?;
         let reader =
             ParquetRecordBatchReaderBuilder::new_with_metadata(handle, base.metadata.clone())

@@ -261,7 +261,7 @@ pub fn write_delta(
     let encoded = |chunk: &&[&TaskAttempt]| -> Result<(RecordBatch, Vec<u32>), TableError> {
         let batch = batch_of(chunk, cluster, session, failures)?;
         let task_ids = batch
-            .column_by_name("task_id")
+            .column_by_name(super::key_index::TASK_ID)
             .ok_or_else(|| TableError::Corrupt("a delta's rows without task ids".into()))?;
         let keys = KeyIndex::keys_of(task_ids)?;
         Ok((report_times::encode(&batch)?, keys))
