@@ -286,6 +286,9 @@ async fn deltas_fold_into_a_base_without_changing_rows() -> anyhow::Result<()> {
     for key in compactor.raw_keys().await? {
         compactor.compact(&[key]).await?;
     }
+    // Runs after a fold found stored versions in the new base from its keys, read once.
+    let held = compactor.stored_keys();
+    ensure!(held.rows_read() > 0 && held.scans_after_error() == 0 && held.scans_after_check() == 0);
     let manifests = storage.list("tables/manifests/cluster=fold/").await?;
     ensure!(manifests.len() == 1, "one session, one manifest");
     let manifest = shared::tables::manifest::load(&*storage, &manifests[0].key)
@@ -1151,11 +1154,22 @@ async fn compacting_one_raw_object_at_a_time_agrees_with_ray() -> anyhow::Result
         .await?;
         server.stop().await?;
         let (compactor, _scratch) = compactor(Arc::clone(&storage), CompactSettings::default())?;
+        let mut written = 0;
         for key in compactor.raw_keys().await? {
-            compactor.compact(&[key]).await?;
+            written += compactor.compact(&[key]).await?.rows_written;
         }
         let rows = stored_task_rows(&*storage, &run.name).await?;
         check(&run, &rows, "one raw object per compaction")?;
+        // Each run found the stored versions from keys held since earlier runs, reading only
+        // the keys of files it had not seen: at most every row written once, where scanning
+        // would have read every stored row again at each run.
+        let held = compactor.stored_keys();
+        ensure!(
+            held.rows_read() > 0 && held.rows_read() <= written,
+            "{} stored keys read, {written} rows written",
+            held.rows_read()
+        );
+        ensure!(held.scans_after_check() == 0 && held.scans_after_error() == 0);
     }
     Ok(())
 }

@@ -153,6 +153,10 @@ pub struct BenchArgs {
     /// Raw objects per compaction run (the compact function's SQS batch size).
     #[arg(long, value_name = "N", default_value_t = 500)]
     pub objects_per_run: usize,
+    /// Memory (MiB) compaction keeps between runs for where stored attempts are; 0 makes every
+    /// run scan the stored task ids instead, as builds before it did (for comparisons).
+    #[arg(long, value_name = "MIB", default_value_t = shared::tables::stored_keys::DEFAULT_BUDGET >> 20)]
+    pub stored_keys_mib: u64,
     /// Only time the routes, over the store an earlier run left in --dir.
     #[arg(long, requires = "dir")]
     pub query_only: bool,

@@ -65,10 +65,15 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     ingest.json["storage_requests"] = ingest_requests.json();
     let compact_requests = Arc::new(Counters::default());
     let cpu_before = stats::cpu_seconds();
+    let compact_settings = CompactSettings {
+        stored_keys_bytes: args.stored_keys_mib.saturating_mul(1 << 20),
+        ..CompactSettings::default()
+    };
     let mut compaction = compact_phase(
         counted(&compact_requests),
         work.path(),
         args.objects_per_run,
+        compact_settings,
     )
     .await?;
     compaction["cpu_s"] = json!(
@@ -89,6 +94,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
             "jobs": args.synth.jobs, "nodes": args.synth.nodes,
             "failure_rate": args.synth.failure_rate, "seed": args.synth.seed,
             "objects_per_compaction": args.objects_per_run, "repeat": args.repeat,
+            "stored_keys_mib": args.stored_keys_mib,
         },
         "machine": machine(),
         "ingest": ingest.json,
@@ -286,10 +292,11 @@ async fn compact_phase(
     storage: Arc<dyn Storage>,
     work: &Path,
     per_run: usize,
+    settings: CompactSettings,
 ) -> anyhow::Result<Value> {
     let scratch = work.join("compact-scratch");
     std::fs::create_dir_all(&scratch)?;
-    let compactor = Compactor::new(storage, CompactSettings::default(), scratch);
+    let compactor = Compactor::new(storage, settings, scratch);
     let keys: Vec<ObjectKey> = compactor.raw_keys().await?;
     let bar = progress(keys.len() as u64, "compact");
     let started = Instant::now();
@@ -316,6 +323,7 @@ async fn compact_phase(
         "wall_s": wall.as_secs_f64(),
         "events_per_s": parsed as f64 / wall.as_secs_f64().max(1e-9),
         "per_run_ms": Stats::of(&mut runs).json(),
+        "stored_keys_read": compactor.stored_keys().rows_read(),
     }))
 }
 

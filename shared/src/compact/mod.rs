@@ -50,6 +50,7 @@ use crate::tables::manifest::{
 };
 use crate::tables::newest::{LocalDeletes, LocalFiles};
 use crate::tables::rollup::{self, RowsByFile};
+use crate::tables::stored_keys::{self, StoredFile, StoredKeys};
 use crate::tables::task_attempts::{self, RowFilter, TableError};
 use crate::tables::{catalog, manifest};
 
@@ -79,6 +80,9 @@ pub struct CompactSettings {
     /// Most bytes of fetched table files kept in the scratch directory between runs (the
     /// least recently used go first); `None`: no limit.
     pub cache_bytes: Option<u64>,
+    /// Most bytes of memory kept between runs for where each stored attempt is (see
+    /// [`crate::tables::stored_keys`]); a session whose files need more is located by a scan.
+    pub stored_keys_bytes: u64,
 }
 
 impl Default for CompactSettings {
@@ -91,6 +95,7 @@ impl Default for CompactSettings {
             retention: None,
             orphan_age: Duration::from_secs(86_400),
             cache_bytes: None,
+            stored_keys_bytes: stored_keys::DEFAULT_BUDGET,
         }
     }
 }
@@ -179,6 +184,8 @@ pub struct Compactor {
     settings: CompactSettings,
     scratch: PathBuf,
     cache: FileCache,
+    /// Where each stored attempt is, by file, kept between runs; shared by clones.
+    stored_keys: StoredKeys,
     /// Folds whose base's rollup was summed (see [`Compactor::folds_summed`]), shared by
     /// clones.
     folds_summed: Arc<AtomicU64>,
@@ -194,6 +201,7 @@ impl Compactor {
             settings.cache_bytes,
         );
         Self {
+            stored_keys: StoredKeys::new(settings.stored_keys_bytes),
             storage,
             settings,
             scratch,
@@ -206,6 +214,11 @@ impl Compactor {
     /// than counting the base: tests tell the two ways apart by it.
     pub fn folds_summed(&self) -> u64 {
         self.folds_summed.load(Ordering::Relaxed)
+    }
+
+    /// Where runs found stored attempts (tests tell by it what a run read).
+    pub fn stored_keys(&self) -> &StoredKeys {
+        &self.stored_keys
     }
 
     /// The store compacted into.
@@ -546,6 +559,22 @@ impl Compactor {
         };
 
         let files = self.fetch(current.manifest.task_attempts.all()).await?;
+        let stored_files: Vec<(ObjectKey, PathBuf, u64)> = current
+            .manifest
+            .task_attempts
+            .all()
+            .zip(files.files())
+            .map(|(file, path)| (file.key.clone(), path.clone(), file.rows))
+            .collect();
+        let listed = current.manifest.task_attempts.all().count();
+        if listed != files.files().len() {
+            return Err(TableError::Corrupt(format!(
+                "{} local copies of {listed} stored files",
+                files.files().len(),
+            ))
+            .into());
+        }
+        let stored_keys = self.stored_keys.clone();
         // The new delta's rollup adds in rollups of the deltas before it, so reads sum a few
         // rollups instead of one per delta. Those are an optimization: one that cannot be
         // fetched only means this delta's rollup counts itself alone.
@@ -575,8 +604,18 @@ impl Compactor {
         let write_index_path = index_path.clone();
         let (rows, added, superseded, covers) = run_blocking(move || -> Result<_, CompactError> {
             let started = std::time::Instant::now();
+            // The local copies stay pinned until the rollup has read the versions it replaces.
+            let _pinned = &files;
             let connection = crate::tables::open_duckdb()?;
-            let stored = task_attempts::read_attempts(&connection, files.files(), &filter)?;
+            let stored_files: Vec<StoredFile<'_>> = stored_files
+                .iter()
+                .map(|(key, path, rows)| StoredFile {
+                    key,
+                    path,
+                    rows: *rows,
+                })
+                .collect();
+            let stored = stored_keys.read_attempts(&connection, &stored_files, &filter)?;
             let located = started.elapsed();
             // Every stored version read is merged into the delta, so the delta supersedes
             // exactly those rows.
@@ -611,6 +650,8 @@ impl Compactor {
                 tracing::debug!(
                     rows,
                     previous_rollups = previous.files().len(),
+                    superseded,
+                    unfinished = filter.names_unfinished(),
                     locate_ms = located.as_millis(),
                     delta_ms = (written - located).as_millis(),
                     rollup_ms = (rolled_up - written).as_millis(),
@@ -665,6 +706,10 @@ impl Compactor {
             tracing::info!(?reason, "folding the deltas into a new base");
             let base = self.merge_base(cluster, session, &next).await?;
             rows_written += base.rows;
+            // No run reads the files the new base replaces again (if this commit loses, the
+            // next try reads their keys again).
+            self.stored_keys
+                .forget(next.task_attempts.all().map(|file| &file.key));
             written.extend(next.install_base(base, now_ms()));
         }
         self.prune_retired(&mut next);

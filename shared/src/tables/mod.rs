@@ -13,6 +13,7 @@ pub mod newest;
 mod parquet_file;
 pub mod report_times;
 pub mod rollup;
+pub mod stored_keys;
 pub mod task_attempts;
 pub mod task_block;
 

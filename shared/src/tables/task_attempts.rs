@@ -472,10 +472,20 @@ pub struct RowFilter {
     pub unfinished_on_workers: Vec<String>,
 }
 
+impl RowFilter {
+    /// True when it selects unfinished attempts of some job or worker, besides its keys.
+    pub fn names_unfinished(&self) -> bool {
+        !self.unfinished_of_jobs.is_empty() || !self.unfinished_on_workers.is_empty()
+    }
+}
+
 /// Reads the stored rows `filter` selects from `files`, as merge state. Every version of a
 /// selected attempt comes back (one per file that has it), never just the versions that match:
 /// an old version may still look unfinished after a newer one finished. Merging all versions is
 /// harmless (merges are idempotent) and gives the newest state.
+///
+/// Finding the rows scans every stored task id; [`super::stored_keys::StoredKeys`] finds them
+/// from positions it keeps, and reads them with [`read_located`].
 pub fn read_attempts(
     connection: &Connection,
     files: &[PathBuf],
@@ -484,43 +494,71 @@ pub fn read_attempts(
     if files.is_empty() {
         return Ok(StoredRows::default());
     }
+    let located = locate(connection, files, filter)?;
+    read_located(connection, files, &located)
+}
+
+/// Where the stored rows a [`RowFilter`] selects are: by file (its index among the files
+/// read), the row numbers of every version, ascending, and those of the live versions.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Located {
+    /// Every version's row number, by file.
+    pub rows: BTreeMap<usize, Vec<i64>>,
+    /// The live versions' (each attempt's version in the newest file that has it).
+    pub live: BTreeMap<usize, Vec<i64>>,
+}
+
+/// The rows of every job and worker `filter` names as unfinished, that are not finished, or
+/// failed only by synthesis: the attempts an end or death may fail.
+const UNFINISHED: &str = "(t.state NOT IN ('FINISHED', 'FAILED') OR t.synthesized_failure)
+           AND (t.job_id IN (SELECT job_id FROM wanted_jobs)
+                OR t.worker_id IN (SELECT worker_id FROM wanted_workers))";
+
+/// Stages the jobs and workers of `filter` (and its keys, when `keys`) in temporary tables
+/// the statements of [`locate`] and [`unfinished_keys`] read.
+fn stage_filter(connection: &Connection, filter: &RowFilter, keys: bool) -> Result<(), TableError> {
     connection.execute_batch(
         "DROP TABLE IF EXISTS wanted_keys; DROP TABLE IF EXISTS wanted_jobs; DROP TABLE IF EXISTS wanted_workers;
          CREATE TEMP TABLE wanted_keys (task_id VARCHAR, attempt_number INTEGER);
          CREATE TEMP TABLE wanted_jobs (job_id VARCHAR);
          CREATE TEMP TABLE wanted_workers (worker_id VARCHAR);",
     )?;
-    {
-        let mut keys = connection.appender("wanted_keys")?;
+    if keys {
+        let mut appender = connection.appender("wanted_keys")?;
         for (task, attempt) in &filter.keys {
-            keys.append_row(params![task, attempt])?;
+            appender.append_row(params![task, attempt])?;
         }
-        keys.flush()?;
-        let mut jobs = connection.appender("wanted_jobs")?;
-        for job in &filter.unfinished_of_jobs {
-            jobs.append_row(params![job])?;
-        }
-        jobs.flush()?;
-        let mut workers = connection.appender("wanted_workers")?;
-        for worker in &filter.unfinished_on_workers {
-            workers.append_row(params![worker])?;
-        }
-        workers.flush()?;
+        appender.flush()?;
     }
+    let mut jobs = connection.appender("wanted_jobs")?;
+    for job in &filter.unfinished_of_jobs {
+        jobs.append_row(params![job])?;
+    }
+    jobs.flush()?;
+    let mut workers = connection.appender("wanted_workers")?;
+    for worker in &filter.unfinished_on_workers {
+        workers.append_row(params![worker])?;
+    }
+    workers.flush()?;
+    Ok(())
+}
+
+/// Finds the rows `filter` selects in `files` by scanning their keys.
+fn locate(
+    connection: &Connection,
+    files: &[PathBuf],
+    filter: &RowFilter,
+) -> Result<Located, TableError> {
+    stage_filter(connection, filter, true)?;
     // Two steps, so a session's millions of stored rows are never read whole: a narrow scan
     // (keys and the few columns the filter needs) finds where the wanted rows are, then only
     // the row groups holding them are read in full.
     let list: Vec<String> = files.iter().map(|path| path_literal(path)).collect();
-    let unfinished =
-        if filter.unfinished_of_jobs.is_empty() && filter.unfinished_on_workers.is_empty() {
-            ""
-        } else {
-            "UNION
-         SELECT task_id, attempt_number FROM t
-         WHERE (t.state NOT IN ('FINISHED', 'FAILED') OR t.synthesized_failure)
-           AND (t.job_id IN (SELECT job_id FROM wanted_jobs)
-                OR t.worker_id IN (SELECT worker_id FROM wanted_workers))"
-        };
+    let unfinished = if filter.names_unfinished() {
+        format!("UNION SELECT task_id, attempt_number FROM t WHERE {UNFINISHED}")
+    } else {
+        String::new()
+    };
     let locate = format!(
         "WITH t AS (SELECT task_id, attempt_number, state, synthesized_failure, job_id, worker_id,
                            file_index::BIGINT AS file_index, file_row_number
@@ -535,28 +573,56 @@ pub fn read_attempts(
          ORDER BY file_index, file_row_number",
         files = list.join(", ")
     );
-    let mut rows_by_file: BTreeMap<usize, Vec<i64>> = BTreeMap::new();
-    let mut live_by_file: BTreeMap<usize, Vec<i64>> = BTreeMap::new();
-    {
-        let mut statement = connection.prepare(&locate)?;
-        let located = statement.query_map([], |row| {
-            Ok((
-                row.get::<_, i64>(0)?,
-                row.get::<_, i64>(1)?,
-                row.get::<_, bool>(2)?,
-            ))
-        })?;
-        for row in located {
-            let (file, number, live) = row?;
-            let file = usize::try_from(file).map_err(|err| TableError::Corrupt(err.to_string()))?;
-            rows_by_file.entry(file).or_default().push(number);
-            if live {
-                live_by_file.entry(file).or_default().push(number);
-            }
+    let mut located = Located::default();
+    let mut statement = connection.prepare(&locate)?;
+    let rows = statement.query_map([], |row| {
+        Ok((
+            row.get::<_, i64>(0)?,
+            row.get::<_, i64>(1)?,
+            row.get::<_, bool>(2)?,
+        ))
+    })?;
+    for row in rows {
+        let (file, number, live) = row?;
+        let file = usize::try_from(file).map_err(|err| TableError::Corrupt(err.to_string()))?;
+        located.rows.entry(file).or_default().push(number);
+        if live {
+            located.live.entry(file).or_default().push(number);
         }
     }
+    Ok(located)
+}
+
+/// The attempts in `files` that `filter` names as unfinished (see [`RowFilter`]), each once.
+pub fn unfinished_keys(
+    connection: &Connection,
+    files: &[PathBuf],
+    filter: &RowFilter,
+) -> Result<Vec<(String, i32)>, TableError> {
+    if files.is_empty() || !filter.names_unfinished() {
+        return Ok(Vec::new());
+    }
+    stage_filter(connection, filter, false)?;
+    let list: Vec<String> = files.iter().map(|path| path_literal(path)).collect();
+    let sql = format!(
+        "SELECT DISTINCT task_id, attempt_number
+         FROM read_parquet([{files}], hive_partitioning = false, union_by_name = true) t
+         WHERE {UNFINISHED} AND task_id IS NOT NULL AND attempt_number IS NOT NULL",
+        files = list.join(", ")
+    );
+    let mut statement = connection.prepare(&sql)?;
+    let keys = statement.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?;
+    Ok(keys.collect::<Result<_, _>>()?)
+}
+
+/// Reads the rows at `located` in `files` (as [`read_attempts`] returns them).
+pub fn read_located(
+    connection: &Connection,
+    files: &[PathBuf],
+    located: &Located,
+) -> Result<StoredRows, TableError> {
     let mut stored = StoredRows::default();
-    for (index, numbers) in &rows_by_file {
+    for (index, numbers) in &located.rows {
         let Some(file) = files.get(*index) else {
             return Err(TableError::Corrupt(format!("no file number {index}")));
         };
@@ -569,9 +635,9 @@ pub fn read_attempts(
             .positions
             .extend(numbers.iter().map(|&number| (*index as i64, number)));
     }
-    for (index, numbers) in live_by_file {
-        if let Some(file) = files.get(index) {
-            stored.live.push((file.clone(), numbers));
+    for (index, numbers) in &located.live {
+        if let Some(file) = files.get(*index) {
+            stored.live.push((file.clone(), numbers.clone()));
         }
     }
     Ok(stored)
@@ -836,7 +902,7 @@ pub fn status_columns() -> impl Iterator<Item = (TaskStatus, &'static str)> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -850,7 +916,7 @@ mod tests {
     /// An attempt whose sort columns vary the ways real rows do: jobs from an event or from
     /// the task id, or none (a task id too short to hold one); creation times that tie to the
     /// millisecond but not the nanosecond, or are missing.
-    fn attempt(n: u64) -> TaskAttempt {
+    pub(crate) fn attempt(n: u64) -> TaskAttempt {
         // A multiplicative hash, so that neither task ids nor jobs come in creation order.
         let mixed = n.wrapping_mul(0x9E37_79B9_7F4A_7C15);
         // Some task ids share their first eight digits, some are too short to name a job;
