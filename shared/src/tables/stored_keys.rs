@@ -129,16 +129,32 @@ impl FileKeys {
                     })
                 })
                 .collect();
-            readers
+            // Every reader joined before an error is reported: one left to the scope that had
+            // panicked would panic the scope.
+            let joined: Vec<Result<Vec<(u64, u32)>, TableError>> = readers
                 .into_iter()
                 .map(|reader| {
                     reader.join().unwrap_or_else(|_| {
                         Err(TableError::Corrupt("a key reader panicked".into()))
                     })
                 })
-                .collect::<Result<_, _>>()
+                .collect();
+            joined.into_iter().collect::<Result<_, _>>()
         })?;
-        let entries = sorted.into_iter().reduce(merge_sorted).unwrap_or_default();
+        // Merged in pairs, so each entry is moved once per halving, however many cores.
+        let mut lists = sorted;
+        while lists.len() > 1 {
+            let mut pairs = lists.into_iter();
+            let mut merged = Vec::new();
+            while let Some(first) = pairs.next() {
+                merged.push(match pairs.next() {
+                    Some(second) => merge_sorted(first, second),
+                    None => first,
+                });
+            }
+            lists = merged;
+        }
+        let entries = lists.pop().unwrap_or_default();
         Ok(Self { entries })
     }
 
@@ -342,6 +358,13 @@ impl StoredKeys {
         if files.is_empty() {
             return Ok(StoredRows::default());
         }
+        let needed = files
+            .iter()
+            .map(|file| file.rows.saturating_mul(ENTRY_BYTES))
+            .fold(0, u64::saturating_add);
+        if needed > self.budget {
+            return task_attempts::read_attempts(connection, &paths, filter);
+        }
         let unfinished = unfinished_keys(connection, &paths, filter)?;
         let keys = filter
             .keys
@@ -350,7 +373,7 @@ impl StoredKeys {
             .map(|(task, attempt)| (task.as_str(), *attempt));
         match Wanted::new(keys, self.hash) {
             Some(wanted) => match self.locate(files, &wanted) {
-                Ok(Some(located)) => {
+                Ok(located) => {
                     let stored = read_located(connection, &paths, &located)?;
                     if stored.attempts.iter().all(|attempt| wanted.holds(attempt)) {
                         return Ok(stored);
@@ -358,7 +381,6 @@ impl StoredKeys {
                     tracing::warn!("a stored row's key hash was another attempt's; scanning");
                     self.lock().scans_after_check += 1;
                 }
-                Ok(None) => {}
                 Err(err) => {
                     tracing::warn!(error = %err, "stored keys not read; scanning");
                     self.lock().scans_after_error += 1;
@@ -369,19 +391,17 @@ impl StoredKeys {
                 self.lock().scans_after_check += 1;
             }
         }
-        task_attempts::read_attempts(connection, &paths, filter)
+        // The unfinished attempts are known by key now: asking for them so selects the same
+        // rows in one scan, not two.
+        let by_key = RowFilter {
+            keys: filter.keys.iter().chain(&unfinished).cloned().collect(),
+            ..RowFilter::default()
+        };
+        task_attempts::read_attempts(connection, &paths, &by_key)
     }
 
-    /// Where the `wanted` attempts are in `files`; `None` when the files' keys do not fit.
-    fn locate(
-        &self,
-        files: &[StoredFile<'_>],
-        wanted: &Wanted<'_>,
-    ) -> Result<Option<Located>, TableError> {
-        let needed: u64 = files.iter().map(|file| file.rows * ENTRY_BYTES).sum();
-        if needed > self.budget {
-            return Ok(None);
-        }
+    /// Where the `wanted` attempts are in `files`.
+    fn locate(&self, files: &[StoredFile<'_>], wanted: &Wanted<'_>) -> Result<Located, TableError> {
         let hashes = wanted.hashes();
         // (wanted position, file index, row)
         let mut found: Vec<(usize, usize, u32)> = Vec::new();
@@ -404,7 +424,7 @@ impl StoredKeys {
             rows.sort_unstable();
             rows.dedup();
         }
-        Ok(Some(located))
+        Ok(located)
     }
 
     /// The keys of `file`, held or read now (and held, evicting the least recently used).
@@ -481,8 +501,8 @@ impl StoredKeys {
     }
 }
 
-/// The files' keys at most one run needs at once, by default: a 10 M-attempt session's base
-/// and deltas take ~180 MB.
+/// Memory kept for files' keys, over every session a compactor serves, by default: a 10 M-attempt
+/// session's base and deltas take ~180 MB.
 pub const DEFAULT_BUDGET: u64 = 512 << 20;
 
 #[cfg(test)]
