@@ -20,7 +20,7 @@ use serde_json::Value as Json;
 
 use super::QueryError;
 use super::json::{JsonRow, arrow_row, arrow_value};
-use crate::storage::ObjectKey;
+use crate::storage::{ObjectKey, take_least_recent};
 use crate::tables::newest::read_parquet;
 
 /// Most attempts in scope for which a lookup keeps the files in memory: a session the fold
@@ -163,17 +163,10 @@ impl ResidentRows {
             return;
         }
         while held.bytes + rows.bytes > self.limit {
-            let Some(oldest) = held
-                .files
-                .iter()
-                .min_by_key(|(_, (_, used))| *used)
-                .map(|(key, _)| key.clone())
-            else {
+            let Some(dropped) = take_least_recent(&mut held.files) else {
                 break;
             };
-            if let Some((dropped, _)) = held.files.remove(&oldest) {
-                held.bytes -= dropped.bytes;
-            }
+            held.bytes -= dropped.bytes;
         }
         held.clock += 1;
         held.bytes += rows.bytes;

@@ -71,6 +71,17 @@ impl<T> Drop for CachedFiles<T> {
 
 /// The cache's bookkeeping; a panic while holding it leaves nothing half-updated that matters
 /// (at worst a size is off until the file is fetched again), so a poisoned lock is used as is.
+/// Removes and returns the entry of `held` used least recently (each entry is a value and
+/// when it was last used, on its holder's clock): the in-memory caches of stored files
+/// (the query's resident rows, compaction's stored keys) make room with it.
+pub(crate) fn take_least_recent<T>(held: &mut HashMap<ObjectKey, (T, u64)>) -> Option<T> {
+    let oldest = held
+        .iter()
+        .min_by_key(|(_, (_, used))| *used)
+        .map(|(key, _)| key.clone())?;
+    held.remove(&oldest).map(|(value, _)| value)
+}
+
 fn lock(held: &Mutex<Held>) -> std::sync::MutexGuard<'_, Held> {
     held.lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)

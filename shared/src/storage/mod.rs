@@ -16,6 +16,7 @@ use std::fmt;
 use async_trait::async_trait;
 use bytes::Bytes;
 
+pub(crate) use self::cache::take_least_recent;
 pub use self::cache::{CachedFiles, FileCache};
 pub use self::key::{InvalidKey, ObjectKey};
 pub use self::local::LocalDirStorage;

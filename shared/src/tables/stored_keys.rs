@@ -36,7 +36,7 @@ use super::task_attempts::{
     self, Located, RowFilter, StoredRows, TableError, read_located, unfinished_keys,
 };
 use crate::merge::TaskAttempt;
-use crate::storage::ObjectKey;
+use crate::storage::{ObjectKey, take_least_recent};
 
 /// The attempt number's column.
 const ATTEMPT_NUMBER: &str = "attempt_number";
@@ -451,17 +451,10 @@ impl StoredKeys {
             held.bytes -= replaced.bytes();
         }
         while held.bytes > self.budget {
-            let Some(oldest) = held
-                .files
-                .iter()
-                .min_by_key(|(_, (_, used))| *used)
-                .map(|(key, _)| key.clone())
-            else {
+            let Some(evicted) = take_least_recent(&mut held.files) else {
                 break;
             };
-            if let Some((evicted, _)) = held.files.remove(&oldest) {
-                held.bytes -= evicted.bytes();
-            }
+            held.bytes -= evicted.bytes();
         }
         Ok(keys)
     }
