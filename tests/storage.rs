@@ -236,6 +236,42 @@ async fn overwrite_replaces_atomically(storage: Arc<dyn Storage>) -> anyhow::Res
     Ok(())
 }
 
+/// A file put from disk is stored whole, with the bytes counted and the tag a get returns; the
+/// object outlives the file's removal (a local store links the file), and `Create` refuses an
+/// existing object, leaving the object and the file's bytes as they were.
+async fn put_file_stores_the_file_and_keeps_the_contract(
+    storage: Arc<dyn Storage>,
+) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("delta.parquet");
+    let body: Vec<u8> = (0..=250u8).cycle().take(3_000_000).collect();
+    std::fs::write(&path, &body)?;
+    let object = key("tables/task_attempts/cluster=c/session=s/delta-1.parquet")?;
+    let (etag, bytes) = storage.put_file(&object, &path, PutMode::Create).await?;
+    ensure!(bytes == body.len() as u64, "{bytes} bytes counted");
+    std::fs::remove_file(&path)?;
+    let stored = storage.get(&object).await?;
+    ensure!(stored.body == body, "bytes differ after a round trip");
+    ensure!(stored.etag == etag, "get's tag differs from put_file's");
+
+    let other = dir.path().join("other.parquet");
+    std::fs::write(&other, b"another version")?;
+    let second = storage.put_file(&object, &other, PutMode::Create).await;
+    ensure!(
+        matches!(second, Err(StorageError::Precondition { .. })),
+        "expected Precondition, got {second:?}"
+    );
+    ensure!(
+        storage.get(&object).await?.body == body,
+        "the loser overwrote the object"
+    );
+    ensure!(
+        std::fs::read(&other)? == b"another version",
+        "the loser's file changed"
+    );
+    Ok(())
+}
+
 afterglow_tests::for_each_backend!(
     put_then_get_returns_the_same_bytes,
     get_of_a_missing_key_is_not_found,
@@ -246,6 +282,7 @@ afterglow_tests::for_each_backend!(
     list_returns_keys_under_a_prefix_in_order,
     delete_removes_and_is_idempotent,
     overwrite_replaces_atomically,
+    put_file_stores_the_file_and_keeps_the_contract,
 );
 
 /// An S3 endpoint that accepts connections and never answers (a stalled load balancer, a

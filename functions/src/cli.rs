@@ -158,8 +158,14 @@ pub struct BenchArgs {
     #[arg(long, value_name = "MIB", default_value_t = shared::tables::stored_keys::DEFAULT_BUDGET >> 20)]
     pub stored_keys_mib: u64,
     /// Only time the routes, over the store an earlier run left in --dir.
-    #[arg(long, requires = "dir")]
+    #[arg(long, requires = "dir", conflicts_with = "compact_only")]
     pub query_only: bool,
+    /// Only time compaction again, over the raw objects an earlier run left in --dir: its
+    /// tables are dropped first (as `afterglow rebuild` drops them) and the raw objects read
+    /// once (the full run finds them in the page cache), then compacted as the full benchmark
+    /// compacts them. Prints the compaction report alone.
+    #[arg(long, requires = "dir")]
+    pub compact_only: bool,
     /// With --query-only: the session to query (the only one, when not given).
     #[arg(long, value_name = "NAME")]
     pub session: Option<String>,

@@ -48,6 +48,19 @@ impl Storage for CountingStorage {
         self.inner.put(key, body, mode).await
     }
 
+    async fn put_file(
+        &self,
+        key: &ObjectKey,
+        path: &std::path::Path,
+        mode: PutMode,
+    ) -> Result<(ETag, u64), StorageError> {
+        // Counted before, as `put` counts: a conditional put that fails is still a request.
+        self.counters.puts.fetch_add(1, Ordering::Relaxed);
+        let (etag, bytes) = self.inner.put_file(key, path, mode).await?;
+        self.counters.put_bytes.fetch_add(bytes, Ordering::Relaxed);
+        Ok((etag, bytes))
+    }
+
     async fn get(&self, key: &ObjectKey) -> Result<StoredObject, StorageError> {
         self.counters.gets.fetch_add(1, Ordering::Relaxed);
         self.inner.get(key).await

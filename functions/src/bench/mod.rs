@@ -13,7 +13,7 @@ use std::time::Instant;
 use anyhow::Context as _;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Value, json};
-use shared::compact::{CompactSettings, Compactor};
+use shared::compact::{CompactSettings, Compactor, RunTimes};
 use shared::ingest::{IngestAccess, IngestLimits, Ingestor};
 use shared::layout::{self, ClusterName, SessionName};
 use shared::query::ray::RayRequest;
@@ -39,6 +39,9 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     if args.query_only {
         return query_only(&args).await;
     }
+    if args.compact_only {
+        return compact_only(&args).await;
+    }
     let work = WorkDir::new(args.dir.clone())?;
     let storage = Arc::new(
         LocalDirStorage::open(work.path().join("store"))
@@ -54,34 +57,10 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         work.path().display()
     );
 
-    let counted = |counters: &Arc<Counters>| -> Arc<dyn Storage> {
-        Arc::new(CountingStorage {
-            inner: Arc::clone(&storage) as Arc<dyn Storage>,
-            counters: Arc::clone(counters),
-        })
-    };
     let ingest_requests = Arc::new(Counters::default());
-    let mut ingest = ingest_phase(counted(&ingest_requests), settings).await?;
+    let mut ingest = ingest_phase(counted(&storage, &ingest_requests), settings).await?;
     ingest.json["storage_requests"] = ingest_requests.json();
-    let compact_requests = Arc::new(Counters::default());
-    let cpu_before = stats::cpu_seconds();
-    let compact_settings = CompactSettings {
-        stored_keys_bytes: args.stored_keys_mib.saturating_mul(1 << 20),
-        ..CompactSettings::default()
-    };
-    let mut compaction = compact_phase(
-        counted(&compact_requests),
-        work.path(),
-        args.objects_per_run,
-        compact_settings,
-    )
-    .await?;
-    compaction["cpu_s"] = json!(
-        stats::cpu_seconds()
-            .zip(cpu_before)
-            .map(|(after, before)| after - before)
-    );
-    compaction["storage_requests"] = compact_requests.json();
+    let compaction = measured_compaction(&storage, work.path(), &args).await?;
     let mut stored = storage_phase(&storage, &ingest.session, ingest.attempts).await?;
     stored["tables_dir_bytes"] = json!(dir_bytes(&work.path().join("store/tables")));
     stored["raw_dir_bytes"] = json!(dir_bytes(&work.path().join("store/raw")));
@@ -108,6 +87,88 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `storage`, its requests counted in `counters`.
+fn counted(storage: &Arc<LocalDirStorage>, counters: &Arc<Counters>) -> Arc<dyn Storage> {
+    Arc::new(CountingStorage {
+        inner: Arc::clone(storage) as Arc<dyn Storage>,
+        counters: Arc::clone(counters),
+    })
+}
+
+/// The compaction phase over `storage`, with its CPU time and storage requests.
+async fn measured_compaction(
+    storage: &Arc<LocalDirStorage>,
+    work: &Path,
+    args: &BenchArgs,
+) -> anyhow::Result<Value> {
+    let requests = Arc::new(Counters::default());
+    let settings = CompactSettings {
+        stored_keys_bytes: args.stored_keys_mib.saturating_mul(1 << 20),
+        ..CompactSettings::default()
+    };
+    let cpu_before = stats::cpu_seconds();
+    let mut compaction = compact_phase(
+        counted(storage, &requests),
+        work,
+        args.objects_per_run,
+        settings,
+    )
+    .await?;
+    compaction["cpu_s"] = json!(
+        stats::cpu_seconds()
+            .zip(cpu_before)
+            .map(|(after, before)| after - before)
+    );
+    compaction["storage_requests"] = requests.json();
+    Ok(compaction)
+}
+
+/// `--compact-only`: the compaction phase again, over the raw objects an earlier run left in
+/// `--dir`, its tables dropped first.
+async fn compact_only(args: &BenchArgs) -> anyhow::Result<()> {
+    let dir = args
+        .dir
+        .as_ref()
+        .context("--compact-only needs --dir with the raw objects of an earlier run")?;
+    let storage = Arc::new(
+        LocalDirStorage::open(dir.join("store")).context("cannot open the benchmark's store")?,
+    );
+    let scratch = dir.join("compact-scratch");
+    std::fs::create_dir_all(&scratch)
+        .with_context(|| format!("cannot create {}", scratch.display()))?;
+    let dropped = Compactor::new(
+        Arc::clone(&storage) as Arc<dyn Storage>,
+        CompactSettings::default(),
+        scratch,
+    )
+    .drop_tables()
+    .await?;
+    // The full run compacts raw objects ingest has just written, from the page cache; read
+    // from disk instead, 10 M attempts' 4.5 GB made the runs' reads 1.7× as long here.
+    let raw = storage.list(layout::RAW_PREFIX).await?;
+    anyhow::ensure!(
+        !raw.is_empty(),
+        "no raw objects in {}; run the full benchmark with --dir first",
+        dir.display()
+    );
+    let bar = progress(raw.len() as u64, "warm");
+    for meta in &raw {
+        storage.get(&meta.key).await?;
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    eprintln!(
+        "afterglow bench: {dropped} table objects dropped, {} raw objects read once; compacting again",
+        raw.len()
+    );
+    let compaction = measured_compaction(&storage, dir, args).await?;
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&json!({ "compaction": compaction }))?
+    );
+    Ok(())
+}
+
 /// `--query-only`: the query phase over a store an earlier run left in `--dir`.
 async fn query_only(args: &BenchArgs) -> anyhow::Result<()> {
     let dir = args
@@ -124,7 +185,8 @@ async fn query_only(args: &BenchArgs) -> anyhow::Result<()> {
     let mut fold = Value::Null;
     if args.fold {
         let scratch = dir.join("compact-scratch");
-        std::fs::create_dir_all(&scratch)?;
+        std::fs::create_dir_all(&scratch)
+            .with_context(|| format!("cannot create {}", scratch.display()))?;
         let compactor = Compactor::new(Arc::clone(&storage), CompactSettings::default(), scratch);
         let timer = Instant::now();
         let sessions = compactor.fold().await?;
@@ -295,13 +357,15 @@ async fn compact_phase(
     settings: CompactSettings,
 ) -> anyhow::Result<Value> {
     let scratch = work.join("compact-scratch");
-    std::fs::create_dir_all(&scratch)?;
+    std::fs::create_dir_all(&scratch)
+        .with_context(|| format!("cannot create {}", scratch.display()))?;
     let compactor = Compactor::new(storage, settings, scratch);
     let keys: Vec<ObjectKey> = compactor.raw_keys().await?;
     let bar = progress(keys.len() as u64, "compact");
     let started = Instant::now();
     let mut runs = Vec::new();
     let (mut events, mut duplicates, mut rows) = (0u64, 0u64, 0u64);
+    let mut took = RunTimes::default();
     for batch in keys.chunks(per_run.max(1)) {
         let timer = Instant::now();
         let report = compactor.compact(batch).await?;
@@ -309,11 +373,14 @@ async fn compact_phase(
         events += report.events as u64;
         duplicates += report.duplicates as u64;
         rows += report.rows_written;
+        took.add(&report.took);
         bar.inc(batch.len() as u64);
     }
     let wall = started.elapsed();
     bar.finish_and_clear();
     let parsed = events + duplicates;
+    let phases = [took.read, took.locate, took.delta, took.rollup, took.fold];
+    let other = wall.saturating_sub(phases.iter().sum());
     Ok(json!({
         "raw_objects": keys.len(),
         "runs": runs.len(),
@@ -323,6 +390,17 @@ async fn compact_phase(
         "wall_s": wall.as_secs_f64(),
         "events_per_s": parsed as f64 / wall.as_secs_f64().max(1e-9),
         "per_run_ms": Stats::of(&mut runs).json(),
+        // Wall clock summed over the runs; `other` is the rest of the runs (fetching stored
+        // files, writing key indexes, storing the runs' files and manifests, collecting
+        // orphans); a fold's own fetching and storing is in `fold`.
+        "phases_s": {
+            "read": took.read.as_secs_f64(),
+            "locate": took.locate.as_secs_f64(),
+            "delta": took.delta.as_secs_f64(),
+            "rollup": took.rollup.as_secs_f64(),
+            "fold": took.fold.as_secs_f64(),
+            "other": other.as_secs_f64(),
+        },
         "stored_keys_read": compactor.stored_keys().rows_read(),
     }))
 }

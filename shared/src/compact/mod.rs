@@ -25,7 +25,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use ulid::Ulid;
@@ -172,6 +172,38 @@ pub struct CompactReport {
     /// The sessions this run committed, as it left them: each is to be checked once it has
     /// gone quiet ([`Compactor::tidy_if_quiet`]).
     pub committed: Vec<QuietCheck>,
+    /// Where the run's time went.
+    pub took: RunTimes,
+}
+
+/// Where a run's time went (wall clock; a session's merge summed over its tries): what
+/// `afterglow bench` reports of compaction, for profiling without a profiler.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RunTimes {
+    /// Fetching and parsing the raw objects, their events taken into each session's attempts.
+    pub read: Duration,
+    /// Finding the stored versions of the attempts merged and reading them from the stored
+    /// files' local copies (fetching those copies is not counted).
+    pub locate: Duration,
+    /// Merging the attempts with their stored versions and writing the deltas with their
+    /// deletion vectors.
+    pub delta: Duration,
+    /// Counting the deltas' rollups.
+    pub rollup: Duration,
+    /// Folding deltas into new bases, all of it: fetching the files, merging, the new base's
+    /// rollup and key index, and storing them.
+    pub fold: Duration,
+}
+
+impl RunTimes {
+    /// Adds `other`'s times to these.
+    pub fn add(&mut self, other: &Self) {
+        self.read += other.read;
+        self.locate += other.locate;
+        self.delta += other.delta;
+        self.rollup += other.rollup;
+        self.fold += other.fold;
+    }
 }
 
 /// One raw object read, or its key and why it could not be.
@@ -257,6 +289,7 @@ impl Compactor {
         // The copy of a re-delivered event that is kept is the one whose object finished
         // reading first: Ray resends a body as it was, so the copies are the same event.
         let mut seen = SeenEvents::default();
+        let reading = Instant::now();
         self.read_each(raw_keys, |index, read| {
             let object = match read {
                 Ok(object) => object,
@@ -303,6 +336,7 @@ impl Compactor {
             }
         })
         .await?;
+        report.took.read = reading.elapsed();
         quarantined.sort_by_key(|(index, _)| *index);
         let quarantined: Vec<QuarantinedLine> = quarantined
             .into_iter()
@@ -337,6 +371,7 @@ impl Compactor {
             drop(tokio::task::spawn_blocking(move || drop(tasks)));
             report.rows_written += landed.rows;
             report.retries += landed.retries;
+            report.took.add(&landed.took);
             report.committed.push(QuietCheck {
                 cluster: cluster.clone(),
                 session: session.clone(),
@@ -477,10 +512,11 @@ impl Compactor {
         batch: &SessionBatch<'_>,
     ) -> Result<Landed, CompactError> {
         let manifest_key = layout::manifest_key(cluster, session)?;
+        let mut took = RunTimes::default();
         for attempt in 0..self.settings.max_manifest_retries {
             let current = manifest::load(&*self.storage, &manifest_key).await?;
             let (mut next, mut written, mut rows) = self
-                .next_manifest(cluster, session, batch.tasks, &current)
+                .next_manifest(cluster, session, batch.tasks, &current, &mut took)
                 .await?;
             next.stats
                 .include_span(batch.span.first_ms, batch.span.last_ms);
@@ -510,6 +546,7 @@ impl Compactor {
                         rows,
                         retries: attempt,
                         sequence: next.sequence,
+                        took,
                     });
                 }
                 Commit::Lost => {
@@ -525,13 +562,15 @@ impl Compactor {
         })
     }
 
-    /// Builds the manifest that adds `fold` to `current`, writing the data files it names.
+    /// Builds the manifest that adds `fold` to `current`, writing the data files it names;
+    /// adds where its time went to `took`.
     async fn next_manifest(
         &self,
         cluster: &ClusterName,
         session: &SessionName,
         fold: &Arc<SessionTasks>,
         current: &VersionedManifest,
+        took: &mut RunTimes,
     ) -> Result<(Manifest, Vec<ObjectKey>, u64), CompactError> {
         let stored_failures = current.manifest.failures();
         let mut failures = stored_failures.clone();
@@ -602,66 +641,75 @@ impl Compactor {
         let superseded_path = deletes_path.clone();
         let write_rollup_path = rollup_path.clone();
         let write_index_path = index_path.clone();
-        let (rows, added, superseded, covers) = run_blocking(move || -> Result<_, CompactError> {
-            let started = std::time::Instant::now();
-            // The local copies stay pinned until the rollup has read the versions it replaces.
-            let _pinned = &files;
-            let connection = crate::tables::open_duckdb()?;
-            let stored_files: Vec<StoredFile<'_>> = stored_files
-                .iter()
-                .map(|(key, path, rows)| StoredFile {
-                    key,
-                    path,
-                    rows: *rows,
-                })
-                .collect();
-            let stored = stored_keys.read_attempts(&connection, &stored_files, &filter)?;
-            let located = started.elapsed();
-            // Every stored version read is merged into the delta, so the delta supersedes
-            // exactly those rows.
-            let superseded =
-                task_attempts::write_deletes(&connection, &stored.positions, &superseded_path)?;
-            let live = stored.live;
-            let merged = merge_stored(stored.attempts, &fold);
-            let added = merged.new.len() as u64;
-            let (rows, index) = task_attempts::write_delta(
-                &path,
-                &cluster_name,
-                &session_name,
-                &merged.all(),
-                &write_failures,
-            )?;
-            let written = started.elapsed();
-            let mut covers = covers;
-            if rows > 0 {
-                // From the file just written: DuckDB decodes the few columns these need in
-                // tens of milliseconds (docs/performance.md).
-                covers = write_delta_rollup(
-                    &connection,
+        let (rows, added, superseded, covers, times) =
+            run_blocking(move || -> Result<_, CompactError> {
+                let started = Instant::now();
+                // The local copies stay pinned until the rollup has read the versions it replaces.
+                let _pinned = &files;
+                let connection = crate::tables::open_duckdb()?;
+                let stored_files: Vec<StoredFile<'_>> = stored_files
+                    .iter()
+                    .map(|(key, path, rows)| StoredFile {
+                        key,
+                        path,
+                        rows: *rows,
+                    })
+                    .collect();
+                let stored = stored_keys.read_attempts(&connection, &stored_files, &filter)?;
+                let located = started.elapsed();
+                // Every stored version read is merged into the delta, so the delta supersedes
+                // exactly those rows.
+                let superseded =
+                    task_attempts::write_deletes(&connection, &stored.positions, &superseded_path)?;
+                let live = stored.live;
+                let merged = merge_stored(stored.attempts, &fold);
+                let added = merged.new.len() as u64;
+                let (rows, index) = task_attempts::write_delta(
                     &path,
-                    &live,
-                    previous.files(),
-                    covers,
-                    &write_rollup_path,
+                    &cluster_name,
+                    &session_name,
+                    &merged.all(),
+                    &write_failures,
                 )?;
-                let rolled_up = started.elapsed();
-                index.write(&write_index_path)?;
-                // Where a run's time goes after the parse, for profiling without a profiler.
-                tracing::debug!(
-                    rows,
-                    previous_rollups = previous.files().len(),
-                    superseded,
-                    unfinished = filter.names_unfinished(),
-                    locate_ms = located.as_millis(),
-                    delta_ms = (written - located).as_millis(),
-                    rollup_ms = (rolled_up - written).as_millis(),
-                    key_index_ms = (started.elapsed() - rolled_up).as_millis(),
-                    "the run's files written"
-                );
-            }
-            Ok((rows, added, superseded, covers))
-        })
-        .await?;
+                let written = started.elapsed();
+                let mut covers = covers;
+                let mut rolled_up = written;
+                if rows > 0 {
+                    // From the file just written: DuckDB decodes the few columns these need in
+                    // tens of milliseconds (docs/performance.md).
+                    covers = write_delta_rollup(
+                        &connection,
+                        &path,
+                        &live,
+                        previous.files(),
+                        covers,
+                        &write_rollup_path,
+                    )?;
+                    rolled_up = started.elapsed();
+                    index.write(&write_index_path)?;
+                    // Where a run's time goes after the parse, for profiling without a profiler.
+                    tracing::debug!(
+                        rows,
+                        previous_rollups = previous.files().len(),
+                        superseded,
+                        unfinished = filter.names_unfinished(),
+                        locate_ms = located.as_millis(),
+                        delta_ms = (written - located).as_millis(),
+                        rollup_ms = (rolled_up - written).as_millis(),
+                        key_index_ms = (started.elapsed() - rolled_up).as_millis(),
+                        "the run's files written"
+                    );
+                }
+                let times = RunTimes {
+                    locate: located,
+                    delta: written - located,
+                    rollup: rolled_up - written,
+                    ..RunTimes::default()
+                };
+                Ok((rows, added, superseded, covers, times))
+            })
+            .await?;
+        took.add(&times);
 
         let mut written = Vec::new();
         let mut next = current.manifest.next_run();
@@ -704,7 +752,9 @@ impl Compactor {
         let mut rows_written = rows;
         if let Some(reason) = self.settings.fold.due(&next.task_attempts) {
             tracing::info!(?reason, "folding the deltas into a new base");
+            let folding = Instant::now();
             let base = self.merge_base(cluster, session, &next).await?;
+            took.fold += folding.elapsed();
             rows_written += base.rows;
             // No run reads the files the new base replaces again (if this commit loses, the
             // next try reads their keys again).
@@ -906,7 +956,7 @@ impl Compactor {
                 setup.push_str(&format!(" SET memory_limit = '{memory}MiB';"));
             }
             connection.execute_batch(&setup).map_err(TableError::from)?;
-            let started = std::time::Instant::now();
+            let started = Instant::now();
             let (rows, index) =
                 task_attempts::write_newest(&connection, &attempts.files(), &write_path)?;
             let written = started.elapsed();
@@ -1000,11 +1050,7 @@ impl Compactor {
     }
 
     async fn upload(&self, path: &Path, key: &ObjectKey) -> Result<u64, CompactError> {
-        let body = tokio::fs::read(path).await?;
-        let bytes = body.len() as u64;
-        self.storage
-            .put(key, Bytes::from(body), PutMode::Create)
-            .await?;
+        let (_, bytes) = self.storage.put_file(key, path, PutMode::Create).await?;
         Ok(bytes)
     }
 
@@ -1035,6 +1081,7 @@ struct Landed {
     rows: u64,
     retries: usize,
     sequence: u64,
+    took: RunTimes,
 }
 
 /// One session's events of a run, folded as their objects are read.

@@ -52,8 +52,9 @@ impl LocalDirStorage {
     }
 }
 
-/// A version tag from file metadata. Every put renames a fresh staging file into place, so a
-/// new version always has a new inode and modification time.
+/// A version tag from file metadata. Every put renames a staging file into place that no other
+/// object shares (a fresh file, or one linked from a file with no other name) and that is
+/// dated when it was staged, so a new version always has a new inode and modification time.
 fn etag_of(metadata: &fs::Metadata) -> ETag {
     ETag::new(format!(
         "{:x}-{:x}.{:x}-{:x}",
@@ -82,53 +83,97 @@ fn put_blocking(
     body: &[u8],
     mode: &PutMode,
 ) -> Result<ETag, StorageError> {
+    let staging = staging_path(root);
+    let staged = File::create(&staging).and_then(|mut file| {
+        file.write_all(body)?;
+        file.sync_all()?;
+        file.metadata()
+    });
+    commit_staged(root, key, &staging, staged, mode).map(|(etag, _)| etag)
+}
+
+/// A new name in the staging directory.
+fn staging_path(root: &Path) -> PathBuf {
+    root.join(STAGING_DIR).join(ulid::Ulid::new().to_string())
+}
+
+/// [`put_blocking`] of the file at `source`: linked into the staging directory rather than
+/// copied (a fold's base is ~500 MB at 10 M attempts: copying it took ~2.4 s here, and
+/// reading it whole first as much memory), unless it has another name already (it may be
+/// an object: re-dating it would change that object's tag) or is on another filesystem.
+/// Returns the new version's tag and its bytes.
+fn put_file_blocking(
+    root: &Path,
+    key: &ObjectKey,
+    source: &Path,
+    mode: &PutMode,
+) -> Result<(ETag, u64), StorageError> {
+    let staging = staging_path(root);
+    let linked = fs::metadata(source)
+        .and_then(|metadata| match metadata.nlink() {
+            1 => fs::hard_link(source, &staging),
+            _ => Err(io::Error::other("the file has other names")),
+        })
+        .is_ok();
+    let staged = if linked {
+        Ok(())
+    } else {
+        fs::copy(source, &staging).map(drop)
+    }
+    .and_then(|()| File::open(&staging))
+    .and_then(|file| {
+        // Dated now, as a put's file is: a new version's tag changes, and orphans are aged
+        // from when they were stored.
+        file.set_modified(std::time::SystemTime::now())?;
+        file.sync_all()?;
+        file.metadata()
+    });
+    commit_staged(root, key, &staging, staged, mode)
+}
+
+/// Renames the file `staging` (its metadata `staged`, or why it could not be staged) into
+/// place at `key` if `mode` allows, under the lock; removes it otherwise. Returns the new
+/// version's tag and its bytes.
+fn commit_staged(
+    root: &Path,
+    key: &ObjectKey,
+    staging: &Path,
+    staged: io::Result<fs::Metadata>,
+    mode: &PutMode,
+) -> Result<(ETag, u64), StorageError> {
     let backend = |err: io::Error| StorageError::backend(key, err);
     let dest = root.join(key.as_str());
     let parent = dest.parent().unwrap_or(root);
-    fs::create_dir_all(parent).map_err(backend)?;
-
-    let staging = root.join(STAGING_DIR).join(ulid::Ulid::new().to_string());
-    let mut file = File::create(&staging).map_err(backend)?;
-    let written = file
-        .write_all(body)
-        .and_then(|()| file.sync_all())
-        .and_then(|()| file.metadata());
-    let metadata = match written {
-        Ok(metadata) => metadata,
-        Err(err) => {
-            let _ = fs::remove_file(&staging);
-            return Err(backend(err));
+    let renamed = || -> Result<fs::Metadata, StorageError> {
+        let metadata = staged.map_err(backend)?;
+        fs::create_dir_all(parent).map_err(backend)?;
+        let lock = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(root.join(LOCK_FILE))
+            .map_err(backend)?;
+        lock.lock().map_err(backend)?;
+        let current = current_etag(&dest).map_err(backend)?;
+        let allowed = match (mode, current) {
+            (PutMode::Overwrite, _) | (PutMode::Create, None) => true,
+            (PutMode::Update(expected), Some(current)) => &current == expected,
+            (PutMode::Create, Some(_)) | (PutMode::Update(_), None) => false,
+        };
+        if !allowed {
+            return Err(StorageError::Precondition { key: key.clone() });
         }
-    };
-
-    let lock = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(root.join(LOCK_FILE))
-        .map_err(backend)?;
-    lock.lock().map_err(backend)?;
-    let allowed = match mode {
-        PutMode::Overwrite => Ok(()),
-        PutMode::Create => match current_etag(&dest).map_err(backend)? {
-            None => Ok(()),
-            Some(_) => Err(StorageError::Precondition { key: key.clone() }),
-        },
-        PutMode::Update(expected) => match current_etag(&dest).map_err(backend)? {
-            Some(current) if &current == expected => Ok(()),
-            _ => Err(StorageError::Precondition { key: key.clone() }),
-        },
-    };
-    let outcome = allowed.and_then(|()| {
-        fs::rename(&staging, &dest)
+        fs::rename(staging, &dest)
             .and_then(|()| sync_dir(parent))
-            .map_err(backend)
-    });
-    drop(lock);
+            .map_err(backend)?;
+        Ok(metadata)
+    };
+    let outcome = renamed();
     if outcome.is_err() {
-        let _ = fs::remove_file(&staging);
+        // Whatever failed, the staging name goes: nothing else would ever remove it.
+        let _ = fs::remove_file(staging);
     }
-    outcome.map(|()| etag_of(&metadata))
+    outcome.map(|metadata| (etag_of(&metadata), metadata.len()))
 }
 
 fn get_blocking(root: &Path, key: &ObjectKey) -> Result<StoredObject, StorageError> {
@@ -218,6 +263,20 @@ impl Storage for LocalDirStorage {
         .await
     }
 
+    #[tracing::instrument(name = "local.put_file", skip(self, path), fields(key = %key))]
+    async fn put_file(
+        &self,
+        key: &ObjectKey,
+        path: &Path,
+        mode: PutMode,
+    ) -> Result<(ETag, u64), StorageError> {
+        let (key, path) = (key.clone(), path.to_owned());
+        self.blocking(key.clone().as_str(), move |root| {
+            put_file_blocking(root, &key, &path, &mode)
+        })
+        .await
+    }
+
     #[tracing::instrument(name = "local.get", skip(self), fields(key = %key))]
     async fn get(&self, key: &ObjectKey) -> Result<StoredObject, StorageError> {
         let key = key.clone();
@@ -251,5 +310,53 @@ impl Storage for LocalDirStorage {
 
     fn local_path(&self, key: &ObjectKey) -> Option<PathBuf> {
         Some(self.root.join(key.as_str()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::SystemTime;
+
+    use super::*;
+
+    /// A file on the store's filesystem is linked into place, not copied (a fold's base is
+    /// ~500 MB at 10 M attempts), and dated when it was stored, not when it was written.
+    #[tokio::test]
+    async fn a_file_on_the_stores_filesystem_is_linked_and_dated_now()
+    -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let storage = LocalDirStorage::open(dir.path().join("store"))?;
+        let path = dir.path().join("base.parquet");
+        fs::write(&path, b"rows")?;
+        let written = SystemTime::now() - std::time::Duration::from_secs(3_600);
+        File::options()
+            .write(true)
+            .open(&path)?
+            .set_modified(written)?;
+        let key = ObjectKey::new("tables/t/base-1.parquet")?;
+        let (_, bytes) = storage.put_file(&key, &path, PutMode::Create).await?;
+        assert_eq!(bytes, 4);
+        let stored = fs::metadata(dir.path().join("store").join(key.as_str()))?;
+        assert_eq!(
+            stored.ino(),
+            fs::metadata(&path)?.ino(),
+            "linked, not copied"
+        );
+        let age = SystemTime::now().duration_since(stored.modified()?)?;
+        assert!(age.as_secs() < 60, "dated {age:?} ago");
+
+        // Now that the file has two names (one an object's), a second put copies it: linked,
+        // re-dating it would change the first object's tag.
+        let first = storage.get(&key).await?.etag;
+        let again = ObjectKey::new("tables/t/base-2.parquet")?;
+        storage.put_file(&again, &path, PutMode::Create).await?;
+        let copied = fs::metadata(dir.path().join("store").join(again.as_str()))?;
+        assert_ne!(copied.ino(), stored.ino(), "copied, not linked");
+        assert_eq!(
+            storage.get(&key).await?.etag,
+            first,
+            "the first object is as it was"
+        );
+        Ok(())
     }
 }

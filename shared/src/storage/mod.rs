@@ -123,6 +123,26 @@ pub trait Storage: Send + Sync + fmt::Debug {
     /// Writes `body` at `key` under `mode`, returning the new version's tag.
     async fn put(&self, key: &ObjectKey, body: Bytes, mode: PutMode) -> Result<ETag, StorageError>;
 
+    /// Writes the file at `path` at `key` under `mode`, as [`Storage::put`] writes a body
+    /// (atomic, the same conditions and errors; a file that cannot be read is
+    /// [`StorageError::Backend`]), returning the new version's tag and the bytes written.
+    /// The file is the caller's, written for this and not changed afterwards: a local store
+    /// links it rather than copying it (and dates it now). It may be removed afterwards. This
+    /// default reads it whole and puts it; backends stream it instead (a fold's base is ~500
+    /// MB at 10 M attempts).
+    async fn put_file(
+        &self,
+        key: &ObjectKey,
+        path: &std::path::Path,
+        mode: PutMode,
+    ) -> Result<(ETag, u64), StorageError> {
+        let body = tokio::fs::read(path)
+            .await
+            .map_err(|err| StorageError::backend(key, err))?;
+        let bytes = body.len() as u64;
+        Ok((self.put(key, Bytes::from(body), mode).await?, bytes))
+    }
+
     /// Reads a whole object. [`StorageError::NotFound`] if absent.
     async fn get(&self, key: &ObjectKey) -> Result<StoredObject, StorageError>;
 
