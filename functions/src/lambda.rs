@@ -71,6 +71,7 @@ pub async fn run(function: LambdaFunction, config: Config) -> anyhow::Result<()>
                 memory_limit_mib: config.lambda_memory_mib.map(|memory| memory * 6 / 10),
                 retention: config.tables_retention,
                 cache_bytes: config.cache_bytes,
+                stored_keys_bytes: config.stored_keys_bytes,
                 fold: FoldPolicy {
                     quiet: config.fold_quiet,
                     ..FoldPolicy::default()

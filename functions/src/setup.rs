@@ -40,6 +40,7 @@ pub fn compactor_with_scratch(
         .context("cannot create a scratch directory")?;
     let settings = CompactSettings {
         retention: config.tables_retention,
+        stored_keys_bytes: config.stored_keys_bytes,
         fold: FoldPolicy {
             quiet: config.fold_quiet,
             ..FoldPolicy::default()

@@ -13,6 +13,7 @@
 //! | `AFTERGLOW_MAX_BODY_BYTES` | largest ingest body | 5 MiB |
 //! | `AFTERGLOW_MAX_EVENTS_PER_REQUEST` | most events in one ingest body | 10000 |
 //! | `AFTERGLOW_CACHE_MIB` | most MiB of table files the query and compact functions keep in their local cache (least recently used go first) | no limit |
+//! | `AFTERGLOW_STORED_KEYS_MIB` | most MiB the compact function keeps between runs of where each stored attempt is (16 B a row; least recently used files go first; `0`: every run scans the stored task ids) | `512` |
 //! | `AFTERGLOW_TABLES_RETENTION_DAYS` | compaction removes sessions whose newest event is older (whole: manifest, files, catalog entry) | `0`: keep forever |
 //! | `AFTERGLOW_FOLD_QUIET_SECONDS` | a session no compaction has changed for this long is tidied: its deltas folded into one base, its replaced files deleted (1–900) | `300` |
 //! | `AFTERGLOW_COMPACT_QUEUE_URL` | the compact function's own SQS queue, where it queues each session's quiet check (delayed by the quiet period); required by the compact function | unset |
@@ -109,6 +110,8 @@ pub struct Config {
     pub tables_retention: Option<Duration>,
     /// Most bytes of table files kept in a local cache; `None`: no limit.
     pub cache_bytes: Option<u64>,
+    /// Most bytes compaction keeps between runs of where stored attempts are (0: none).
+    pub stored_keys_bytes: u64,
     /// The Grafana dashboard the page links node and worker ids to, if configured.
     pub grafana_url: Option<GrafanaUrl>,
     /// How long a session goes unchanged before it is tidied (see `compact::fold`).
@@ -226,6 +229,20 @@ impl Config {
             })
             .transpose()?;
 
+        let stored_keys_bytes = match get("AFTERGLOW_STORED_KEYS_MIB") {
+            None => crate::tables::stored_keys::DEFAULT_BUDGET,
+            Some(text) => match text.trim().parse::<u64>() {
+                Ok(mib) => mib.saturating_mul(1024 * 1024),
+                Err(_) => {
+                    return Err(ConfigError::Invalid {
+                        variable: "AFTERGLOW_STORED_KEYS_MIB",
+                        shown: text,
+                        reason: "expected whole MiB (0: compaction scans instead)".to_owned(),
+                    });
+                }
+            },
+        };
+
         let grafana_url = get("AFTERGLOW_GRAFANA_URL")
             .map(|text| {
                 GrafanaUrl::new(&text).map_err(|reason| ConfigError::Invalid {
@@ -255,6 +272,7 @@ impl Config {
         Ok(Self {
             storage,
             cache_bytes,
+            stored_keys_bytes,
             grafana_url,
             fold_quiet,
             compact_queue_url: get("AFTERGLOW_COMPACT_QUEUE_URL"),
@@ -424,6 +442,30 @@ mod tests {
                 err.is_some_and(|err| err
                     .to_string()
                     .contains(&format!("AFTERGLOW_FOLD_QUIET_SECONDS={bad}"))),
+                "{bad}"
+            );
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn the_stored_keys_budget_is_whole_mib_and_zero_turns_it_off() -> Result<(), ConfigError> {
+        assert_eq!(
+            config(&[])?.stored_keys_bytes,
+            crate::tables::stored_keys::DEFAULT_BUDGET
+        );
+        let read = config(&[("AFTERGLOW_STORED_KEYS_MIB", "1024")])?;
+        assert_eq!(read.stored_keys_bytes, 1 << 30);
+        assert_eq!(
+            config(&[("AFTERGLOW_STORED_KEYS_MIB", "0")])?.stored_keys_bytes,
+            0
+        );
+        for bad in ["512M", "-1", "0.5"] {
+            let err = config(&[("AFTERGLOW_STORED_KEYS_MIB", bad)]).err();
+            assert!(
+                err.is_some_and(|err| err
+                    .to_string()
+                    .contains(&format!("AFTERGLOW_STORED_KEYS_MIB={bad}"))),
                 "{bad}"
             );
         }
