@@ -97,6 +97,25 @@ pub struct KeyIndex {
     rows: u64,
 }
 
+/// Hands `each` the task id of every row of `task_ids` (a text column of any of Arrow's
+/// string types, as DuckDB and the parquet crate read them), in order.
+pub fn each_task_id(
+    task_ids: &dyn Array,
+    mut each: impl FnMut(Option<&str>),
+) -> Result<(), TableError> {
+    match task_ids.data_type() {
+        DataType::Utf8 => task_ids.as_string::<i32>().iter().for_each(each),
+        DataType::LargeUtf8 => task_ids.as_string::<i64>().iter().for_each(each),
+        DataType::Utf8View => task_ids.as_string_view().iter().for_each(&mut each),
+        other => {
+            return Err(TableError::Corrupt(format!(
+                "task ids of type {other}, not text"
+            )));
+        }
+    }
+    Ok(())
+}
+
 impl KeyIndex {
     /// An empty index with room for `rows` rows.
     pub fn with_capacity(rows: usize) -> Self {
@@ -148,17 +167,9 @@ impl KeyIndex {
     /// The keys of the task ids `task_ids` (a text column), in order. A null has the key of
     /// no digits, as in SQL ([`key_of`]).
     pub fn keys_of(task_ids: &dyn Array) -> Result<Vec<u32>, TableError> {
-        let keys = |id: Option<&str>| key(id.unwrap_or_default());
-        Ok(match task_ids.data_type() {
-            DataType::Utf8 => task_ids.as_string::<i32>().iter().map(keys).collect(),
-            DataType::LargeUtf8 => task_ids.as_string::<i64>().iter().map(keys).collect(),
-            DataType::Utf8View => task_ids.as_string_view().iter().map(keys).collect(),
-            other => {
-                return Err(TableError::Corrupt(format!(
-                    "task ids of type {other}, not text"
-                )));
-            }
-        })
+        let mut keys = Vec::with_capacity(task_ids.len());
+        each_task_id(task_ids, |id| keys.push(key(id.unwrap_or_default())))?;
+        Ok(keys)
     }
 
     /// Writes the index to `path`, sorted by key (then block), in row groups of

@@ -25,13 +25,13 @@ use std::sync::{Arc, Mutex};
 
 use duckdb::Connection;
 use duckdb::arrow::array::{Array, AsArray};
-use duckdb::arrow::datatypes::{DataType, Int32Type};
+use duckdb::arrow::datatypes::Int32Type;
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{
     ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder,
 };
 
-use super::key_index::TASK_ID;
+use super::key_index::{TASK_ID, each_task_id};
 use super::task_attempts::{
     self, Located, RowFilter, StoredRows, TableError, read_located, unfinished_keys,
 };
@@ -220,29 +220,17 @@ fn read_group(
             .ok_or_else(|| {
                 TableError::Corrupt(format!("{}: {ATTEMPT_NUMBER} not INTEGER", path.display()))
             })?;
-        let task_ids = column(TASK_ID)?;
-        let mut push = |index: usize, id: Option<&str>| {
+        let mut index = 0;
+        each_task_id(column(TASK_ID)?, |id| {
             if let Some(id) = id
                 && attempts.is_valid(index)
             {
                 entries.push((hash(id, attempts.value(index)), row));
             }
+            index += 1;
             row = row.wrapping_add(1);
-        };
-        match task_ids.data_type() {
-            DataType::Utf8 => (task_ids.as_string::<i32>().iter().enumerate())
-                .for_each(|(index, id)| push(index, id)),
-            DataType::LargeUtf8 => (task_ids.as_string::<i64>().iter().enumerate())
-                .for_each(|(index, id)| push(index, id)),
-            DataType::Utf8View => (task_ids.as_string_view().iter().enumerate())
-                .for_each(|(index, id)| push(index, id)),
-            other => {
-                return Err(TableError::Corrupt(format!(
-                    "{}: task ids of type {other}, not text",
-                    path.display()
-                )));
-            }
-        }
+        })
+        .map_err(|err| TableError::Corrupt(format!("{}: {err}", path.display())))?;
     }
     if i64::from(row.wrapping_sub(start)) != expected {
         return Err(TableError::Corrupt(format!(
