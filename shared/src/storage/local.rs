@@ -359,4 +359,48 @@ mod tests {
         );
         Ok(())
     }
+
+    /// A put that fails after its file was staged (here the lock cannot be opened: its name is
+    /// a directory) or that has nothing to stage (a file that is not there) leaves nothing in
+    /// the staging directory, which nothing else would ever empty.
+    #[tokio::test]
+    async fn a_failed_put_leaves_no_staged_file() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let root = dir.path().join("store");
+        let storage = LocalDirStorage::open(&root)?;
+        let staged =
+            || -> std::io::Result<usize> { Ok(fs::read_dir(root.join(STAGING_DIR))?.count()) };
+        let key = ObjectKey::new("tables/t/delta-1.parquet")?;
+        let missing = storage
+            .put_file(&key, &dir.path().join("no-such.parquet"), PutMode::Create)
+            .await;
+        assert!(
+            matches!(missing, Err(StorageError::Backend { .. })),
+            "{missing:?}"
+        );
+        assert_eq!(staged()?, 0, "a file that is not there staged nothing");
+
+        fs::create_dir(root.join(LOCK_FILE))?;
+        let path = dir.path().join("delta.parquet");
+        fs::write(&path, b"rows")?;
+        let put = storage
+            .put(&key, Bytes::from_static(b"rows"), PutMode::Create)
+            .await;
+        assert!(matches!(put, Err(StorageError::Backend { .. })), "{put:?}");
+        let put_file = storage.put_file(&key, &path, PutMode::Create).await;
+        assert!(
+            matches!(put_file, Err(StorageError::Backend { .. })),
+            "{put_file:?}"
+        );
+        assert_eq!(staged()?, 0, "the staged files were removed");
+        assert!(
+            fs::read(&path)? == b"rows",
+            "the caller's file is as it was"
+        );
+        assert!(matches!(
+            storage.get(&key).await,
+            Err(StorageError::NotFound { .. })
+        ));
+        Ok(())
+    }
 }
