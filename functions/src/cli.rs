@@ -151,7 +151,7 @@ pub struct BenchArgs {
     #[arg(long, value_name = "R", default_value_t = 20)]
     pub repeat: usize,
     /// Raw objects per compaction run (the compact function's SQS batch size).
-    #[arg(long, value_name = "N", default_value_t = 500)]
+    #[arg(long, value_name = "N", default_value_t = shared::compact::RUN_OBJECTS)]
     pub objects_per_run: usize,
     /// Memory (MiB) compaction keeps between runs for where stored attempts are; 0 makes every
     /// run scan the stored task ids instead, as builds before it did (for comparisons).

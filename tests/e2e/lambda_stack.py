@@ -37,8 +37,8 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-# Lambda's event source mapping for the compact function (template.yaml: BatchSize 500).
-BATCH_SIZE = 500
+# Lambda's event source mapping for the compact function (template.yaml: BatchSize 1000).
+BATCH_SIZE = 1000
 # SQS redrive policy (template.yaml: maxReceiveCount).
 MAX_RECEIVES = 5
 # The compact function's quiet period (template.yaml: 300 s), short enough to see sessions

@@ -53,11 +53,17 @@ impl Default for BatchLimits {
 }
 
 impl BatchLimits {
-    /// Compressed raw bytes a batch may name in a function with `memory_mib` of memory: a run
-    /// peaks near 50 times the compressed size it reads (`afterglow bench`: ~30 MB of raw
-    /// objects, 1.5 GB), so 1/64 of the memory leaves room to spare.
+    /// Compressed raw bytes a batch may name in a function with `memory_mib` of memory: 1/20,
+    /// 150 MiB of the compact function's 3008, so that a full batch of
+    /// [`super::RUN_OBJECTS`] bodies like the bench's (~116 KB each) is one run. At 1 M
+    /// attempts a run's peak grows ~4.5 bytes per compressed byte over ~0.47 GB (`afterglow
+    /// bench --tasks 1000000 --compact-only`, whole process: 0.72–0.75 GB for 500 of those
+    /// bodies, 0.95–1.02 GB for 1000; 1.27 GB over the 10 M bench's folds), so a batch at the
+    /// cap peaks near 1.2 GB, and bodies that compress twice as well near 1.9. (1/64 was set
+    /// when a run held ~50 bytes per compressed byte; it cut a batch of 500 such bodies at
+    /// ~420, and the rest waited out the queue's visibility timeout.)
     pub fn max_bytes_for_memory(memory_mib: u64) -> u64 {
-        memory_mib * 1024 * 1024 / 64
+        memory_mib * 1024 * 1024 / 20
     }
 
     /// Time left before the answer is due, or `None` without a deadline.

@@ -25,7 +25,7 @@ const RETRY_DELAY: Duration = Duration::from_secs(1);
 const MAX_ATTEMPTS: usize = 3;
 /// Most raw objects per run, as the compact function's SQS batch: a backlog found at start is
 /// compacted in bounded steps.
-const MAX_BATCH: usize = 500;
+const MAX_BATCH: usize = super::RUN_OBJECTS;
 
 enum Command {
     Compact(ObjectKey),

@@ -95,9 +95,11 @@ fn inflate<'a>(body: &[u8], into: &'a mut Vec<u8>) -> std::io::Result<&'a str> {
     let stated = body
         .last_chunk::<4>()
         .map_or(0, |trailer| u32::from_le_bytes(*trailer) as usize);
-    into.clear();
     let mut whole = false;
     if stated <= MAX_WHOLE_INFLATE {
+        // Not cleared first: the text is taken only when libdeflate wrote all `stated` bytes
+        // (it checks the size and the CRC), so what the last body left is written over;
+        // zeroing it was 2.5 % of parsing (perf).
         into.resize(stated, 0);
         whole = libdeflater::Decompressor::new().gzip_decompress(body, into) == Ok(stated);
     }
@@ -142,7 +144,7 @@ fn parse_text(
     })?;
     let mut events = Vec::new();
     let mut quarantined = Vec::new();
-    for (index, line) in text.lines().enumerate() {
+    for (index, line) in lines(text).enumerate() {
         if line.trim().is_empty() {
             continue;
         }
@@ -170,6 +172,25 @@ fn parse_text(
     })
 }
 
+/// The lines of `text`, as [`str::lines`] splits them (at `\n`, a `\r` before it dropped; no
+/// empty line after a final `\n`), found by `memchr`: the standard library's search was 1 % of
+/// a compaction run's CPU (perf).
+fn lines(text: &str) -> impl Iterator<Item = &str> {
+    let mut rest = (!text.is_empty()).then_some(text);
+    std::iter::from_fn(move || {
+        let current = rest?;
+        let Some(end) = memchr::memchr(b'\n', current.as_bytes()) else {
+            rest = None;
+            return Some(current);
+        };
+        // A newline is one byte, so both cuts are at character boundaries.
+        let after = current.get(end + 1..).unwrap_or_default();
+        rest = (!after.is_empty()).then_some(after);
+        let line = current.get(..end).unwrap_or_default();
+        Some(line.strip_suffix('\r').unwrap_or(line))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use std::io::Write as _;
@@ -191,6 +212,34 @@ mod tests {
         let mut text = String::new();
         GzDecoder::new(body).read_to_string(&mut text)?;
         Ok(text)
+    }
+
+    #[test]
+    fn lines_are_split_as_the_standard_library_splits_them() {
+        let texts = [
+            "",
+            "\n",
+            "\n\n",
+            "a",
+            "a\n",
+            "a\nb",
+            "a\r\nb\r\n",
+            "a\r",
+            "\r",
+            "a\r\r\n",
+            "\n\r",
+            "a\rb\n",
+            "\r\n\r\n",
+            "é\n\u{1F600}\r\n\n x \n",
+            "{\"a\":1}\n  \n{\"b\":2}",
+        ];
+        for text in texts {
+            assert_eq!(
+                lines(text).collect::<Vec<_>>(),
+                text.lines().collect::<Vec<_>>(),
+                "{text:?}"
+            );
+        }
     }
 
     #[test]
