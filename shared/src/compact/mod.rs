@@ -60,9 +60,10 @@ const READ_PARALLELISM: usize = 8;
 /// Most raw objects one compaction run takes: the compact function's SQS batch size
 /// (template.yaml's `BatchSize`), `serve`'s largest batch, and the bench's default. A run's
 /// costs that do not follow its events (locating stored versions, a delta's files and rollup,
-/// the share of folds) are paid half as often as with 500: at 10 M attempts, 191 866–204 412
-/// against 175 632 events/s on 329.7–352.0 against 371.1 CPU-s, peaking at 1.27 against
-/// 1.18 GB (docs/performance.md, "Compaction runs of 1 000 raw objects").
+/// the share of folds) are paid half as often as with 500: at 10 M attempts, back to back,
+/// 204 412 against 175 632 events/s on 329.7 against 371.1 CPU-s, peaking at 1.27 against
+/// 1.18 GB (174 552–204 412 for 1 000 over three hours of this machine's spread; 2 000 were
+/// no faster, at 1.90 GB: docs/performance.md, "Compaction runs of 1 000 raw objects").
 pub const RUN_OBJECTS: usize = 1000;
 
 /// Tuning of compaction.
