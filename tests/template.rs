@@ -7,6 +7,7 @@ use std::path::Path;
 
 use anyhow::{Context as _, bail, ensure};
 use serde_yaml_ng::Value;
+use shared::compact::batch::BatchLimits;
 
 /// The template, parsed (CloudFormation's short-form tags kept as YAML tags).
 fn template() -> anyhow::Result<Value> {
@@ -108,6 +109,36 @@ fn compaction_is_never_dead_lettered_by_throttling_or_expiry() -> anyhow::Result
     ensure!(
         raw_days * DAY_S >= longest_queue,
         "raw objects may expire after {raw_days} days while their notifications wait longer"
+    );
+    Ok(())
+}
+
+/// The compact function's SQS batch is the run compaction is tuned and benchmarked at
+/// (`RUN_OBJECTS`: half as many runs as 500 cut 11 % of the 10 M bench's CPU), and the byte cap
+/// for its memory must take that many of the bench's bodies: messages past the cap wait out
+/// the queue's visibility timeout and spend a receive. Lambda takes a batch above 10 only with
+/// a batching window.
+#[test]
+fn the_compact_batch_is_the_run_compaction_is_measured_at() -> anyhow::Result<()> {
+    let template = template()?;
+    let compact = at(&template, &["Resources", "CompactFunction", "Properties"])?;
+    let source = at(compact, &["Events", "RawObjects", "Properties"])?;
+    let batch = number(&template, at(source, &["BatchSize"])?)?;
+    ensure!(
+        usize::try_from(batch)? == shared::compact::RUN_OBJECTS,
+        "BatchSize {batch}, but compaction runs {} objects (shared::compact::RUN_OBJECTS)",
+        shared::compact::RUN_OBJECTS
+    );
+    let window = number(&template, at(source, &["MaximumBatchingWindowInSeconds"])?)?;
+    ensure!(window >= 1, "a batch of {batch} needs a batching window");
+    // The bench's raw bodies, 1 000 events each: 116 411 bytes on average (4 031 of them).
+    const BENCH_BODY_BYTES: u64 = 116_411;
+    let memory = number(&template, at(compact, &["MemorySize"])?)?;
+    let cap = BatchLimits::max_bytes_for_memory(u64::try_from(memory)?);
+    let full = u64::try_from(batch)? * BENCH_BODY_BYTES;
+    ensure!(
+        cap >= full,
+        "a full batch of the bench's bodies is {full} bytes, past the {cap}-byte cap of {memory} MB"
     );
     Ok(())
 }
