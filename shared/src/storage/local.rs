@@ -393,10 +393,7 @@ mod tests {
             "{put_file:?}"
         );
         assert_eq!(staged()?, 0, "the staged files were removed");
-        assert!(
-            fs::read(&path)? == b"rows",
-            "the caller's file is as it was"
-        );
+        assert_eq!(fs::read(&path)?, b"rows", "the caller's file is as it was");
         assert!(matches!(
             storage.get(&key).await,
             Err(StorageError::NotFound { .. })
