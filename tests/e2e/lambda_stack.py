@@ -37,16 +37,71 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-# Lambda's event source mapping for the compact function (template.yaml: BatchSize 1000).
-BATCH_SIZE = 1000
-# SQS redrive policy (template.yaml: maxReceiveCount).
-MAX_RECEIVES = 5
+TEMPLATE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "template.yaml")
+
+
+def template_settings(path=TEMPLATE):
+    """What the relay and the emulators copy from template.yaml: the compact function's SQS
+    batch size, the queue's maxReceiveCount, and each handler's MemorySize (a `!Ref` to a
+    parameter read as that parameter's default). Read, not restated, so they cannot drift."""
+    import yaml  # PyYAML, which Ray depends on
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    def tagged(loader, suffix, node):
+        # CloudFormation's short forms (`!Ref X`, `!GetAtt A.B`, `!Sub …`) as {"Ref": X} etc.;
+        # `suffix` is the tag without its "!".
+        name = "Ref" if suffix == "Ref" else "Fn::" + suffix
+        if isinstance(node, yaml.ScalarNode):
+            return {name: loader.construct_scalar(node)}
+        if isinstance(node, yaml.SequenceNode):
+            return {name: loader.construct_sequence(node, deep=True)}
+        return {name: loader.construct_mapping(node, deep=True)}
+
+    Loader.add_multi_constructor("!", tagged)
+    with open(path, encoding="utf-8") as file:
+        template = yaml.load(file, Loader=Loader)
+    parameters = template.get("Parameters", {})
+
+    def value(raw):
+        if isinstance(raw, dict) and set(raw) == {"Ref"}:
+            return parameters[raw["Ref"]]["Default"]
+        return raw
+
+    resources = template["Resources"]
+    memory, batch_sizes = {}, []
+    for resource in resources.values():
+        if resource.get("Type") != "AWS::Serverless::Function":
+            continue
+        properties = resource["Properties"]
+        memory[properties["Handler"]] = int(value(properties["MemorySize"]))
+        for source in properties.get("Events", {}).values():
+            if source.get("Type") == "SQS":
+                batch_sizes.append(int(source["Properties"]["BatchSize"]))
+    receives = [
+        int(resource["Properties"]["RedrivePolicy"]["maxReceiveCount"])
+        for resource in resources.values()
+        if resource.get("Type") == "AWS::SQS::Queue"
+        and "RedrivePolicy" in resource.get("Properties", {})
+    ]
+    if len(batch_sizes) != 1 or len(receives) != 1:
+        raise ValueError(f"{path}: expected one SQS event source and one redrive policy, "
+                         f"found {len(batch_sizes)} and {len(receives)}")
+    return {"batch_size": batch_sizes[0], "max_receives": receives[0], "memory_mb": memory}
+
+
+SETTINGS = template_settings()
+# Lambda's event source mapping for the compact function.
+BATCH_SIZE = SETTINGS["batch_size"]
+# The SQS redrive policy: a message received this many times is dead-lettered.
+MAX_RECEIVES = SETTINGS["max_receives"]
 # The compact function's quiet period (template.yaml: 300 s), short enough to see sessions
 # folded during the run.
 QUIET_SECONDS = 5
-# template.yaml's MemorySize per function (query: the QueryMemory default); the binary sizes
-# DuckDB from AWS_LAMBDA_FUNCTION_MEMORY_SIZE as on Lambda.
-MEMORY_MB = {"ingest": 256, "compact": 3008, "query": 2048}
+# MemorySize per function; the binary sizes DuckDB from AWS_LAMBDA_FUNCTION_MEMORY_SIZE as on
+# Lambda.
+MEMORY_MB = SETTINGS["memory_mb"]
 # With --only-lambda-apis the emulator serves one function under its default name, "_", on the
 # bare runtime routes (`/.rt/2018-06-01/...`).
 FUNCTION = "_"
