@@ -1484,8 +1484,9 @@ async fn an_unreadable_object_fails_only_its_message_and_the_batch_runs_once() -
     Ok(())
 }
 
-/// A batch naming more raw bytes than one run may take compacts the messages up to the cap and
-/// reports the rest unattempted; redelivered, they complete the history.
+/// A batch naming more raw bytes than one run may take compacts the messages up to the cap;
+/// with no queue to send the rest back to, it reports them as failures, and redelivered they
+/// complete the history.
 #[tokio::test]
 async fn a_batch_past_its_byte_cap_leaves_the_rest_for_redelivery() -> anyhow::Result<()> {
     let (run, _guard, storage, messages) = uncompacted_batch("capped").await?;
@@ -1526,6 +1527,107 @@ async fn a_batch_past_its_byte_cap_leaves_the_rest_for_redelivery() -> anyhow::R
         &run,
         &stored_task_rows(&*storage, "capped").await?,
         "a capped batch and its redelivery",
+    )?;
+    Ok(())
+}
+
+/// A batch past its byte cap sends the messages past the cap back to its queue as new
+/// messages, deliverable at once, and does not report them as failures: SQS would redeliver
+/// those only after the 30-minute visibility timeout, each time using up one of the receives
+/// before the dead-letter queue. Delivered from the queue, they complete the history. When the
+/// queue cannot take them they are reported as failures after all, each once.
+#[tokio::test]
+async fn a_batch_past_its_byte_cap_sends_the_rest_back_to_its_queue() -> anyhow::Result<()> {
+    let Some(moto) =
+        Moto::start("a_batch_past_its_byte_cap_sends_the_rest_back_to_its_queue").await?
+    else {
+        return Ok(());
+    };
+    let queue_url = moto.create_queue("afterglow-compact").await?;
+    let (run, _guard, storage, messages) = uncompacted_batch("deferred").await?;
+    ensure!(messages.len() > 4, "too few raw objects to cap");
+    let cap: u64 = messages.iter().take(3).map(|(_, _, size)| size).sum();
+    let records: Vec<serde_json::Value> = messages
+        .iter()
+        .map(|(_, record, _)| record.clone())
+        .collect();
+    let mut past_cap: Vec<String> = records
+        .iter()
+        .skip(3)
+        .map(|record| record["body"].as_str().map(str::to_owned))
+        .collect::<Option<_>>()
+        .context("a record without a body")?;
+    past_cap.sort();
+
+    let limits = BatchLimits {
+        max_bytes: Some(cap),
+        ..BatchLimits::default()
+    };
+    // A queue that cannot take them: the messages past the cap are reported as failures, as
+    // are the three compacted (their commit's quiet check was not queued either), each once.
+    let (compacting, _scratch) = compactor(Arc::clone(&storage), keeping_deltas())?;
+    let unqueued = CompactFunction {
+        limits: limits.clone(),
+        ..queueing_to(&moto, &format!("{queue_url}-gone"), compacting)
+    };
+    let failed = invoke(&unqueued, &records).await?;
+    let mut reported = failed.clone();
+    reported.sort();
+    let mut expected: Vec<String> = messages.iter().map(|(id, _, _)| id.clone()).collect();
+    expected.sort();
+    ensure!(
+        reported == expected,
+        "with no queue to send them back to, failed {failed:?}"
+    );
+
+    let (compacting, _scratch) = compactor(Arc::clone(&storage), keeping_deltas())?;
+    let capped = CompactFunction {
+        limits,
+        ..queueing_to(&moto, &queue_url, compacting)
+    };
+    let failed = invoke(&capped, &records).await?;
+    ensure!(
+        failed.is_empty(),
+        "messages past the cap were reported as failures: {failed:?}"
+    );
+    let sessions = storage
+        .list("tables/manifests/cluster=deferred/")
+        .await?
+        .len();
+    // The run's quiet checks (one per session, not delayed here) share the queue.
+    let queued = receive(
+        &moto,
+        &queue_url,
+        past_cap.len() + sessions,
+        Duration::from_secs(30),
+    )
+    .await?;
+    let mut sent_back = Vec::new();
+    for body in queued {
+        if QuietCheck::from_message(&body)?.is_none() {
+            sent_back.push(body);
+        }
+    }
+    sent_back.sort();
+    ensure!(
+        sent_back == past_cap,
+        "sent back {} messages, expected the {} past the cap",
+        sent_back.len(),
+        past_cap.len()
+    );
+
+    let delivered: Vec<serde_json::Value> = sent_back
+        .iter()
+        .enumerate()
+        .map(|(index, body)| check_record(&format!("again{index}"), body))
+        .collect();
+    let (compacting, _scratch) = compactor(Arc::clone(&storage), keeping_deltas())?;
+    let failed = invoke(&queueing_to(&moto, &queue_url, compacting), &delivered).await?;
+    ensure!(failed.is_empty(), "the messages sent back failed: {failed:?}");
+    check(
+        &run,
+        &stored_task_rows(&*storage, "deferred").await?,
+        "a capped batch and the messages it sent back",
     )?;
     Ok(())
 }

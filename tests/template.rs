@@ -115,9 +115,9 @@ fn compaction_is_never_dead_lettered_by_throttling_or_expiry() -> anyhow::Result
 
 /// The compact function's SQS batch is the run compaction is tuned and benchmarked at
 /// (`RUN_OBJECTS`: half as many runs as 500 cut 11 % of the 10 M bench's CPU), and the byte cap
-/// for its memory must take that many of the bench's bodies: messages past the cap wait out
-/// the queue's visibility timeout and spend a receive. Lambda takes a batch above 10 only with
-/// a batching window.
+/// for its memory must take that many of the bench's bodies: messages past the cap are sent
+/// back to the queue, a run of their own each time. Lambda takes a batch above 10 only with a
+/// batching window.
 #[test]
 fn the_compact_batch_is_the_run_compaction_is_measured_at() -> anyhow::Result<()> {
     let template = template()?;

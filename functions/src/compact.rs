@@ -5,6 +5,7 @@
 //! The same queue carries the quiet checks this function queues for itself after each commit
 //! (delayed messages, see `shared::compact::fold`): it runs them, and queues the next ones.
 
+use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_lambda_events::event::s3::{S3Event, S3EventRecord};
@@ -95,8 +96,9 @@ fn deadline_of(context: &Context) -> Option<tokio::time::Instant> {
 pub struct CompactFunction {
     /// Compacts and tidies.
     pub compactor: Compactor,
-    /// Where quiet checks are queued; `None` queues none (sessions are then folded by the
-    /// fold policy alone; the deployed function always has a queue).
+    /// Where quiet checks are queued, and notifications a batch deferred queued again; `None`
+    /// queues none (sessions are then folded by the fold policy alone, and deferred messages
+    /// are reported as failures; the deployed function always has a queue).
     pub checks: Option<CheckQueue>,
     /// The store's key prefix (notifications name full keys).
     pub prefix: String,
@@ -161,13 +163,17 @@ pub async fn handle(
         }
         let sqs: SqsEvent = serde_json::from_value(payload)?;
         let mut messages = Vec::new();
+        let mut bodies = HashMap::new();
         let mut quiet = Vec::new();
         let mut failures = Vec::new();
         for message in &sqs.records {
             let id = message.message_id.clone().unwrap_or_default();
             let body = message.body.as_deref().unwrap_or_default();
             match record_of(id.clone(), body, prefix) {
-                Ok(Record::Notification(message)) => messages.push(message),
+                Ok(Record::Notification(message)) => {
+                    bodies.insert(id, body);
+                    messages.push(message);
+                }
                 Ok(Record::Check(id, check)) => quiet.push((id, check)),
                 Err(reason) => {
                     // Retrying cannot fix it: after maxReceiveCount it lands in the DLQ.
@@ -177,7 +183,11 @@ pub async fn handle(
             }
         }
         if !messages.is_empty() {
-            let outcome = compactor.compact_messages(&messages, &limits).await;
+            // Sent back first: queued again at once, they wait for no run, this one included.
+            let (taken, deferred) = limits.split(&messages);
+            let unqueued = requeue(checks.as_ref(), deferred, &bodies).await;
+            failures.extend(unqueued.iter().map(|id| failure(id)));
+            let outcome = compactor.compact_messages(taken, &limits).await;
             failures.extend(outcome.failed.iter().map(|id| failure(id)));
             // A commit's check is the only thing that folds and tidies a session nothing more
             // arrives for. When it cannot be queued the notifications are not acknowledged:
@@ -185,7 +195,7 @@ pub async fn handle(
             // commit asks once more.
             if !queue_checks(checks.as_ref(), &outcome.report.committed).await {
                 failures.extend(
-                    messages
+                    taken
                         .iter()
                         .filter(|message| !outcome.failed.contains(&message.id))
                         .map(|message| failure(&message.id)),
@@ -208,6 +218,47 @@ pub async fn handle(
     }
     .instrument(span)
     .await
+}
+
+/// Sends the `deferred` messages (their bodies in `bodies`, by id) back to the queue to be
+/// delivered at once; returns the ids that could not be, to be reported as failures (retried
+/// after the visibility timeout). Without a queue that is all of them.
+async fn requeue<'a>(
+    queue: Option<&CheckQueue>,
+    deferred: &'a [Message],
+    bodies: &HashMap<String, &str>,
+) -> Vec<&'a str> {
+    if deferred.is_empty() {
+        return Vec::new();
+    }
+    tracing::warn!(
+        deferred = deferred.len(),
+        "the batch names more raw bytes than one run takes; the rest is deferred"
+    );
+    let Some(queue) = queue else {
+        return deferred.iter().map(|message| message.id.as_str()).collect();
+    };
+    let mut unqueued = Vec::new();
+    let mut ids = Vec::with_capacity(deferred.len());
+    let mut texts = Vec::with_capacity(deferred.len());
+    for message in deferred {
+        match bodies.get(&message.id) {
+            Some(body) => {
+                ids.push(message.id.as_str());
+                texts.push(*body);
+            }
+            None => unqueued.push(message.id.as_str()),
+        }
+    }
+    for position in queue.requeue(&texts).await {
+        unqueued.extend(ids.get(position).copied());
+    }
+    tracing::info!(
+        deferred = deferred.len(),
+        unqueued = unqueued.len(),
+        "deferred messages sent back to the queue"
+    );
+    unqueued
 }
 
 /// Queues quiet checks of `sessions`; false when they could not be queued.

@@ -15,8 +15,9 @@ What each part stands in for:
   batches through the Lambda invoke API, and redelivers the messages the function reports in
   `batchItemFailures` (a message that fails `MAX_RECEIVES` times is dead-lettered and makes the
   run fail). The quiet checks the compact function queues for itself go to a real queue
-  (moto's SQS, which keeps each one out of sight for its delay); the relay receives them from
-  there and delivers them in its batches like the notifications.
+  (moto's SQS, which keeps each one out of sight for its delay), as do the notifications a
+  batch past its byte cap sends back; the relay receives them from there and delivers them in
+  its batches like the notifications.
 * moto's server is Secrets Manager (the ingest secret) and SQS (the compact queue).
 """
 import hashlib
@@ -348,10 +349,11 @@ class NotificationRelay(threading.Thread):
         self.queue = []  # (body, receive count)
         self.stopping = threading.Event()
         self.counts = {"objects": 0, "invocations": 0, "redelivered": 0, "dead_lettered": 0,
-                       "quiet_checks": 0}
+                       "quiet_checks": 0, "sent_back": 0}
 
-    def quiet_checks(self):
-        """The quiet checks whose delay is over, taken off the queue."""
+    def queued(self):
+        """What the function queued itself and is due, taken off the queue: quiet checks whose
+        delay is over, and notifications a batch past its byte cap sent back."""
         while True:
             answer = self.sqs.receive_message(QueueUrl=self.queue_url, MaxNumberOfMessages=10)
             messages = answer.get("Messages", [])
@@ -414,9 +416,10 @@ class NotificationRelay(threading.Thread):
                                        item["ETag"])
                     self.queue.append((json.dumps({"Records": [record]}), 1))
                     self.counts["objects"] += 1
-                for body in self.quiet_checks():
+                for body in self.queued():
                     self.queue.append((body, 1))
-                    self.counts["quiet_checks"] += 1
+                    kind = "quiet_checks" if "afterglow.quiet_check" in body else "sent_back"
+                    self.counts[kind] += 1
                 self.deliver()
             except Exception as err:  # keep relaying: a listing error is retried
                 self.log(f"relay: {err!r}")

@@ -1,8 +1,9 @@
 //! A batch of notifications (the compact function's SQS batch) compacted as one unit, with an
 //! answer per message: which messages to retry. It owns the rules that keep one bad message
 //! from costing the batch: an unreadable raw object fails only the messages that name it, a
-//! batch is capped by the raw bytes it names, and whatever cannot finish before the deadline
-//! is reported back unattempted instead of being cut off by the platform.
+//! batch is capped by the raw bytes it names ([`BatchLimits::split`]: the caller defers the
+//! rest), and whatever cannot finish before the deadline is reported back unattempted instead
+//! of being cut off by the platform.
 //!
 //! It knows nothing of SQS's wire format: the handler turns records into [`Message`]s.
 
@@ -34,7 +35,7 @@ impl Message {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BatchLimits {
     /// Raw bytes (as notified: compressed) compacted in one run; the messages past the cap are
-    /// retried later. The first message is always taken, whatever its size.
+    /// deferred ([`BatchLimits::split`]). The first message is always taken, whatever its size.
     pub max_bytes: Option<u64>,
     /// When the caller must have answered (the Lambda deadline).
     pub deadline: Option<Instant>,
@@ -66,6 +67,24 @@ impl BatchLimits {
         memory_mib * 1024 * 1024 / 20
     }
 
+    /// `messages` split into those one run takes (the first always, then while their raw
+    /// bytes stay within the cap) and those past the cap, deferred to a later run.
+    pub fn split<'a>(&self, messages: &'a [Message]) -> (&'a [Message], &'a [Message]) {
+        let Some(cap) = self.max_bytes else {
+            return (messages, &[]);
+        };
+        let mut bytes = 0;
+        let taken = messages
+            .iter()
+            .enumerate()
+            .take_while(|(index, message)| {
+                bytes += message.bytes();
+                *index == 0 || bytes <= cap
+            })
+            .count();
+        messages.split_at(taken)
+    }
+
     /// Time left before the answer is due, or `None` without a deadline.
     fn remaining(&self) -> Option<Duration> {
         self.deadline
@@ -85,8 +104,8 @@ pub struct BatchOutcome {
 
 impl Compactor {
     /// Compacts the messages' raw objects together, and says which messages must be retried:
-    /// those naming an object that could not be read, those past the byte cap, and all that
-    /// were not compacted when the deadline (less the margin) came.
+    /// those naming an object that could not be read, and all that were not compacted when the
+    /// deadline (less the margin) came. The byte cap is the caller's ([`BatchLimits::split`]).
     ///
     /// If the run fails as a whole (storage trouble, a merge error), the messages are compacted
     /// one at a time while time remains, so that one message that breaks compaction is the only
@@ -98,37 +117,16 @@ impl Compactor {
         limits: &BatchLimits,
     ) -> BatchOutcome {
         let mut outcome = BatchOutcome::default();
-        let mut taken: Vec<&Message> = Vec::new();
-        let mut bytes = 0;
-        for message in messages {
-            let within = limits
-                .max_bytes
-                .is_none_or(|cap| taken.is_empty() || bytes + message.bytes() <= cap);
-            if within && outcome.failed.is_empty() {
-                bytes += message.bytes();
-                taken.push(message);
-            } else {
-                outcome.failed.push(message.id.clone());
-            }
-        }
-        if !outcome.failed.is_empty() {
-            tracing::warn!(
-                unattempted = outcome.failed.len(),
-                bytes,
-                "the batch names more raw bytes than one run takes; the rest is retried"
-            );
-        }
-        let keys: Vec<ObjectKey> = taken
+        let keys: Vec<ObjectKey> = messages
             .iter()
             .flat_map(|message| message.objects.iter().map(|(key, _)| key.clone()))
             .collect();
-        let failed_before = outcome.failed.len();
         match self.within(limits, self.compact_readable(&keys)).await {
             Some(Ok((report, unreadable))) => {
                 outcome.report = report;
                 let bad: HashSet<&ObjectKey> = unreadable.iter().map(|(key, _)| key).collect();
                 outcome.failed.extend(
-                    taken
+                    messages
                         .iter()
                         .filter(|message| message.objects.iter().any(|(key, _)| bad.contains(key)))
                         .map(|message| message.id.clone()),
@@ -136,7 +134,7 @@ impl Compactor {
             }
             Some(Err(err)) => {
                 tracing::warn!(error = %err, "batch compaction failed; compacting message by message");
-                for message in &taken {
+                for message in messages {
                     let keys: Vec<ObjectKey> =
                         message.objects.iter().map(|(key, _)| key.clone()).collect();
                     let span = tracing::info_span!("message", message_id = %message.id);
@@ -159,16 +157,12 @@ impl Compactor {
                 tracing::warn!("the deadline came before the batch was compacted; it is retried");
                 outcome
                     .failed
-                    .extend(taken.iter().map(|message| message.id.clone()));
+                    .extend(messages.iter().map(|message| message.id.clone()));
             }
         }
         let mut seen = HashSet::new();
         outcome.failed.retain(|id| seen.insert(id.clone()));
-        tracing::info!(
-            failed = outcome.failed.len(),
-            unattempted = failed_before,
-            "batch answered"
-        );
+        tracing::info!(failed = outcome.failed.len(), "batch answered");
         outcome
     }
 
@@ -184,5 +178,45 @@ impl Compactor {
             Some(left) if left.is_zero() => None,
             Some(left) => tokio::time::timeout(left, work).await.ok(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message(id: &str, bytes: u64) -> Message {
+        let key = ObjectKey::new(&format!("raw/c/2026/11/28/18/{id}.ndjson.gz"))
+            .unwrap_or_else(|err| panic!("a test key: {err}"));
+        Message {
+            id: id.to_owned(),
+            objects: vec![(key, bytes)],
+        }
+    }
+
+    fn ids(messages: &[Message]) -> Vec<&str> {
+        messages.iter().map(|message| message.id.as_str()).collect()
+    }
+
+    #[test]
+    fn a_batch_is_split_at_its_byte_cap_and_the_first_message_always_taken() {
+        let batch = [message("a", 40), message("b", 30), message("c", 30), message("d", 1)];
+        let capped = |max_bytes| BatchLimits {
+            max_bytes,
+            ..BatchLimits::default()
+        };
+        let split = |limits: BatchLimits| {
+            let (taken, deferred) = limits.split(&batch);
+            (ids(taken), ids(deferred))
+        };
+        assert_eq!(split(capped(None)), (vec!["a", "b", "c", "d"], vec![]));
+        assert_eq!(split(capped(Some(100))), (vec!["a", "b", "c"], vec!["d"]));
+        assert_eq!(split(capped(Some(101))), (vec!["a", "b", "c", "d"], vec![]));
+        // A message that would fit after one that did not is deferred too: batch order holds.
+        assert_eq!(split(capped(Some(70))), (vec!["a", "b"], vec!["c", "d"]));
+        assert_eq!(split(capped(Some(10))), (vec!["a"], vec!["b", "c", "d"]));
+        assert_eq!(split(capped(Some(0))), (vec!["a"], vec!["b", "c", "d"]));
+        let (taken, deferred) = capped(Some(0)).split(&[]);
+        assert!(taken.is_empty() && deferred.is_empty());
     }
 }
