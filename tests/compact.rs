@@ -1623,7 +1623,10 @@ async fn a_batch_past_its_byte_cap_sends_the_rest_back_to_its_queue() -> anyhow:
         .collect();
     let (compacting, _scratch) = compactor(Arc::clone(&storage), keeping_deltas())?;
     let failed = invoke(&queueing_to(&moto, &queue_url, compacting), &delivered).await?;
-    ensure!(failed.is_empty(), "the messages sent back failed: {failed:?}");
+    ensure!(
+        failed.is_empty(),
+        "the messages sent back failed: {failed:?}"
+    );
     check(
         &run,
         &stored_task_rows(&*storage, "deferred").await?,

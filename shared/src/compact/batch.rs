@@ -186,7 +186,7 @@ mod tests {
     use super::*;
 
     fn message(id: &str, bytes: u64) -> Message {
-        let key = ObjectKey::new(&format!("raw/c/2026/11/28/18/{id}.ndjson.gz"))
+        let key = ObjectKey::new(format!("raw/c/2026/11/28/18/{id}.ndjson.gz"))
             .unwrap_or_else(|err| panic!("a test key: {err}"));
         Message {
             id: id.to_owned(),
@@ -200,7 +200,12 @@ mod tests {
 
     #[test]
     fn a_batch_is_split_at_its_byte_cap_and_the_first_message_always_taken() {
-        let batch = [message("a", 40), message("b", 30), message("c", 30), message("d", 1)];
+        let batch = [
+            message("a", 40),
+            message("b", 30),
+            message("c", 30),
+            message("d", 1),
+        ];
         let capped = |max_bytes| BatchLimits {
             max_bytes,
             ..BatchLimits::default()

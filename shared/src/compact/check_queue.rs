@@ -93,11 +93,7 @@ impl CheckQueue {
     /// Sends `bodies`, each delayed `delay` seconds, in batches: which were not sent, and why.
     async fn send_bodies(&self, bodies: &[impl AsRef<str>], delay: i32) -> Unsent {
         let mut unsent = Unsent::default();
-        let numbered: Vec<(usize, &str)> = bodies
-            .iter()
-            .map(AsRef::as_ref)
-            .enumerate()
-            .collect();
+        let numbered: Vec<(usize, &str)> = bodies.iter().map(AsRef::as_ref).enumerate().collect();
         for chunk in numbered.chunks(MAX_BATCH) {
             let mut entries = Vec::with_capacity(chunk.len());
             let mut positions = Vec::with_capacity(chunk.len());
