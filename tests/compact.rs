@@ -1180,9 +1180,9 @@ async fn compacting_one_raw_object_at_a_time_agrees_with_ray() -> anyhow::Result
 }
 
 /// `serve` queues compaction in memory: a server that stopped after storing Ray's batches but
-/// before compacting them (a crash, a kill, three failed runs) must not lose them. The next
-/// start finds every raw object no compaction record names, and its rows agree with Ray; a
-/// start after a clean run has nothing to compact.
+/// before compacting them (a crash, a kill, a stop while runs were failing) must not lose them.
+/// The next start finds every raw object no compaction record names, and its rows agree with
+/// Ray; a start after a clean run has nothing to compact.
 #[tokio::test]
 async fn raw_objects_left_uncompacted_are_compacted_at_the_next_start() -> anyhow::Result<()> {
     use shared::compact::backlog;
@@ -1242,6 +1242,81 @@ async fn raw_objects_left_uncompacted_are_compacted_at_the_next_start() -> anyho
     queue.idle().await;
     let again = stored_task_rows(&*storage, &run.name).await?;
     ensure_same(&rows, &again, "a second catch-up")?;
+    Ok(())
+}
+
+/// `serve` keeps what a fault outlasting a run's retries kept it from compacting: writes
+/// refused as by a full disk (every run fails), or one raw object that cannot be read (the
+/// others are compacted and recorded). Once the fault clears, the same queue compacts the rest
+/// with no new key and no restart, and the history equals Ray's. (Before, the keys were left
+/// for the next start, however long `serve` ran on.)
+#[tokio::test]
+async fn serve_compacts_what_a_fault_held_back_once_it_clears_without_a_restart()
+-> anyhow::Result<()> {
+    use afterglow_tests::faults::Refuses;
+    use shared::compact::backlog;
+
+    let run = FixtureRun::named("basic-workload")?;
+    for fault in ["a full disk", "an unreadable raw object"] {
+        let (_guard, local) = local_storage()?;
+        let local: Arc<dyn Storage> = Arc::new(local);
+        let server = TestServer::start(afterglow_tests::open_settings(Arc::clone(&local))).await?;
+        post_all(
+            &format!("{}/v1/events/{}", server.url, run.name),
+            &bodies(&run)?,
+        )
+        .await?;
+        server.stop().await?;
+        let raw: Vec<ObjectKey> = local
+            .list("raw/")
+            .await?
+            .into_iter()
+            .map(|m| m.key)
+            .collect();
+        let first = raw.first().context("nothing stored")?.clone();
+        let faulty = Arc::new(if fault == "a full disk" {
+            Refuses::writes_under(Arc::clone(&local), "tables/")
+        } else {
+            Refuses::reads_of(Arc::clone(&local), vec![first.clone()])
+        });
+        let (compactor, _scratch) = compactor(
+            Arc::clone(&faulty) as Arc<dyn Storage>,
+            CompactSettings::default(),
+        )?;
+        let queue = CompactionQueue::spawn(compactor);
+        ensure!(queue.catch_up(&*local).await? == raw.len());
+        queue.idle().await;
+        ensure!(faulty.refused() > 0, "{fault}: nothing was refused");
+        let left = backlog::uncompacted(&*local).await?;
+        if fault == "a full disk" {
+            ensure!(
+                left.len() == raw.len(),
+                "{fault}: {} of {} left",
+                left.len(),
+                raw.len()
+            );
+        } else {
+            ensure!(
+                left == [first.clone()],
+                "{fault}: left {left:?}, not only {first}"
+            );
+        }
+
+        faulty.clear();
+        let cleared = tokio::time::Instant::now();
+        while !backlog::uncompacted(&*local).await?.is_empty() {
+            ensure!(
+                cleared.elapsed() < Duration::from_secs(60),
+                "{fault}: still not compacted a minute after the fault cleared"
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        check(
+            &run,
+            &stored_task_rows(&*local, &run.name).await?,
+            &format!("after {fault} cleared"),
+        )?;
+    }
     Ok(())
 }
 

@@ -1,11 +1,11 @@
 //! What `serve` had stored but not compacted when it last stopped.
 //!
 //! On AWS, SQS holds every notification until the compact function succeeds (or dead-letters
-//! it). `serve` queues in memory, so a crash, a kill or three failed runs would leave raw
-//! objects that are safe in storage (Ray got its 200) but missing from every table. The queue
-//! therefore records, after each successful run, exactly which raw objects it compacted (a
-//! small object under [`COMPACTED_RECORDS_PREFIX`]), and `serve` compacts at start every raw
-//! object that no record names.
+//! it). `serve` queues in memory, so a crash, a kill, or a stop while runs were failing (their
+//! keys parked) would leave raw objects that are safe in storage (Ray got its 200) but missing
+//! from every table. The queue therefore records, after each successful run, exactly which raw
+//! objects it compacted (a small object under [`COMPACTED_RECORDS_PREFIX`]), and `serve`
+//! compacts at start every raw object that no record names.
 //!
 //! The rule compares names, never times: a raw object whose ULID came from a clock that was
 //! stepped back, or whose write stalled while newer ones landed, is found all the same. (An

@@ -1,18 +1,21 @@
 //! The in-process stand-in for S3 → SQS → compact used by `serve`: ingest notifies each raw key
 //! it stores; a background task batches keys that arrive close together and compacts them in
-//! one run, so a burst of POSTs is one compaction. A failed run keeps its keys and retries.
+//! one run, so a burst of POSTs is one compaction. A failed run is retried twice, a second
+//! apart; keys it still cannot compact, and objects it could not read, are parked and tried
+//! again later on their own (see `Parked`).
 //! After each successful run the queue records which raw objects it compacted
 //! ([`super::backlog`]), so that a `serve` started after a crash compacts what this one could not.
 //! It also stands in for the compact queue's delayed quiet checks: a session a run committed is
 //! tidied ([`super::fold`]) once no run has changed it for the policy's quiet period.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::fold::QuietCheck;
+use super::raw::RawError;
 use super::{Compactor, backlog};
 use crate::layout::{ClusterName, SessionName};
 use crate::storage::{ObjectKey, Storage, StorageError};
@@ -21,15 +24,19 @@ use crate::storage::{ObjectKey, Storage, StorageError};
 const BATCH_WINDOW: Duration = Duration::from_millis(150);
 /// Pause before retrying a failed run.
 const RETRY_DELAY: Duration = Duration::from_secs(1);
-/// Runs tried per batch before its keys are left for the next start (see [`super::backlog`]).
+/// Runs tried per batch before its keys are parked (see [`Parked`]).
 const MAX_ATTEMPTS: usize = 3;
+/// How long keys are parked before they are first tried again; doubled at each failure after.
+const PARK_FIRST: Duration = Duration::from_secs(10);
+/// The longest wait between tries of parked keys.
+const PARK_MAX: Duration = Duration::from_secs(600);
 /// Most raw objects per run, as the compact function's SQS batch: a backlog found at start is
 /// compacted in bounded steps.
 const MAX_BATCH: usize = super::RUN_OBJECTS;
 
 enum Command {
     Compact(ObjectKey),
-    /// Answered once every key queued before it has been compacted.
+    /// Answered once every key queued before it has been compacted or parked.
     Idle(oneshot::Sender<()>),
 }
 
@@ -59,7 +66,9 @@ impl CompactionQueue {
     /// Queues a raw object for compaction.
     pub fn notify(&self, key: ObjectKey) {
         if self.sender.send(Command::Compact(key)).is_err() {
-            tracing::error!("the compaction task has stopped; raw objects stay for `rebuild`");
+            tracing::error!(
+                "the compaction task has stopped; the next start of `serve` compacts what it missed"
+            );
         }
     }
 
@@ -75,7 +84,7 @@ impl CompactionQueue {
         Ok(count)
     }
 
-    /// Waits until everything queued so far has been compacted.
+    /// Waits until everything queued so far has been compacted, or parked to be tried again.
     pub async fn idle(&self) {
         let (done, wait) = oneshot::channel();
         if self.sender.send(Command::Idle(done)).is_ok() {
@@ -87,25 +96,40 @@ impl CompactionQueue {
 async fn run(compactor: Compactor, mut receiver: mpsc::UnboundedReceiver<Command>) {
     let mut pending: Vec<ObjectKey> = Vec::new();
     let mut waiters: Vec<oneshot::Sender<()>> = Vec::new();
-    let mut failures = 0;
     let mut quiet = QuietTimers::new(compactor.settings().fold.quiet);
+    let mut parked = Parked::default();
     loop {
         // Checks come first: under steady ingest a command is always waiting, and other
         // sessions' checks would wait for ever.
         quiet.tidy_due(&compactor);
-        if pending.is_empty() && waiters.is_empty() {
-            let command = match quiet.next_due() {
-                None => receiver.recv().await,
-                Some(due) => match tokio::time::timeout_at(due, receiver.recv()).await {
-                    Ok(command) => command,
-                    Err(_) => continue,
-                },
-            };
-            match command {
-                Some(command) => take(command, &mut pending, &mut waiters),
-                None => return,
-            }
+        // One parked group per turn, tried once (its backoff is its retry): new keys and
+        // `idle` callers take their turns between them, whatever is parked.
+        if let Some(group) = parked.take_due(Instant::now()) {
+            let outcome = compact_once(&compactor, &group.keys).await;
+            settle(&compactor, outcome, &mut quiet, &mut parked, Some(&group)).await;
         }
+        // A command that is already waiting is taken even when something else is due.
+        let due = [quiet.next_due(), parked.next_due()]
+            .into_iter()
+            .flatten()
+            .min();
+        let command = match due {
+            None => receiver.recv().await,
+            Some(due) => match tokio::time::timeout_at(due, receiver.recv()).await {
+                Ok(command) => command,
+                Err(_) => continue,
+            },
+        };
+        let Some(command) = command else {
+            if !parked.is_empty() {
+                tracing::warn!(
+                    keys = parked.keys(),
+                    "the compaction queue stops with raw objects parked; the next start compacts them"
+                );
+            }
+            return;
+        };
+        take(command, &mut pending, &mut waiters);
         // Gather whatever else arrives within the window.
         let deadline = Instant::now() + BATCH_WINDOW;
         while pending.len() < MAX_BATCH
@@ -114,38 +138,210 @@ async fn run(compactor: Compactor, mut receiver: mpsc::UnboundedReceiver<Command
             take(command, &mut pending, &mut waiters);
         }
         if !pending.is_empty() {
-            match compactor.compact(&pending).await {
-                Ok(report) => {
-                    if let Err(err) = backlog::record(compactor.storage().as_ref(), &pending).await
-                    {
-                        // Only costs time: the next start compacts these again.
-                        tracing::warn!(error = %err, "cannot record compaction progress");
-                    }
-                    quiet.watch(report.committed);
-                    pending.clear();
-                    failures = 0;
-                }
-                Err(err) if failures + 1 < MAX_ATTEMPTS => {
-                    failures += 1;
-                    tracing::error!(error = %err, keys = pending.len(), "compaction failed; retrying");
-                    tokio::time::sleep(RETRY_DELAY).await;
-                    continue;
-                }
-                Err(err) => {
-                    tracing::error!(
-                        error = %err,
-                        keys = pending.len(),
-                        "compaction failed {MAX_ATTEMPTS} times; the raw objects stay for the next start of `serve` (or `afterglow compact`)"
-                    );
-                    // Unrecorded, so the next start compacts them.
-                    pending.clear();
-                    failures = 0;
-                }
-            }
+            let keys = std::mem::take(&mut pending);
+            let outcome = compact_retrying(&compactor, &keys).await;
+            settle(&compactor, outcome, &mut quiet, &mut parked, None).await;
         }
         for waiter in waiters.drain(..) {
             let _ = waiter.send(());
         }
+    }
+}
+
+/// What a run over some keys came to.
+enum Outcome<'a> {
+    /// The run committed; the objects it could not read are in `unreadable`.
+    Compacted {
+        /// The keys asked for.
+        keys: &'a [ObjectKey],
+        /// Sessions it committed.
+        committed: Vec<QuietCheck>,
+        /// Objects that could not be read, and why (compacted with none of the others).
+        unreadable: Vec<(ObjectKey, RawError)>,
+    },
+    /// The run failed as a whole.
+    Failed(&'a [ObjectKey]),
+}
+
+/// Compacts `keys` in one run.
+async fn compact_once<'a>(compactor: &Compactor, keys: &'a [ObjectKey]) -> Outcome<'a> {
+    match compactor.compact_readable(keys).await {
+        Ok((report, unreadable)) => Outcome::Compacted {
+            keys,
+            committed: report.committed,
+            unreadable,
+        },
+        Err(err) => {
+            tracing::error!(error = %err, keys = keys.len(), "compaction failed");
+            Outcome::Failed(keys)
+        }
+    }
+}
+
+/// Compacts `keys`, trying a run that fails as a whole up to [`MAX_ATTEMPTS`] times.
+async fn compact_retrying<'a>(compactor: &Compactor, keys: &'a [ObjectKey]) -> Outcome<'a> {
+    let mut tried = 1;
+    loop {
+        let outcome = compact_once(compactor, keys).await;
+        if matches!(outcome, Outcome::Compacted { .. }) || tried == MAX_ATTEMPTS {
+            return outcome;
+        }
+        tried += 1;
+        tokio::time::sleep(RETRY_DELAY).await;
+    }
+}
+
+/// Whether an object that could not be read may be readable later: a storage fault may pass;
+/// a key that is not a raw object's, an object that is gone, or one that is not gzip text
+/// will not, and is left out (logged) rather than tried for ever. Left unrecorded, the next
+/// start tries it once more.
+fn may_read_later(error: &RawError) -> bool {
+    matches!(error, RawError::Storage(err) if !matches!(err, StorageError::NotFound { .. }))
+}
+
+/// Records what a run compacted, watches the sessions it committed, and parks what it did not
+/// compact but may later. `retried` is the parked group the run tried again, if it was one.
+async fn settle(
+    compactor: &Compactor,
+    outcome: Outcome<'_>,
+    quiet: &mut QuietTimers,
+    parked: &mut Parked,
+    retried: Option<&ParkedGroup>,
+) {
+    let wait = retried.map_or(PARK_FIRST, ParkedGroup::next_wait);
+    match outcome {
+        Outcome::Compacted {
+            keys,
+            committed,
+            unreadable,
+        } => {
+            parked.succeeded(Instant::now());
+            let not_read: HashSet<&ObjectKey> = unreadable.iter().map(|(key, _)| key).collect();
+            let compacted: Vec<ObjectKey> = keys
+                .iter()
+                .filter(|key| !not_read.contains(key))
+                .cloned()
+                .collect();
+            if let Err(err) = backlog::record(compactor.storage().as_ref(), &compacted).await {
+                // Only costs time: the next start compacts these again.
+                tracing::warn!(error = %err, "cannot record compaction progress");
+            }
+            quiet.watch(committed);
+            let mut later = Vec::new();
+            for (key, error) in unreadable {
+                if may_read_later(&error) {
+                    later.push(key);
+                } else {
+                    tracing::error!(key = %key, %error, "raw object left out: it cannot be compacted");
+                }
+            }
+            if !later.is_empty() {
+                tracing::warn!(
+                    keys = later.len(),
+                    wait_s = wait.as_secs(),
+                    "raw objects could not be read; they are parked and tried again later"
+                );
+            }
+            parked.park(later, wait);
+        }
+        Outcome::Failed(keys) => {
+            tracing::warn!(
+                keys = keys.len(),
+                wait_s = wait.as_secs(),
+                "raw objects whose run failed are parked and tried again later"
+            );
+            // A run fails as a whole mostly when storage does, which no key causes. A group
+            // failing again after another run succeeded is split, so that a key that breaks
+            // every run it is in ends up alone, holding back no others.
+            let storage_works =
+                retried.is_some_and(|group| parked.succeeded_since(group.parked_at));
+            let half = if storage_works && keys.len() > 1 {
+                keys.len() / 2
+            } else {
+                keys.len()
+            };
+            let (first, second) = keys.split_at(half);
+            parked.park(first.to_vec(), wait);
+            parked.park(second.to_vec(), wait);
+        }
+    }
+}
+
+/// Raw keys whose runs failed, or whose objects could not be read, waiting to be tried again.
+///
+/// Without it a fault that outlasts a run's retries (a full disk, storage down for a minute)
+/// would leave those objects out of every table until `serve` started again, however long it
+/// ran. They stay unrecorded in the backlog meanwhile, so a stop also leaves them to the next
+/// start.
+#[derive(Default)]
+struct Parked {
+    groups: Vec<ParkedGroup>,
+    /// When a run last committed.
+    last_success: Option<Instant>,
+}
+
+/// Keys parked together, and when they are tried again.
+struct ParkedGroup {
+    keys: Vec<ObjectKey>,
+    parked_at: Instant,
+    due: Instant,
+    wait: Duration,
+}
+
+impl ParkedGroup {
+    /// The wait after this group's next failure: doubled, up to [`PARK_MAX`].
+    fn next_wait(&self) -> Duration {
+        (self.wait * 2).min(PARK_MAX)
+    }
+}
+
+impl Parked {
+    /// Parks `keys` (if any) as one group, tried again after `wait`.
+    fn park(&mut self, keys: Vec<ObjectKey>, wait: Duration) {
+        if !keys.is_empty() {
+            let now = Instant::now();
+            self.groups.push(ParkedGroup {
+                keys,
+                parked_at: now,
+                due: now + wait,
+                wait,
+            });
+        }
+    }
+
+    /// Notes that a run committed at `at`.
+    fn succeeded(&mut self, at: Instant) {
+        self.last_success = Some(at);
+    }
+
+    /// Whether a run committed after `at`.
+    fn succeeded_since(&self, at: Instant) -> bool {
+        self.last_success.is_some_and(|success| success > at)
+    }
+
+    /// When the next group is due.
+    fn next_due(&self) -> Option<Instant> {
+        self.groups.iter().map(|group| group.due).min()
+    }
+
+    /// Takes the earliest group due at `now`.
+    fn take_due(&mut self, now: Instant) -> Option<ParkedGroup> {
+        let (index, _) = self
+            .groups
+            .iter()
+            .enumerate()
+            .filter(|(_, group)| group.due <= now)
+            .min_by_key(|(_, group)| group.due)?;
+        Some(self.groups.swap_remove(index))
+    }
+
+    fn is_empty(&self) -> bool {
+        self.groups.is_empty()
+    }
+
+    /// How many keys are parked.
+    fn keys(&self) -> usize {
+        self.groups.iter().map(|group| group.keys.len()).sum()
     }
 }
 
@@ -217,5 +413,65 @@ fn take(command: Command, pending: &mut Vec<ObjectKey>, waiters: &mut Vec<onesho
     match command {
         Command::Compact(key) => pending.push(key),
         Command::Idle(done) => waiters.push(done),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys(names: &[&str]) -> Vec<ObjectKey> {
+        names
+            .iter()
+            .map(|name| {
+                ObjectKey::new(format!("raw/c/2026/11/28/21/{name}.ndjson.gz"))
+                    .unwrap_or_else(|err| panic!("a test key: {err}"))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn parked_groups_come_due_earliest_first_and_wait_twice_as_long_each_time() {
+        let mut parked = Parked::default();
+        parked.park(Vec::new(), PARK_FIRST);
+        assert!(parked.is_empty(), "an empty group is not parked");
+        let start = Instant::now();
+        parked.park(keys(&["late"]), PARK_FIRST * 2);
+        parked.park(keys(&["early", "also"]), PARK_FIRST);
+        assert_eq!(parked.keys(), 3);
+        let due = parked.next_due().expect("something is parked");
+        assert!(due >= start + PARK_FIRST && due < start + PARK_FIRST * 2);
+        assert!(parked.take_due(start).is_none(), "nothing is due yet");
+
+        let later = Instant::now() + PARK_FIRST * 3;
+        let first = parked.take_due(later).expect("due");
+        assert_eq!(first.keys, keys(&["early", "also"]));
+        assert_eq!(first.next_wait(), PARK_FIRST * 2);
+        let second = parked.take_due(later).expect("due");
+        assert_eq!(second.keys, keys(&["late"]));
+        assert!(parked.take_due(later).is_none() && parked.is_empty());
+
+        // The wait doubles up to its cap.
+        let mut wait = PARK_FIRST;
+        for _ in 0..20 {
+            parked.park(keys(&["k"]), wait);
+            wait = parked
+                .take_due(Instant::now() + PARK_MAX)
+                .expect("due")
+                .next_wait();
+        }
+        assert_eq!(wait, PARK_MAX);
+    }
+
+    #[test]
+    fn a_success_after_a_group_was_parked_is_told_from_one_before() {
+        let mut parked = Parked::default();
+        parked.park(keys(&["a"]), PARK_FIRST);
+        let group = parked.take_due(Instant::now() + PARK_FIRST).expect("due");
+        assert!(!parked.succeeded_since(group.parked_at), "no run succeeded");
+        parked.succeeded(group.parked_at);
+        assert!(!parked.succeeded_since(group.parked_at), "not after it");
+        parked.succeeded(group.parked_at + Duration::from_millis(1));
+        assert!(parked.succeeded_since(group.parked_at));
     }
 }
