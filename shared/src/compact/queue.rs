@@ -36,7 +36,7 @@ const MAX_BATCH: usize = super::RUN_OBJECTS;
 
 enum Command {
     Compact(ObjectKey),
-    /// Answered once every key queued before it has been compacted or parked.
+    /// Answered once every key queued before it has been compacted, parked, or left out.
     Idle(oneshot::Sender<()>),
 }
 
@@ -84,7 +84,8 @@ impl CompactionQueue {
         Ok(count)
     }
 
-    /// Waits until everything queued so far has been compacted, or parked to be tried again.
+    /// Waits until everything queued so far has been compacted, parked to be tried again, or
+    /// left out (logged) as unreadable for good.
     pub async fn idle(&self) {
         let (done, wait) = oneshot::channel();
         if self.sender.send(Command::Idle(done)).is_ok() {
@@ -193,8 +194,8 @@ async fn compact_retrying<'a>(compactor: &Compactor, keys: &'a [ObjectKey]) -> O
 
 /// Whether an object that could not be read may be readable later: a storage fault may pass;
 /// a key that is not a raw object's, an object that is gone, or one that is not gzip text
-/// will not, and is left out (logged) rather than tried for ever. Left unrecorded, the next
-/// start tries it once more.
+/// will not, and is left out (logged) rather than tried for ever. Left unrecorded, a corrupt
+/// object is tried (and logged) again at each start; a gone one is no longer listed.
 fn may_read_later(error: &RawError) -> bool {
     matches!(error, RawError::Storage(err) if !matches!(err, StorageError::NotFound { .. }))
 }
@@ -215,13 +216,16 @@ async fn settle(
             committed,
             unreadable,
         } => {
-            parked.succeeded(Instant::now());
             let not_read: HashSet<&ObjectKey> = unreadable.iter().map(|(key, _)| key).collect();
             let compacted: Vec<ObjectKey> = keys
                 .iter()
                 .filter(|key| !not_read.contains(key))
                 .cloned()
                 .collect();
+            // A run that read none of its objects says nothing about storage working.
+            if !compacted.is_empty() {
+                parked.succeeded(Instant::now());
+            }
             if let Err(err) = backlog::record(compactor.storage().as_ref(), &compacted).await {
                 // Only costs time: the next start compacts these again.
                 tracing::warn!(error = %err, "cannot record compaction progress");
