@@ -1285,9 +1285,14 @@ async fn serve_compacts_what_a_fault_held_back_once_it_clears_without_a_restart(
         )?;
         let queue = CompactionQueue::spawn(compactor);
         ensure!(queue.catch_up(&*local).await? == raw.len());
-        queue.idle().await;
+        let parked = queue.idle().await;
         ensure!(faulty.refused() > 0, "{fault}: nothing was refused");
         let left = backlog::uncompacted(&*local).await?;
+        ensure!(
+            parked == Some(left.len()),
+            "{fault}: idle reports {parked:?} keys parked, {} are not compacted",
+            left.len()
+        );
         if fault == "a full disk" {
             ensure!(
                 left.len() == raw.len(),
@@ -1311,6 +1316,10 @@ async fn serve_compacts_what_a_fault_held_back_once_it_clears_without_a_restart(
             );
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
+        ensure!(
+            queue.idle().await == Some(0),
+            "{fault}: keys still parked once all were compacted"
+        );
         check(
             &run,
             &stored_task_rows(&*local, &run.name).await?,

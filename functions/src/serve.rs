@@ -144,7 +144,16 @@ pub async fn run_cli(args: ServeArgs, config: Config) -> anyhow::Result<()> {
     .await?;
     // Finish compacting what was received before stopping.
     tracing::info!("stopping: compacting what is still queued");
-    queue.idle().await;
+    match queue.idle().await {
+        Some(0) => {}
+        Some(parked) => tracing::warn!(
+            keys = parked,
+            "stopping with raw objects that a fault kept out of the tables; the next start compacts them"
+        ),
+        None => tracing::warn!(
+            "the compaction queue stopped early; the next start compacts what it did not"
+        ),
+    }
     drop(scratch);
     Ok(())
 }
