@@ -1041,6 +1041,71 @@ async fn lambda_handler_compacts_notified_keys_and_reports_failures_per_message(
     Ok(())
 }
 
+/// A session whose commits fail costs the compact function only its own messages: the batch's
+/// run commits the other sessions at once, and only the failing session's messages are
+/// reported for redelivery. (Before, the whole run failed and every message was compacted
+/// again on its own, one commit each, for as long as the deadline allowed.)
+#[tokio::test]
+async fn a_session_that_cannot_be_committed_fails_only_its_own_messages() -> anyhow::Result<()> {
+    use afterglow_tests::faults::Refuses;
+    use shared::layout::{ClusterName, cluster_manifests_prefix};
+    use shared::tables::manifest;
+
+    let healthy = FixtureRun::named("basic-workload")?;
+    let failing = FixtureRun::named("edge-cases")?;
+    let (_guard, local) = local_storage()?;
+    let local: Arc<dyn Storage> = Arc::new(local);
+    store_raw(&local, &healthy, "fine").await?;
+    store_raw(&local, &failing, "broken").await?;
+    let mut records = Vec::new();
+    let mut broken_ids = Vec::new();
+    for (cluster, prefix) in [("broken", "b"), ("fine", "f")] {
+        for (index, meta) in local
+            .list(&format!("raw/{cluster}/"))
+            .await?
+            .iter()
+            .enumerate()
+        {
+            let id = format!("{prefix}{index}");
+            records.push(sqs_record(&id, meta.key.as_str(), meta.size));
+            if cluster == "broken" {
+                broken_ids.push(id);
+            }
+        }
+    }
+    let faulty = Arc::new(Refuses::writes_under(
+        Arc::clone(&local),
+        "tables/manifests/cluster=broken/",
+    ));
+    let (compactor, _scratch) = compactor(
+        Arc::clone(&faulty) as Arc<dyn Storage>,
+        CompactSettings::default(),
+    )?;
+    let mut failed = invoke(&function(compactor, BatchLimits::default()), &records).await?;
+    ensure!(faulty.refused() > 0, "nothing was refused");
+    failed.sort();
+    broken_ids.sort();
+    ensure!(
+        failed == broken_ids,
+        "failed {failed:?}, not the broken session's {broken_ids:?}"
+    );
+    check(
+        &healthy,
+        &stored_task_rows(&*local, "fine").await?,
+        "beside a session that cannot be committed",
+    )?;
+    let prefix = cluster_manifests_prefix(&ClusterName::new("fine")?);
+    for meta in local.list(&prefix).await? {
+        let sequence = manifest::load(&*local, &meta.key).await?.manifest.sequence;
+        ensure!(
+            sequence == 1,
+            "{}: {sequence} commits, not one for the whole batch",
+            meta.key
+        );
+    }
+    Ok(())
+}
+
 /// The compact function as Lambda runs it over `compactor`, queueing no quiet checks.
 fn function(compactor: Compactor, limits: BatchLimits) -> CompactFunction {
     CompactFunction {
@@ -1246,10 +1311,10 @@ async fn raw_objects_left_uncompacted_are_compacted_at_the_next_start() -> anyho
 }
 
 /// `serve` keeps what a fault outlasting a run's retries kept it from compacting: writes
-/// refused as by a full disk (every run fails), or one raw object that cannot be read (the
-/// others are compacted and recorded). Once the fault clears, the same queue compacts the rest
-/// with no new key and no restart, and the history equals Ray's. (Before, the keys were left
-/// for the next start, however long `serve` ran on.)
+/// refused as by a full disk (no session can be committed), or one raw object that cannot be
+/// read (the others are compacted and recorded). Once the fault clears, the same queue compacts
+/// the rest with no new key and no restart, and the history equals Ray's. (Before, the keys
+/// were left for the next start, however long `serve` ran on.)
 #[tokio::test]
 async fn serve_compacts_what_a_fault_held_back_once_it_clears_without_a_restart()
 -> anyhow::Result<()> {
@@ -1326,6 +1391,113 @@ async fn serve_compacts_what_a_fault_held_back_once_it_clears_without_a_restart(
             &format!("after {fault} cleared"),
         )?;
     }
+    Ok(())
+}
+
+/// A session whose commits fail (here its manifest cannot be written; a corrupt stored file
+/// would do the same) holds back only its own raw objects: `serve`'s run commits the other
+/// sessions it read and records their objects, and parks the failing session's, which are
+/// compacted once the fault clears. Both histories then equal Ray's. (Before, the whole run
+/// failed, every object in it was parked, and a group that kept failing was split only after
+/// some other run had succeeded since: objects parked with a session that always failed could
+/// wait for the next start.)
+#[tokio::test]
+async fn a_session_that_cannot_be_committed_holds_back_only_its_own_objects() -> anyhow::Result<()>
+{
+    use afterglow_tests::faults::Refuses;
+    use shared::compact::backlog;
+    use shared::compact::queue::QueueTiming;
+    use shared::layout::raw_object_cluster;
+
+    let healthy = FixtureRun::named("basic-workload")?;
+    let failing = FixtureRun::named("edge-cases")?;
+    // Sorted first, so that a run which stopped at the first failing session would commit
+    // nothing of the healthy one.
+    let failing_cluster = "always-failing";
+    let (_guard, local) = local_storage()?;
+    let local: Arc<dyn Storage> = Arc::new(local);
+    let server = TestServer::start(afterglow_tests::open_settings(Arc::clone(&local))).await?;
+    for (run, cluster) in [
+        (&healthy, healthy.name.as_str()),
+        (&failing, failing_cluster),
+    ] {
+        post_all(
+            &format!("{}/v1/events/{cluster}", server.url),
+            &bodies(run)?,
+        )
+        .await?;
+    }
+    server.stop().await?;
+    let raw: Vec<ObjectKey> = local
+        .list("raw/")
+        .await?
+        .into_iter()
+        .map(|meta| meta.key)
+        .collect();
+    let mut failing_keys: Vec<ObjectKey> = raw
+        .iter()
+        .filter(|key| raw_object_cluster(key).is_some_and(|c| c.as_str() == failing_cluster))
+        .cloned()
+        .collect();
+    failing_keys.sort();
+    ensure!(
+        !failing_keys.is_empty() && failing_keys.len() < raw.len(),
+        "{} of {} objects failing",
+        failing_keys.len(),
+        raw.len()
+    );
+
+    let faulty = Arc::new(Refuses::writes_under(
+        Arc::clone(&local),
+        "tables/manifests/cluster=always-failing/",
+    ));
+    let (compactor, _scratch) = compactor(
+        Arc::clone(&faulty) as Arc<dyn Storage>,
+        CompactSettings::default(),
+    )?;
+    let timing = QueueTiming {
+        retry_delay: Duration::from_millis(10),
+        park_first: Duration::from_millis(50),
+        park_max: Duration::from_millis(400),
+    };
+    let queue = CompactionQueue::spawn_with(compactor, timing);
+    ensure!(queue.catch_up(&*local).await? == raw.len());
+    let parked = queue.idle().await;
+    ensure!(faulty.refused() > 0, "nothing was refused");
+    let mut left = backlog::uncompacted(&*local).await?;
+    left.sort();
+    ensure!(
+        left == failing_keys,
+        "{} objects left uncompacted, {} of them the failing session's",
+        left.len(),
+        failing_keys.len()
+    );
+    ensure!(
+        parked == Some(failing_keys.len()),
+        "idle reports {parked:?} keys parked, not the failing session's {}",
+        failing_keys.len()
+    );
+    check(
+        &healthy,
+        &stored_task_rows(&*local, &healthy.name).await?,
+        "beside a session that cannot be committed",
+    )?;
+
+    faulty.clear();
+    let cleared = tokio::time::Instant::now();
+    while !backlog::uncompacted(&*local).await?.is_empty() {
+        ensure!(
+            cleared.elapsed() < Duration::from_secs(30),
+            "the failing session's objects are not compacted 30 s after the fault cleared"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    ensure!(queue.idle().await == Some(0), "keys still parked");
+    check(
+        &failing,
+        &stored_task_rows(&*local, failing_cluster).await?,
+        "once its commits were no longer refused",
+    )?;
     Ok(())
 }
 

@@ -71,7 +71,7 @@ fn failure(message_id: &str) -> BatchItemFailure {
 /// milliseconds since the epoch, always ahead of the invocation's arrival; a deadline already
 /// past on arrival (0 in tests, a relative 600000 from `cargo lambda`'s emulator) says nothing
 /// about this invocation, and taking it literally would report every batch unattempted.
-fn deadline_of(context: &Context) -> Option<tokio::time::Instant> {
+pub fn deadline_of(context: &Context) -> Option<tokio::time::Instant> {
     let now_ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |since| {
@@ -272,32 +272,5 @@ async fn queue_checks(checks: Option<&CheckQueue>, sessions: &[QuietCheck]) -> b
             tracing::error!(error = %err, "quiet checks not queued");
             false
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn context_with_deadline(deadline: u64) -> Context {
-        let mut context = Context::default();
-        context.deadline = deadline;
-        context
-    }
-
-    #[test]
-    fn only_a_deadline_ahead_of_arrival_bounds_the_batch() {
-        // Tests send none; cargo lambda's emulator sends a relative 600000.
-        assert!(deadline_of(&context_with_deadline(0)).is_none());
-        assert!(deadline_of(&context_with_deadline(600_000)).is_none());
-        let now_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |since| u64::try_from(since.as_millis()).unwrap_or(0));
-        let deadline = deadline_of(&context_with_deadline(now_ms + 60_000));
-        let left = deadline.map(|at| at.saturating_duration_since(tokio::time::Instant::now()));
-        assert!(
-            left.is_some_and(|left| left > Duration::from_secs(50)),
-            "{left:?}"
-        );
     }
 }

@@ -7,13 +7,14 @@ use anyhow::Context as _;
 use synth::Generator;
 
 use crate::cli::GenerateArgs;
+use crate::progress;
 
 /// Generates the bodies and delivers them where the flags say.
 pub async fn run(args: GenerateArgs) -> anyhow::Result<()> {
     let settings = args.synth.settings();
     let expected = settings.attempts;
     let mut generator = Generator::new(settings);
-    let bar = indicatif::ProgressBar::new(expected);
+    let bar = progress::bar(expected, "generate");
     let client = reqwest::Client::new();
     for (sent, body) in (0u64..).zip(generator.by_ref()) {
         let body = body?;

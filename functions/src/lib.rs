@@ -17,7 +17,7 @@
 //! - [`maintenance`]: `compact` and `rebuild` from the command line.
 //! - [`generate`]: `afterglow generate`, synthetic Ray traffic.
 //! - [`bench`]: `afterglow bench`, the pipeline measured at scale.
-//! - [`telemetry`]: tracing setup.
+//! - [`telemetry`]: tracing setup; [`progress`]: progress bars for long commands.
 
 pub mod bench;
 pub mod cli;
@@ -29,6 +29,7 @@ pub mod ingest;
 pub mod lambda;
 pub mod maintenance;
 pub mod page;
+pub mod progress;
 pub mod proxy;
 pub mod query;
 pub mod serve;

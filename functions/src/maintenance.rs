@@ -1,11 +1,14 @@
 //! `afterglow compact` and `afterglow rebuild`: compaction from the command line.
 
+use std::num::NonZeroUsize;
+
 use anyhow::Context as _;
 use shared::compact::{CompactReport, Compactor};
 use shared::config::Config;
 use shared::storage::ObjectKey;
 
-use crate::cli::{CompactArgs, RebuildArgs, StoreArgs};
+use crate::cli::{CompactArgs, RebuildArgs, RunArgs, StoreArgs};
+use crate::progress;
 use crate::setup::{compactor_with_scratch, open_storage};
 
 async fn compactor(
@@ -16,9 +19,47 @@ async fn compactor(
     compactor_with_scratch(storage, config)
 }
 
-fn print(report: &CompactReport) {
+/// Compacts `keys` in runs of `--objects-per-run`, showing progress, and prints what they
+/// did. An object that cannot be read, or a session that cannot be committed, is named and the
+/// rest compacted; the command then fails, so that a script notices.
+async fn compact_keys(
+    compactor: &Compactor,
+    keys: &[ObjectKey],
+    runs: &RunArgs,
+) -> anyhow::Result<()> {
+    let per_run =
+        NonZeroUsize::new(runs.objects_per_run).context("--objects-per-run must be at least 1")?;
+    let bar = progress::bar(keys.len() as u64, "compact");
+    let outcome = compactor
+        .compact_in_runs(keys, per_run, |objects| bar.inc(objects as u64))
+        .await;
+    bar.finish_and_clear();
+    let outcome = outcome?;
+    print(&outcome.report, keys.len().div_ceil(per_run.get()));
+    for (key, err) in &outcome.unreadable {
+        eprintln!("raw object left out: {key}: {err}");
+    }
+    for failed in &outcome.failed {
+        eprintln!(
+            "session {}/{} not compacted ({} raw objects): {}",
+            failed.cluster,
+            failed.session,
+            failed.keys.len(),
+            failed.error
+        );
+    }
+    let left = outcome.not_compacted().len();
+    anyhow::ensure!(
+        left == 0,
+        "{left} of {} raw objects were not compacted (why is above); the others were",
+        keys.len()
+    );
+    Ok(())
+}
+
+fn print(report: &CompactReport, runs: usize) {
     println!(
-        "compacted {} raw objects: {} events ({} duplicates dropped, {} quarantined) in {} sessions; {} rows written",
+        "{} raw objects read in {runs} runs: {} events ({} duplicates dropped, {} quarantined) in {} sessions; {} rows written",
         report.raw_objects,
         report.events,
         report.duplicates,
@@ -44,8 +85,7 @@ pub async fn compact(args: CompactArgs, config: Config) -> anyhow::Result<()> {
             .map(|key| ObjectKey::new(key.clone()))
             .collect::<Result<_, _>>()?
     };
-    print(&compactor.compact(&keys).await?);
-    Ok(())
+    compact_keys(&compactor, &keys, &args.runs).await
 }
 
 /// Deletes every table and compacts every raw object again; first checks that the raw objects
@@ -61,6 +101,5 @@ pub async fn rebuild(args: RebuildArgs, config: Config) -> anyhow::Result<()> {
     let deleted = compactor.drop_tables().await?;
     println!("deleted {deleted} table objects");
     let keys = compactor.raw_keys().await?;
-    print(&compactor.compact(&keys).await?);
-    Ok(())
+    compact_keys(&compactor, &keys, &args.runs).await
 }

@@ -6,14 +6,14 @@
 //! (a fresh engine) and warm (p50/p95 over repeats) and the query phase's peak memory. The
 //! report is JSON on stdout; a readable table goes to stderr. Targets are DESIGN §7's.
 
+use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Context as _;
-use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Value, json};
-use shared::compact::{CompactSettings, Compactor, RunTimes};
+use shared::compact::{CompactSettings, Compactor};
 use shared::ingest::{IngestAccess, IngestLimits, Ingestor};
 use shared::layout::{self, ClusterName, SessionName};
 use shared::query::ray::RayRequest;
@@ -23,6 +23,7 @@ use shared::tables::manifest;
 use synth::{Generator, SynthSettings};
 
 use crate::cli::BenchArgs;
+use crate::progress;
 
 mod cost;
 mod counting;
@@ -151,7 +152,7 @@ async fn compact_only(args: &BenchArgs) -> anyhow::Result<()> {
         "no raw objects in {}; run the full benchmark with --dir first",
         dir.display()
     );
-    let bar = progress(raw.len() as u64, "warm");
+    let bar = progress::bar(raw.len() as u64, "warm");
     for meta in &raw {
         storage.get(&meta.key).await?;
         bar.inc(1);
@@ -282,17 +283,6 @@ struct IngestOutcome {
     attempts: u64,
 }
 
-fn progress(len: u64, what: &str) -> ProgressBar {
-    let bar = ProgressBar::new(len);
-    if let Ok(style) =
-        ProgressStyle::with_template("{msg:>12} [{bar:40}] {pos}/{len} ({per_sec}, eta {eta})")
-    {
-        bar.set_style(style.progress_chars("=> "));
-    }
-    bar.set_message(what.to_owned());
-    bar
-}
-
 /// Generates on a thread of its own and ingests each body as the HTTP handler would.
 async fn ingest_phase(
     storage: Arc<dyn Storage>,
@@ -311,7 +301,7 @@ async fn ingest_phase(
         }
         generator.truth().clone()
     });
-    let bar = progress(expected, "ingest");
+    let bar = progress::bar(expected, "ingest");
     let started = Instant::now();
     let mut latencies = Vec::new();
     let (mut bytes_in, mut bytes_stored, mut events) = (0u64, 0u64, 0u64);
@@ -361,23 +351,30 @@ async fn compact_phase(
         .with_context(|| format!("cannot create {}", scratch.display()))?;
     let compactor = Compactor::new(storage, settings, scratch);
     let keys: Vec<ObjectKey> = compactor.raw_keys().await?;
-    let bar = progress(keys.len() as u64, "compact");
+    let per_run = NonZeroUsize::new(per_run).context("--objects-per-run must be at least 1")?;
+    let bar = progress::bar(keys.len() as u64, "compact");
     let started = Instant::now();
     let mut runs = Vec::new();
-    let (mut events, mut duplicates, mut rows) = (0u64, 0u64, 0u64);
-    let mut took = RunTimes::default();
-    for batch in keys.chunks(per_run.max(1)) {
-        let timer = Instant::now();
-        let report = compactor.compact(batch).await?;
-        runs.push(timer.elapsed());
-        events += report.events as u64;
-        duplicates += report.duplicates as u64;
-        rows += report.rows_written;
-        took.add(&report.took);
-        bar.inc(batch.len() as u64);
-    }
+    let mut run_started = started;
+    let outcome = compactor
+        .compact_in_runs(&keys, per_run, |objects| {
+            runs.push(run_started.elapsed());
+            run_started = Instant::now();
+            bar.inc(objects as u64);
+        })
+        .await?;
     let wall = started.elapsed();
     bar.finish_and_clear();
+    if let Some((key, err)) = outcome.unreadable.first() {
+        anyhow::bail!("raw object {key} unreadable: {err}");
+    }
+    if let Some(failed) = outcome.failed.first() {
+        anyhow::bail!("session {} not compacted: {}", failed.session, failed.error);
+    }
+    let report = outcome.report;
+    let took = report.took;
+    let (events, duplicates) = (report.events as u64, report.duplicates as u64);
+    let rows = report.rows_written;
     let parsed = events + duplicates;
     let phases = [took.read, took.locate, took.delta, took.rollup, took.fold];
     let other = wall.saturating_sub(phases.iter().sum());
@@ -621,7 +618,7 @@ async fn query_phase(
         ),
         ray_tasks,
     ];
-    let bar = progress((probes.len() * (repeat + 1)) as u64, "query");
+    let bar = progress::bar((probes.len() * (repeat + 1)) as u64, "query");
     let mut results = serde_json::Map::new();
     for probe in &probes {
         // Cold: a new engine, so neither DuckDB's metadata cache nor a warm connection helps.

@@ -3,11 +3,16 @@
 
 use std::io::{BufRead as _, BufReader};
 use std::process::{Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use afterglow_tests::{FixtureRun, cluster_token, raw_events, stored_raw_lines};
+use afterglow_tests::ray::check;
+use afterglow_tests::{
+    FixtureRun, TestServer, bodies, cluster_token, post_all, raw_events, stored_raw_lines,
+    stored_task_rows,
+};
 use anyhow::{Context as _, ensure};
-use shared::storage::LocalDirStorage;
+use shared::storage::{LocalDirStorage, Storage};
 
 /// The binary with a clean Afterglow environment.
 fn afterglow() -> anyhow::Result<Command> {
@@ -265,6 +270,89 @@ async fn serve_prints_the_ray_settings_stores_what_ray_posts_and_answers_queries
         "summary shows {total} of {expected} attempts"
     );
     drop(child);
+    Ok(())
+}
+
+/// `rebuild` compacts the store in runs of `--objects-per-run` raw objects, as the compact
+/// function's batches take them: a run holds its objects' attempts in memory, and one run over
+/// a whole large store would not fit. The history equals Ray's. A raw object that cannot be
+/// read is named and every other one compacted, and the command fails. (Before, the whole
+/// store was one run, and the first unreadable object failed it without a report.)
+#[tokio::test]
+async fn rebuild_compacts_in_bounded_runs_and_names_an_unreadable_object() -> anyhow::Result<()> {
+    use shared::layout::{ClusterName, cluster_manifests_prefix};
+    use shared::tables::manifest;
+
+    let run = FixtureRun::named("basic-workload")?;
+    let dir = tempfile::tempdir()?;
+    let storage: Arc<dyn Storage> = Arc::new(LocalDirStorage::open(dir.path())?);
+    let server = TestServer::start(afterglow_tests::open_settings(Arc::clone(&storage))).await?;
+    post_all(
+        &format!("{}/v1/events/{}", server.url, run.name),
+        &bodies(&run)?,
+    )
+    .await?;
+    server.stop().await?;
+    let raw: Vec<_> = storage
+        .list("raw/")
+        .await?
+        .into_iter()
+        .filter(|meta| meta.key.as_str().ends_with(".ndjson.gz"))
+        .collect();
+    let per_run = 4;
+    ensure!(raw.len() > 2 * per_run, "only {} raw objects", raw.len());
+    let rebuild = || -> anyhow::Result<std::process::Output> {
+        Ok(afterglow()?
+            .args(["rebuild", "--objects-per-run", &per_run.to_string()])
+            .arg("--data-dir")
+            .arg(dir.path())
+            .output()?)
+    };
+
+    let output = rebuild()?;
+    ensure!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    check(
+        &run,
+        &stored_task_rows(&*storage, &run.name).await?,
+        "rebuilt in runs",
+    )?;
+    // Each run commits: the session's manifest counts at least one commit per run.
+    let prefix = cluster_manifests_prefix(&ClusterName::new(&run.name)?);
+    let runs = raw.len().div_ceil(per_run) as u64;
+    let manifests = storage.list(&prefix).await?;
+    ensure!(!manifests.is_empty(), "no manifest under {prefix}");
+    for meta in manifests {
+        let stored = manifest::load(&*storage, &meta.key).await?.manifest;
+        ensure!(
+            stored.sequence >= runs,
+            "{} commits for {} raw objects in runs of {per_run}",
+            stored.sequence,
+            raw.len()
+        );
+    }
+
+    let bad = raw.get(raw.len() / 2).context("a raw object")?.key.clone();
+    std::fs::write(dir.path().join(bad.as_str()), b"not gzip")?;
+    let output = rebuild()?;
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr),
+    );
+    ensure!(
+        !output.status.success(),
+        "a rebuild that left out an object succeeded: {stdout}"
+    );
+    ensure!(stderr.contains(bad.as_str()), "{bad} not named: {stderr}");
+    let read = format!("{} raw objects read", raw.len() - 1);
+    ensure!(stdout.contains(&read), "{stdout}\n{stderr}");
+    ensure!(
+        !stored_task_rows(&*storage, &run.name).await?.is_empty(),
+        "nothing was compacted"
+    );
     Ok(())
 }
 

@@ -7,7 +7,7 @@
 //!
 //! It knows nothing of SQS's wire format: the handler turns records into [`Message`]s.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -107,9 +107,10 @@ impl Compactor {
     /// those naming an object that could not be read, and all that were not compacted when the
     /// deadline (less the margin) came. The byte cap is the caller's ([`BatchLimits::split`]).
     ///
-    /// If the run fails as a whole (storage trouble, a merge error), the messages are compacted
-    /// one at a time while time remains, so that one message that breaks compaction is the only
-    /// one retried; the rest are reported unattempted.
+    /// The messages of a session the run could not commit (it commits the others), and all of
+    /// them if the run fails as a whole, are compacted again one at a time while time remains,
+    /// so that one message that breaks compaction is the only one retried; the rest are
+    /// reported unattempted.
     #[tracing::instrument(name = "compact_batch", skip_all, fields(messages = messages.len()))]
     pub async fn compact_messages(
         &self,
@@ -122,36 +123,38 @@ impl Compactor {
             .flat_map(|message| message.objects.iter().map(|(key, _)| key.clone()))
             .collect();
         match self.within(limits, self.compact_readable(&keys)).await {
-            Some(Ok((report, unreadable))) => {
-                outcome.report = report;
-                let bad: HashSet<&ObjectKey> = unreadable.iter().map(|(key, _)| key).collect();
-                outcome.failed.extend(
-                    messages
-                        .iter()
-                        .filter(|message| message.objects.iter().any(|(key, _)| bad.contains(key)))
-                        .map(|message| message.id.clone()),
-                );
+            Some(Ok(run)) => {
+                let unreadable: HashSet<&ObjectKey> =
+                    run.unreadable.iter().map(|(key, _)| key).collect();
+                let of_failed: HashSet<&ObjectKey> = run
+                    .failed
+                    .iter()
+                    .flat_map(|session| &session.keys)
+                    .collect();
+                let names = |message: &Message, keys: &HashSet<&ObjectKey>| {
+                    message.objects.iter().any(|(key, _)| keys.contains(key))
+                };
+                let mut again = Vec::new();
+                for message in messages {
+                    if names(message, &unreadable) {
+                        outcome.failed.push(message.id.clone());
+                    } else if names(message, &of_failed) {
+                        again.push(message);
+                    }
+                }
+                outcome.report = run.report;
+                if !again.is_empty() {
+                    tracing::warn!(
+                        messages = again.len(),
+                        "sessions not compacted; compacting their messages one by one"
+                    );
+                    self.one_by_one(again, limits, &mut outcome).await;
+                }
             }
             Some(Err(err)) => {
                 tracing::warn!(error = %err, "batch compaction failed; compacting message by message");
-                for message in messages {
-                    let keys: Vec<ObjectKey> =
-                        message.objects.iter().map(|(key, _)| key.clone()).collect();
-                    let span = tracing::info_span!("message", message_id = %message.id);
-                    match self
-                        .within(limits, self.compact(&keys))
-                        .instrument(span)
-                        .await
-                    {
-                        // Its sessions are to be checked once quiet, as in a whole batch.
-                        Some(Ok(report)) => outcome.report.committed.extend(report.committed),
-                        Some(Err(err)) => {
-                            tracing::error!(message_id = %message.id, error = %err, "message failed");
-                            outcome.failed.push(message.id.clone());
-                        }
-                        None => outcome.failed.push(message.id.clone()),
-                    }
-                }
+                self.one_by_one(messages.iter().collect(), limits, &mut outcome)
+                    .await;
             }
             None => {
                 tracing::warn!("the deadline came before the batch was compacted; it is retried");
@@ -162,8 +165,43 @@ impl Compactor {
         }
         let mut seen = HashSet::new();
         outcome.failed.retain(|id| seen.insert(id.clone()));
+        let order: HashMap<&str, usize> = messages
+            .iter()
+            .enumerate()
+            .map(|(index, message)| (message.id.as_str(), index))
+            .collect();
+        outcome
+            .failed
+            .sort_by_key(|id| order.get(id.as_str()).copied().unwrap_or(usize::MAX));
         tracing::info!(failed = outcome.failed.len(), "batch answered");
         outcome
+    }
+
+    /// Compacts each of `messages` in a run of its own while time remains, adding what fails
+    /// or is not reached to `outcome.failed`.
+    async fn one_by_one(
+        &self,
+        messages: Vec<&Message>,
+        limits: &BatchLimits,
+        outcome: &mut BatchOutcome,
+    ) {
+        for message in messages {
+            let keys: Vec<ObjectKey> = message.objects.iter().map(|(key, _)| key.clone()).collect();
+            let span = tracing::info_span!("message", message_id = %message.id);
+            match self
+                .within(limits, self.compact(&keys))
+                .instrument(span)
+                .await
+            {
+                // Its sessions are to be checked once quiet, as in a whole batch.
+                Some(Ok(report)) => outcome.report.committed.extend(report.committed),
+                Some(Err(err)) => {
+                    tracing::error!(message_id = %message.id, error = %err, "message failed");
+                    outcome.failed.push(message.id.clone());
+                }
+                None => outcome.failed.push(message.id.clone()),
+            }
+        }
     }
 
     /// Runs `work` until the deadline (less the margin); `None` if it did not finish. Dropping

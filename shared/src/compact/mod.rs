@@ -21,7 +21,8 @@ pub mod queue;
 pub mod raw;
 mod seen;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -185,6 +186,59 @@ pub struct CompactReport {
     pub took: RunTimes,
 }
 
+impl CompactReport {
+    /// Adds what a later run did: counts summed (`sessions` too, so a session two runs
+    /// touched counts twice), its commits appended.
+    pub fn add(&mut self, run: CompactReport) {
+        self.raw_objects += run.raw_objects;
+        self.events += run.events;
+        self.duplicates += run.duplicates;
+        self.quarantined += run.quarantined;
+        self.sessions += run.sessions;
+        self.rows_written += run.rows_written;
+        self.retries += run.retries;
+        self.committed.extend(run.committed);
+        self.took.add(&run.took);
+    }
+}
+
+/// What a run did with the raw objects it was given ([`Compactor::compact_readable`]).
+#[derive(Debug, Default)]
+pub struct RunOutcome {
+    /// What it did: what it read (the failed sessions' objects and events included), and
+    /// the sessions it committed and the rows they wrote.
+    pub report: CompactReport,
+    /// Objects that could not be read, and why (compacted with none of the others).
+    pub unreadable: Vec<(ObjectKey, RawError)>,
+    /// Sessions that could not be merged or committed; the run's other sessions were.
+    pub failed: Vec<FailedSession>,
+}
+
+impl RunOutcome {
+    /// The objects not compacted, to be tried again: those that could not be read, and those
+    /// holding events of a failed session.
+    pub fn not_compacted(&self) -> HashSet<&ObjectKey> {
+        self.unreadable
+            .iter()
+            .map(|(key, _)| key)
+            .chain(self.failed.iter().flat_map(|session| &session.keys))
+            .collect()
+    }
+}
+
+/// A session a run read but could not merge or commit.
+#[derive(Debug)]
+pub struct FailedSession {
+    /// Its cluster.
+    pub cluster: ClusterName,
+    /// The session.
+    pub session: SessionName,
+    /// The run's raw objects that hold events of it.
+    pub keys: Vec<ObjectKey>,
+    /// Why.
+    pub error: CompactError,
+}
+
 /// Where a run's time went (wall clock; a session's merge summed over its tries): what
 /// `afterglow bench` reports of compaction, for profiling without a profiler.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -272,22 +326,62 @@ impl Compactor {
         &self.settings
     }
 
-    /// Compacts the given raw objects; fails if any of them cannot be read.
+    /// Compacts the given raw objects; fails if any of them cannot be read or a session they
+    /// hold cannot be committed (the other sessions are).
     pub async fn compact(&self, raw_keys: &[ObjectKey]) -> Result<CompactReport, CompactError> {
-        let (report, mut unreadable) = self.compact_readable(raw_keys).await?;
-        match unreadable.pop() {
-            Some((_, err)) => Err(err.into()),
+        let RunOutcome {
+            report,
+            unreadable,
+            failed,
+        } = self.compact_readable(raw_keys).await?;
+        if let Some((_, err)) = unreadable.into_iter().next() {
+            return Err(err.into());
+        }
+        match failed.into_iter().next() {
+            Some(session) => Err(session.error),
             None => Ok(report),
         }
     }
 
-    /// Compacts the raw objects that can be read, and returns the others with the reason,
-    /// so that one bad or missing object costs only itself (its notification is retried).
+    /// Compacts `keys` in runs of at most `per_run` raw objects, as the compact function's
+    /// batches take them, and returns what they did together ([`RunOutcome`]). A run holds its
+    /// objects' attempts in memory until it commits, so a whole store in one run (a `rebuild`
+    /// of millions of attempts) would not fit. `after_run` is told how many objects each run
+    /// took, for progress.
+    pub async fn compact_in_runs(
+        &self,
+        keys: &[ObjectKey],
+        per_run: NonZeroUsize,
+        mut after_run: impl FnMut(usize),
+    ) -> Result<RunOutcome, CompactError> {
+        let mut total = RunOutcome::default();
+        for run in keys.chunks(per_run.get()) {
+            let outcome = self.compact_readable(run).await?;
+            total.report.add(outcome.report);
+            total.unreadable.extend(outcome.unreadable);
+            total.failed.extend(outcome.failed);
+            after_run(run.len());
+        }
+        // A session in several runs is one session.
+        total.report.sessions = total
+            .report
+            .committed
+            .iter()
+            .map(|check| (&check.cluster, &check.session))
+            .collect::<BTreeSet<_>>()
+            .len();
+        Ok(total)
+    }
+
+    /// Compacts the raw objects that can be read into every session they hold that can be
+    /// committed, so that one bad or missing object, or one session whose merge or commit
+    /// fails, costs only its own objects ([`RunOutcome`]; their notifications are retried).
+    /// An error means nothing could be: the quarantine could not be written, or a worker died.
     #[tracing::instrument(name = "compact", skip(self, raw_keys), fields(objects = raw_keys.len()))]
     pub async fn compact_readable(
         &self,
         raw_keys: &[ObjectKey],
-    ) -> Result<(CompactReport, Vec<(ObjectKey, RawError)>), CompactError> {
+    ) -> Result<RunOutcome, CompactError> {
         let mut report = CompactReport::default();
         let mut sessions: BTreeMap<(ClusterName, SessionName), SessionFold> = BTreeMap::new();
         // By the object's position in `raw_keys`: objects are folded as their reads finish,
@@ -328,10 +422,13 @@ impl Compactor {
             for (name, events) in by_session(events) {
                 // The session becomes a key segment.
                 match SessionName::new(&name) {
-                    Ok(session) => sessions
-                        .entry((object.cluster.clone(), session))
-                        .or_default()
-                        .fold(events),
+                    Ok(session) => {
+                        let fold = sessions
+                            .entry((object.cluster.clone(), session))
+                            .or_default();
+                        fold.objects.push(index);
+                        fold.fold(events);
+                    }
                     Err(_) => set_aside.extend(events.iter().map(|_| QuarantinedLine {
                         source: key.to_string(),
                         line: 0,
@@ -361,11 +458,13 @@ impl Compactor {
             self.write_quarantine(&quarantined).await?;
         }
         report.sessions = sessions.len();
+        let mut failed = Vec::new();
         for ((cluster, session), fold) in sessions {
             let SessionFold {
                 tasks,
                 entities,
                 span,
+                objects,
             } = fold;
             let tasks = Arc::new(tasks);
             let batch = SessionBatch {
@@ -374,7 +473,25 @@ impl Compactor {
                 span: &span,
                 oldest_raw_ms: oldest_raw.get(&cluster).copied(),
             };
-            let landed = self.compact_session(&cluster, &session, &batch).await?;
+            let landed = match self.compact_session(&cluster, &session, &batch).await {
+                Ok(landed) => landed,
+                Err(error) => {
+                    // The run's other sessions go on: their objects need not wait for this one
+                    // (its manifest refused, a stored file unreadable), on AWS or in `serve`.
+                    tracing::error!(%cluster, %session, %error, objects = objects.len(), "session not compacted");
+                    let keys = objects
+                        .iter()
+                        .filter_map(|&index| raw_keys.get(index).cloned())
+                        .collect();
+                    failed.push(FailedSession {
+                        cluster,
+                        session,
+                        keys,
+                        error,
+                    });
+                    continue;
+                }
+            };
             // A run folds ~126 000 attempts per 500 objects, which take a core ~0.1 s to free
             // (perf): off this task, so the run's last steps and its answer do not wait.
             drop(tokio::task::spawn_blocking(move || drop(tasks)));
@@ -394,6 +511,7 @@ impl Compactor {
         tracing::info!(
             ?report,
             unreadable = unreadable.len(),
+            failed_sessions = failed.len(),
             "compaction finished"
         );
         if let Some(retention) = self.settings.retention
@@ -402,7 +520,11 @@ impl Compactor {
             // The next run tries again; nothing read depends on it.
             tracing::warn!(error = %err, "could not expire old sessions");
         }
-        Ok((report, unreadable))
+        Ok(RunOutcome {
+            report,
+            unreadable,
+            failed,
+        })
     }
 
     /// Reads and parses `keys`, several at a time (fetches overlap, parses use every core),
@@ -1100,6 +1222,8 @@ struct SessionFold {
     entities: SessionEntities,
     /// The time span of the events.
     span: SessionStats,
+    /// The objects that held them, by position in the run's keys.
+    objects: Vec<usize>,
 }
 
 impl SessionFold {

@@ -1,14 +1,15 @@
 //! The in-process stand-in for S3 → SQS → compact used by `serve`: ingest notifies each raw key
 //! it stores; a background task batches keys that arrive close together and compacts them in
-//! one run, so a burst of POSTs is one compaction. A failed run is retried twice, a second
-//! apart; keys it still cannot compact, and objects it could not read, are parked and tried
-//! again later on their own (see `Parked`).
+//! one run, so a burst of POSTs is one compaction. A run that fails as a whole is retried
+//! twice, a second apart; keys it still cannot compact, objects it could not read, and the
+//! objects of a session it could not commit (it commits the others) are parked and tried again
+//! later on their own (see `Parked`).
 //! After each successful run the queue records which raw objects it compacted
 //! ([`super::backlog`]), so that a `serve` started after a crash compacts what this one could not.
 //! It also stands in for the compact queue's delayed quiet checks: a session a run committed is
 //! tidied ([`super::fold`]) once no run has changed it for the policy's quiet period.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
@@ -16,19 +17,19 @@ use tokio::time::Instant;
 
 use super::fold::QuietCheck;
 use super::raw::RawError;
-use super::{Compactor, backlog};
+use super::{Compactor, RunOutcome, backlog};
 use crate::layout::{ClusterName, SessionName};
 use crate::storage::{ObjectKey, Storage, StorageError};
 
 /// How long the queue waits for more keys after the first one before compacting.
 const BATCH_WINDOW: Duration = Duration::from_millis(150);
-/// Pause before retrying a failed run.
+/// Pause before retrying a failed run ([`QueueTiming::retry_delay`]).
 const RETRY_DELAY: Duration = Duration::from_secs(1);
 /// Runs tried per batch before its keys are parked (see [`Parked`]).
 const MAX_ATTEMPTS: usize = 3;
-/// How long keys are parked before they are first tried again; doubled at each failure after.
+/// How long keys are parked before they are first tried again ([`QueueTiming::park_first`]).
 const PARK_FIRST: Duration = Duration::from_secs(10);
-/// The longest wait between tries of parked keys.
+/// The longest wait between tries of parked keys ([`QueueTiming::park_max`]).
 const PARK_MAX: Duration = Duration::from_secs(600);
 /// Most raw objects per run, as the compact function's SQS batch: a backlog found at start is
 /// compacted in bounded steps.
@@ -39,6 +40,29 @@ enum Command {
     /// Answered, with how many keys are parked, once every key queued before it has been
     /// compacted, parked, or left out.
     Idle(oneshot::Sender<usize>),
+}
+
+/// How long the queue waits before trying again what failed. The defaults are `serve`'s; tests
+/// shorten them to watch several tries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QueueTiming {
+    /// Pause before retrying a failed run (a batch is tried up to three times).
+    pub retry_delay: Duration,
+    /// How long keys are parked before they are first tried again; doubled at each failure
+    /// after.
+    pub park_first: Duration,
+    /// The longest wait between tries of parked keys.
+    pub park_max: Duration,
+}
+
+impl Default for QueueTiming {
+    fn default() -> Self {
+        Self {
+            retry_delay: RETRY_DELAY,
+            park_first: PARK_FIRST,
+            park_max: PARK_MAX,
+        }
+    }
 }
 
 /// Handle to the background compaction task.
@@ -59,8 +83,13 @@ impl std::fmt::Debug for Command {
 impl CompactionQueue {
     /// Starts the background task on the current Tokio runtime.
     pub fn spawn(compactor: Compactor) -> Self {
+        Self::spawn_with(compactor, QueueTiming::default())
+    }
+
+    /// [`Self::spawn`], waiting as `timing` says before trying again what failed.
+    pub fn spawn_with(compactor: Compactor, timing: QueueTiming) -> Self {
         let (sender, receiver) = mpsc::unbounded_channel();
-        tokio::spawn(run(compactor, receiver));
+        tokio::spawn(run(compactor, receiver, timing));
         Self { sender }
     }
 
@@ -96,7 +125,11 @@ impl CompactionQueue {
     }
 }
 
-async fn run(compactor: Compactor, mut receiver: mpsc::UnboundedReceiver<Command>) {
+async fn run(
+    compactor: Compactor,
+    mut receiver: mpsc::UnboundedReceiver<Command>,
+    timing: QueueTiming,
+) {
     let mut pending: Vec<ObjectKey> = Vec::new();
     let mut waiters: Vec<oneshot::Sender<usize>> = Vec::new();
     let mut quiet = QuietTimers::new(compactor.settings().fold.quiet);
@@ -109,7 +142,16 @@ async fn run(compactor: Compactor, mut receiver: mpsc::UnboundedReceiver<Command
         // `idle` callers take their turns between them, whatever is parked.
         if let Some(group) = parked.take_due(Instant::now()) {
             let outcome = compact_once(&compactor, &group.keys).await;
-            settle(&compactor, outcome, &mut quiet, &mut parked, Some(&group)).await;
+            let retried = Some(&group);
+            settle(
+                &compactor,
+                &timing,
+                outcome,
+                &mut quiet,
+                &mut parked,
+                retried,
+            )
+            .await;
         }
         // A command that is already waiting is taken even when something else is due.
         let due = [quiet.next_due(), parked.next_due()]
@@ -142,8 +184,8 @@ async fn run(compactor: Compactor, mut receiver: mpsc::UnboundedReceiver<Command
         }
         if !pending.is_empty() {
             let keys = std::mem::take(&mut pending);
-            let outcome = compact_retrying(&compactor, &keys).await;
-            settle(&compactor, outcome, &mut quiet, &mut parked, None).await;
+            let outcome = compact_retrying(&compactor, &keys, timing.retry_delay).await;
+            settle(&compactor, &timing, outcome, &mut quiet, &mut parked, None).await;
         }
         for waiter in waiters.drain(..) {
             let _ = waiter.send(parked.keys());
@@ -153,14 +195,12 @@ async fn run(compactor: Compactor, mut receiver: mpsc::UnboundedReceiver<Command
 
 /// What a run over some keys came to.
 enum Outcome<'a> {
-    /// The run committed; the objects it could not read are in `unreadable`.
+    /// The run committed what it could ([`RunOutcome`]).
     Compacted {
         /// The keys asked for.
         keys: &'a [ObjectKey],
-        /// Sessions it committed.
-        committed: Vec<QuietCheck>,
-        /// Objects that could not be read, and why (compacted with none of the others).
-        unreadable: Vec<(ObjectKey, RawError)>,
+        /// What it committed, and what it could not.
+        run: Box<RunOutcome>,
     },
     /// The run failed as a whole.
     Failed(&'a [ObjectKey]),
@@ -169,10 +209,9 @@ enum Outcome<'a> {
 /// Compacts `keys` in one run.
 async fn compact_once<'a>(compactor: &Compactor, keys: &'a [ObjectKey]) -> Outcome<'a> {
     match compactor.compact_readable(keys).await {
-        Ok((report, unreadable)) => Outcome::Compacted {
+        Ok(run) => Outcome::Compacted {
             keys,
-            committed: report.committed,
-            unreadable,
+            run: Box::new(run),
         },
         Err(err) => {
             tracing::error!(error = %err, keys = keys.len(), "compaction failed");
@@ -181,8 +220,13 @@ async fn compact_once<'a>(compactor: &Compactor, keys: &'a [ObjectKey]) -> Outco
     }
 }
 
-/// Compacts `keys`, trying a run that fails as a whole up to [`MAX_ATTEMPTS`] times.
-async fn compact_retrying<'a>(compactor: &Compactor, keys: &'a [ObjectKey]) -> Outcome<'a> {
+/// Compacts `keys`, trying a run that fails as a whole up to [`MAX_ATTEMPTS`] times, `delay`
+/// apart.
+async fn compact_retrying<'a>(
+    compactor: &Compactor,
+    keys: &'a [ObjectKey],
+    delay: Duration,
+) -> Outcome<'a> {
     let mut tried = 1;
     loop {
         let outcome = compact_once(compactor, keys).await;
@@ -190,7 +234,7 @@ async fn compact_retrying<'a>(compactor: &Compactor, keys: &'a [ObjectKey]) -> O
             return outcome;
         }
         tried += 1;
-        tokio::time::sleep(RETRY_DELAY).await;
+        tokio::time::sleep(delay).await;
     }
 }
 
@@ -206,25 +250,29 @@ fn may_read_later(error: &RawError) -> bool {
 /// compact but may later. `retried` is the parked group the run tried again, if it was one.
 async fn settle(
     compactor: &Compactor,
+    timing: &QueueTiming,
     outcome: Outcome<'_>,
     quiet: &mut QuietTimers,
     parked: &mut Parked,
     retried: Option<&ParkedGroup>,
 ) {
-    let wait = retried.map_or(PARK_FIRST, ParkedGroup::next_wait);
+    let wait = retried.map_or(timing.park_first, |group| group.next_wait(timing.park_max));
+    // Keys that fail again together are split once a run has succeeded since they were
+    // parked (this one included): storage works, so some key among them breaks every run or
+    // session it is in, and halving each time leaves it alone, holding back no others. Without
+    // such a success the failure says nothing about the keys (storage may be down), and they
+    // stay together.
+    let storage_works =
+        |parked: &Parked| retried.is_some_and(|group| parked.succeeded_since(group.parked_at));
     match outcome {
-        Outcome::Compacted {
-            keys,
-            committed,
-            unreadable,
-        } => {
-            let not_read: HashSet<&ObjectKey> = unreadable.iter().map(|(key, _)| key).collect();
+        Outcome::Compacted { keys, run } => {
+            let not_compacted = run.not_compacted();
             let compacted: Vec<ObjectKey> = keys
                 .iter()
-                .filter(|key| !not_read.contains(key))
+                .filter(|key| !not_compacted.contains(key))
                 .cloned()
                 .collect();
-            // A run that read none of its objects says nothing about storage working.
+            // A run that compacted none of its objects says nothing about storage working.
             if !compacted.is_empty() {
                 parked.succeeded(Instant::now());
             }
@@ -232,8 +280,18 @@ async fn settle(
                 // Only costs time: the next start compacts these again.
                 tracing::warn!(error = %err, "cannot record compaction progress");
             }
-            quiet.watch(committed);
-            let mut later = Vec::new();
+            let RunOutcome {
+                report,
+                unreadable,
+                failed,
+            } = *run;
+            quiet.watch(report.committed);
+            // Objects of a session that could not be committed may compact later (a full disk, a
+            // refused write); they wait apart, holding back none of the run's other objects.
+            let mut later: Vec<ObjectKey> = failed
+                .into_iter()
+                .flat_map(|session| session.keys)
+                .collect();
             for (key, error) in unreadable {
                 if may_read_later(&error) {
                     later.push(key);
@@ -241,14 +299,17 @@ async fn settle(
                     tracing::error!(key = %key, %error, "raw object left out: it cannot be compacted");
                 }
             }
+            later.sort();
+            later.dedup();
             if !later.is_empty() {
                 tracing::warn!(
                     keys = later.len(),
                     wait_s = wait.as_secs(),
-                    "raw objects could not be read; they are parked and tried again later"
+                    "raw objects not compacted; they are parked and tried again later"
                 );
             }
-            parked.park(later, wait);
+            let split = storage_works(parked);
+            parked.park_split(&later, wait, split);
         }
         Outcome::Failed(keys) => {
             tracing::warn!(
@@ -256,24 +317,14 @@ async fn settle(
                 wait_s = wait.as_secs(),
                 "raw objects whose run failed are parked and tried again later"
             );
-            // A run fails as a whole mostly when storage does, which no key causes. A group
-            // failing again after another run succeeded is split, so that a key that breaks
-            // every run it is in ends up alone, holding back no others.
-            let storage_works =
-                retried.is_some_and(|group| parked.succeeded_since(group.parked_at));
-            let half = if storage_works && keys.len() > 1 {
-                keys.len() / 2
-            } else {
-                keys.len()
-            };
-            let (first, second) = keys.split_at(half);
-            parked.park(first.to_vec(), wait);
-            parked.park(second.to_vec(), wait);
+            let split = storage_works(parked);
+            parked.park_split(keys, wait, split);
         }
     }
 }
 
-/// Raw keys whose runs failed, or whose objects could not be read, waiting to be tried again.
+/// Raw keys whose runs failed, whose objects could not be read, or whose sessions could not be
+/// committed, waiting to be tried again.
 ///
 /// Without it a fault that outlasts a run's retries (a full disk, storage down for a minute)
 /// would leave those objects out of every table until `serve` started again, however long it
@@ -295,9 +346,9 @@ struct ParkedGroup {
 }
 
 impl ParkedGroup {
-    /// The wait after this group's next failure: doubled, up to [`PARK_MAX`].
-    fn next_wait(&self) -> Duration {
-        (self.wait * 2).min(PARK_MAX)
+    /// The wait after this group's next failure: doubled, up to `max`.
+    fn next_wait(&self, max: Duration) -> Duration {
+        (self.wait * 2).min(max)
     }
 }
 
@@ -313,6 +364,18 @@ impl Parked {
                 wait,
             });
         }
+    }
+
+    /// Parks `keys` as one group, or as two halves when `split` (and there are two keys).
+    fn park_split(&mut self, keys: &[ObjectKey], wait: Duration, split: bool) {
+        let half = if split && keys.len() > 1 {
+            keys.len() / 2
+        } else {
+            keys.len()
+        };
+        let (first, second) = keys.split_at(half);
+        self.park(first.to_vec(), wait);
+        self.park(second.to_vec(), wait);
     }
 
     /// Notes that a run committed at `at`.
@@ -448,7 +511,7 @@ mod tests {
         let later = Instant::now() + PARK_FIRST * 3;
         let first = parked.take_due(later).expect("due");
         assert_eq!(first.keys, keys(&["early", "also"]));
-        assert_eq!(first.next_wait(), PARK_FIRST * 2);
+        assert_eq!(first.next_wait(PARK_MAX), PARK_FIRST * 2);
         let second = parked.take_due(later).expect("due");
         assert_eq!(second.keys, keys(&["late"]));
         assert!(parked.take_due(later).is_none() && parked.keys() == 0);
@@ -460,7 +523,7 @@ mod tests {
             wait = parked
                 .take_due(Instant::now() + PARK_MAX)
                 .expect("due")
-                .next_wait();
+                .next_wait(PARK_MAX);
         }
         assert_eq!(wait, PARK_MAX);
     }
