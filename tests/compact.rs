@@ -13,7 +13,8 @@ use afterglow_tests::moto::Moto;
 use afterglow_tests::ray::{LOSSY_RUN, OurRows, check};
 use afterglow_tests::{
     FixtureRun, TestServer, bodies, compacting_settings, compactor, keeping_deltas, local_storage,
-    post_all, raw_events, shuffled, stored_entities, stored_spans, stored_task_rows,
+    manifest_commits, post_all, raw_events, raw_keys, shuffled, store_raw, stored_entities,
+    stored_spans, stored_task_rows,
 };
 use anyhow::{Context as _, ensure};
 use shared::compact::batch::BatchLimits;
@@ -1048,8 +1049,6 @@ async fn lambda_handler_compacts_notified_keys_and_reports_failures_per_message(
 #[tokio::test]
 async fn a_session_that_cannot_be_committed_fails_only_its_own_messages() -> anyhow::Result<()> {
     use afterglow_tests::faults::Refuses;
-    use shared::layout::{ClusterName, cluster_manifests_prefix};
-    use shared::tables::manifest;
 
     let healthy = FixtureRun::named("basic-workload")?;
     let failing = FixtureRun::named("edge-cases")?;
@@ -1094,15 +1093,11 @@ async fn a_session_that_cannot_be_committed_fails_only_its_own_messages() -> any
         &stored_task_rows(&*local, "fine").await?,
         "beside a session that cannot be committed",
     )?;
-    let prefix = cluster_manifests_prefix(&ClusterName::new("fine")?);
-    for meta in local.list(&prefix).await? {
-        let sequence = manifest::load(&*local, &meta.key).await?.manifest.sequence;
-        ensure!(
-            sequence == 1,
-            "{}: {sequence} commits, not one for the whole batch",
-            meta.key
-        );
-    }
+    let commits = manifest_commits(&*local, "fine").await?;
+    ensure!(
+        commits == 1,
+        "{commits} commits, not one for the whole batch"
+    );
     Ok(())
 }
 
@@ -1325,19 +1320,8 @@ async fn serve_compacts_what_a_fault_held_back_once_it_clears_without_a_restart(
     for fault in ["a full disk", "an unreadable raw object"] {
         let (_guard, local) = local_storage()?;
         let local: Arc<dyn Storage> = Arc::new(local);
-        let server = TestServer::start(afterglow_tests::open_settings(Arc::clone(&local))).await?;
-        post_all(
-            &format!("{}/v1/events/{}", server.url, run.name),
-            &bodies(&run)?,
-        )
-        .await?;
-        server.stop().await?;
-        let raw: Vec<ObjectKey> = local
-            .list("raw/")
-            .await?
-            .into_iter()
-            .map(|m| m.key)
-            .collect();
+        store_raw(&local, &run, &run.name).await?;
+        let raw = raw_keys(&*local).await?;
         let first = raw.first().context("nothing stored")?.clone();
         let faulty = Arc::new(if fault == "a full disk" {
             Refuses::writes_under(Arc::clone(&local), "tables/")
@@ -1416,24 +1400,9 @@ async fn a_session_that_cannot_be_committed_holds_back_only_its_own_objects() ->
     let failing_cluster = "always-failing";
     let (_guard, local) = local_storage()?;
     let local: Arc<dyn Storage> = Arc::new(local);
-    let server = TestServer::start(afterglow_tests::open_settings(Arc::clone(&local))).await?;
-    for (run, cluster) in [
-        (&healthy, healthy.name.as_str()),
-        (&failing, failing_cluster),
-    ] {
-        post_all(
-            &format!("{}/v1/events/{cluster}", server.url),
-            &bodies(run)?,
-        )
-        .await?;
-    }
-    server.stop().await?;
-    let raw: Vec<ObjectKey> = local
-        .list("raw/")
-        .await?
-        .into_iter()
-        .map(|meta| meta.key)
-        .collect();
+    store_raw(&local, &healthy, &healthy.name).await?;
+    store_raw(&local, &failing, failing_cluster).await?;
+    let raw = raw_keys(&*local).await?;
     let mut failing_keys: Vec<ObjectKey> = raw
         .iter()
         .filter(|key| raw_object_cluster(key).is_some_and(|c| c.as_str() == failing_cluster))
@@ -1663,36 +1632,6 @@ fn now_ms() -> anyhow::Result<u64> {
             .duration_since(std::time::UNIX_EPOCH)?
             .as_millis(),
     )?)
-}
-
-/// Stores `run`'s bodies for `cluster` without compacting them.
-async fn store_raw(
-    storage: &Arc<dyn Storage>,
-    run: &FixtureRun,
-    cluster: &str,
-) -> anyhow::Result<()> {
-    let server = TestServer::start(afterglow_tests::open_settings(Arc::clone(storage))).await?;
-    post_all(
-        &format!("{}/v1/events/{cluster}", server.url),
-        &bodies(run)?,
-    )
-    .await?;
-    server.stop().await
-}
-
-/// Commits made to the manifests of `cluster` (each compaction run commits once per session).
-async fn manifest_commits(storage: &dyn Storage, cluster: &str) -> anyhow::Result<u64> {
-    let mut commits = 0;
-    for meta in storage
-        .list(&format!("tables/manifests/cluster={cluster}/"))
-        .await?
-    {
-        commits += shared::tables::manifest::load(storage, &meta.key)
-            .await?
-            .manifest
-            .sequence;
-    }
-    Ok(commits)
 }
 
 /// One unreadable raw object in a batch fails only the message that names it, and the rest of

@@ -1,6 +1,7 @@
 //! The command line. Each subcommand maps onto one library entry point.
 
 use std::net::SocketAddr;
+use std::num::NonZeroUsize;
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
@@ -206,8 +207,13 @@ pub struct RunArgs {
     /// Raw objects per compaction run, as the compact function's batch: a run holds its
     /// objects' attempts in memory until it commits (runs of 1000 bodies of 1000 events
     /// peaked at 0.9 GB, one run of 4000 at 3.3 GB).
-    #[arg(long, value_name = "N", default_value_t = shared::compact::RUN_OBJECTS)]
-    pub objects_per_run: usize,
+    #[arg(long, value_name = "N", default_value_t = run_objects())]
+    pub objects_per_run: NonZeroUsize,
+}
+
+/// [`shared::compact::RUN_OBJECTS`], which is not zero.
+fn run_objects() -> NonZeroUsize {
+    NonZeroUsize::new(shared::compact::RUN_OBJECTS).unwrap_or(NonZeroUsize::MIN)
 }
 
 /// Flags of `afterglow compact`.

@@ -1,7 +1,5 @@
 //! `afterglow compact` and `afterglow rebuild`: compaction from the command line.
 
-use std::num::NonZeroUsize;
-
 use anyhow::Context as _;
 use shared::compact::{CompactReport, Compactor};
 use shared::config::Config;
@@ -27,8 +25,7 @@ async fn compact_keys(
     keys: &[ObjectKey],
     runs: &RunArgs,
 ) -> anyhow::Result<()> {
-    let per_run =
-        NonZeroUsize::new(runs.objects_per_run).context("--objects-per-run must be at least 1")?;
+    let per_run = runs.objects_per_run;
     let bar = progress::bar(keys.len() as u64, "compact");
     let outcome = compactor
         .compact_in_runs(keys, per_run, |objects| bar.inc(objects as u64))

@@ -7,10 +7,8 @@ use tracing_subscriber::EnvFilter;
 /// ingest token in its query string.
 const NEVER_TRACED: &str = "lambda_runtime=debug,lambda_http=debug,lambda_runtime_api_client=debug";
 
-/// The filter for `directive` (falling back to `info` when it does not parse) with caps after it
-/// that win over a broader level: the Lambda runtime's, its API client's and lambda_http's
-/// targets never below debug, since at trace they print whole invocation payloads, ingest
-/// tokens included.
+/// The filter for `directive` (falling back to `info` when it does not parse) with the caps of
+/// `NEVER_TRACED` after it, so that they win over a broader level.
 pub fn filter(directive: &str) -> (EnvFilter, Option<tracing_subscriber::filter::ParseError>) {
     match EnvFilter::try_new(format!("{directive},{NEVER_TRACED}")) {
         Ok(filter) => (filter, None),

@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use afterglow::serve::ServeSettings;
 use anyhow::Context as _;
-use shared::storage::{LocalDirStorage, S3Settings, S3Storage, Storage};
+use shared::storage::{LocalDirStorage, ObjectKey, S3Settings, S3Storage, Storage};
 use tokio::sync::oneshot;
 
 /// The token `cluster`'s export URL carries under `secret`:
@@ -290,6 +290,47 @@ pub fn open_settings(storage: Arc<dyn Storage>) -> ServeSettings {
         query_token: None,
         grafana_url: None,
     }
+}
+
+/// Stores `run`'s bodies for `cluster` through ingest, without compacting them.
+pub async fn store_raw(
+    storage: &Arc<dyn Storage>,
+    run: &FixtureRun,
+    cluster: &str,
+) -> anyhow::Result<()> {
+    let server = TestServer::start(open_settings(Arc::clone(storage))).await?;
+    post_all(
+        &format!("{}/v1/events/{cluster}", server.url),
+        &bodies(run)?,
+    )
+    .await?;
+    server.stop().await
+}
+
+/// Every raw object's key in `storage`, in listing order.
+pub async fn raw_keys(storage: &dyn Storage) -> anyhow::Result<Vec<ObjectKey>> {
+    Ok(storage
+        .list(shared::layout::RAW_PREFIX)
+        .await?
+        .into_iter()
+        .map(|meta| meta.key)
+        .filter(|key| key.as_str().ends_with(shared::layout::RAW_SUFFIX))
+        .collect())
+}
+
+/// Commits made to the manifests of `cluster` (each compaction run commits once per session).
+pub async fn manifest_commits(storage: &dyn Storage, cluster: &str) -> anyhow::Result<u64> {
+    let mut commits = 0;
+    for meta in storage
+        .list(&format!("tables/manifests/cluster={cluster}/"))
+        .await?
+    {
+        commits += shared::tables::manifest::load(storage, &meta.key)
+            .await?
+            .manifest
+            .sequence;
+    }
+    Ok(commits)
 }
 
 /// Posts each body to `url` as Ray does, insisting on 200.

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use afterglow_tests::ray::check;
 use afterglow_tests::{
-    FixtureRun, TestServer, bodies, cluster_token, post_all, raw_events, stored_raw_lines,
+    FixtureRun, cluster_token, manifest_commits, raw_events, raw_keys, store_raw, stored_raw_lines,
     stored_task_rows,
 };
 use anyhow::{Context as _, ensure};
@@ -280,25 +280,11 @@ async fn serve_prints_the_ray_settings_stores_what_ray_posts_and_answers_queries
 /// store was one run, and the first unreadable object failed it without a report.)
 #[tokio::test]
 async fn rebuild_compacts_in_bounded_runs_and_names_an_unreadable_object() -> anyhow::Result<()> {
-    use shared::layout::{ClusterName, cluster_manifests_prefix};
-    use shared::tables::manifest;
-
     let run = FixtureRun::named("basic-workload")?;
     let dir = tempfile::tempdir()?;
     let storage: Arc<dyn Storage> = Arc::new(LocalDirStorage::open(dir.path())?);
-    let server = TestServer::start(afterglow_tests::open_settings(Arc::clone(&storage))).await?;
-    post_all(
-        &format!("{}/v1/events/{}", server.url, run.name),
-        &bodies(&run)?,
-    )
-    .await?;
-    server.stop().await?;
-    let raw: Vec<_> = storage
-        .list("raw/")
-        .await?
-        .into_iter()
-        .filter(|meta| meta.key.as_str().ends_with(".ndjson.gz"))
-        .collect();
+    store_raw(&storage, &run, &run.name).await?;
+    let raw = raw_keys(&*storage).await?;
     let per_run = 4;
     ensure!(raw.len() > 2 * per_run, "only {} raw objects", raw.len());
     let rebuild = || -> anyhow::Result<std::process::Output> {
@@ -320,22 +306,16 @@ async fn rebuild_compacts_in_bounded_runs_and_names_an_unreadable_object() -> an
         &stored_task_rows(&*storage, &run.name).await?,
         "rebuilt in runs",
     )?;
-    // Each run commits: the session's manifest counts at least one commit per run.
-    let prefix = cluster_manifests_prefix(&ClusterName::new(&run.name)?);
+    // Each run commits.
+    let commits = manifest_commits(&*storage, &run.name).await?;
     let runs = raw.len().div_ceil(per_run) as u64;
-    let manifests = storage.list(&prefix).await?;
-    ensure!(!manifests.is_empty(), "no manifest under {prefix}");
-    for meta in manifests {
-        let stored = manifest::load(&*storage, &meta.key).await?.manifest;
-        ensure!(
-            stored.sequence >= runs,
-            "{} commits for {} raw objects in runs of {per_run}",
-            stored.sequence,
-            raw.len()
-        );
-    }
+    ensure!(
+        commits >= runs,
+        "{commits} commits for {} raw objects in runs of {per_run}",
+        raw.len()
+    );
 
-    let bad = raw.get(raw.len() / 2).context("a raw object")?.key.clone();
+    let bad = raw.get(raw.len() / 2).context("a raw object")?.clone();
     std::fs::write(dir.path().join(bad.as_str()), b"not gzip")?;
     let output = rebuild()?;
     let (stdout, stderr) = (

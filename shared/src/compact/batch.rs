@@ -98,13 +98,15 @@ impl BatchLimits {
 pub struct BatchOutcome {
     /// Ids of the messages to retry, in batch order.
     pub failed: Vec<String>,
-    /// What the compaction of the other messages did.
+    /// What the batch's run did, and the sessions the messages compacted again on their own
+    /// committed (only their `committed` is added).
     pub report: CompactReport,
 }
 
 impl Compactor {
     /// Compacts the messages' raw objects together, and says which messages must be retried:
-    /// those naming an object that could not be read, and all that were not compacted when the
+    /// those naming an object that could not be read, those of a session the run could not
+    /// commit that fail again on their own (below), and all that were not compacted when the
     /// deadline (less the margin) came. The byte cap is the caller's ([`BatchLimits::split`]).
     ///
     /// The messages of a session the run could not commit (it commits the others), and all of
@@ -189,12 +191,19 @@ impl Compactor {
             let keys: Vec<ObjectKey> = message.objects.iter().map(|(key, _)| key.clone()).collect();
             let span = tracing::info_span!("message", message_id = %message.id);
             match self
-                .within(limits, self.compact(&keys))
+                .within(limits, self.compact_readable(&keys))
                 .instrument(span)
                 .await
             {
-                // Its sessions are to be checked once quiet, as in a whole batch.
-                Some(Ok(report)) => outcome.report.committed.extend(report.committed),
+                Some(Ok(run)) => {
+                    if !run.not_compacted().is_empty() {
+                        tracing::error!(message_id = %message.id, "message failed again on its own");
+                        outcome.failed.push(message.id.clone());
+                    }
+                    // Its sessions that did commit are to be checked once quiet, as in a whole
+                    // batch, whether or not the message is retried.
+                    outcome.report.committed.extend(run.report.committed);
+                }
                 Some(Err(err)) => {
                     tracing::error!(message_id = %message.id, error = %err, "message failed");
                     outcome.failed.push(message.id.clone());

@@ -205,8 +205,8 @@ impl CompactReport {
 /// What a run did with the raw objects it was given ([`Compactor::compact_readable`]).
 #[derive(Debug, Default)]
 pub struct RunOutcome {
-    /// What it did: what it read (the failed sessions' objects and events included), and
-    /// the sessions it committed and the rows they wrote.
+    /// What it did: what it read and the sessions it touched (the failed ones' included),
+    /// and the sessions it committed (`committed`) and the rows they wrote.
     pub report: CompactReport,
     /// Objects that could not be read, and why (compacted with none of the others).
     pub unreadable: Vec<(ObjectKey, RawError)>,
@@ -362,14 +362,17 @@ impl Compactor {
             total.failed.extend(outcome.failed);
             after_run(run.len());
         }
-        // A session in several runs is one session.
-        total.report.sessions = total
+        // A session in several runs is one session touched.
+        let committed = total
             .report
             .committed
             .iter()
-            .map(|check| (&check.cluster, &check.session))
-            .collect::<BTreeSet<_>>()
-            .len();
+            .map(|check| (&check.cluster, &check.session));
+        let failed = total
+            .failed
+            .iter()
+            .map(|session| (&session.cluster, &session.session));
+        total.report.sessions = committed.chain(failed).collect::<BTreeSet<_>>().len();
         Ok(total)
     }
 

@@ -46,7 +46,8 @@ enum Command {
 /// shorten them to watch several tries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct QueueTiming {
-    /// Pause before retrying a failed run (a batch is tried up to three times).
+    /// Pause before retrying a run that failed as a whole (a batch is tried up to three times;
+    /// the objects of a session a run could not commit are parked at once instead).
     pub retry_delay: Duration,
     /// How long keys are parked before they are first tried again; doubled at each failure
     /// after.
@@ -286,12 +287,7 @@ async fn settle(
                 failed,
             } = *run;
             quiet.watch(report.committed);
-            // Objects of a session that could not be committed may compact later (a full disk, a
-            // refused write); they wait apart, holding back none of the run's other objects.
-            let mut later: Vec<ObjectKey> = failed
-                .into_iter()
-                .flat_map(|session| session.keys)
-                .collect();
+            let mut later = Vec::new();
             for (key, error) in unreadable {
                 if may_read_later(&error) {
                     later.push(key);
@@ -299,17 +295,28 @@ async fn settle(
                     tracing::error!(key = %key, %error, "raw object left out: it cannot be compacted");
                 }
             }
-            later.sort();
-            later.dedup();
             if !later.is_empty() {
                 tracing::warn!(
                     keys = later.len(),
                     wait_s = wait.as_secs(),
-                    "raw objects not compacted; they are parked and tried again later"
+                    "raw objects could not be read; they are parked and tried again later"
                 );
             }
+            // A read fails for its own object alone: nothing is gained by splitting them.
+            parked.park(later, wait);
+            // Each session that could not be committed waits apart (a full disk, a refused
+            // write, or one of its objects that breaks it), holding back no other session.
             let split = storage_works(parked);
-            parked.park_split(&later, wait, split);
+            for session in failed {
+                tracing::warn!(
+                    cluster = %session.cluster,
+                    session = %session.session,
+                    keys = session.keys.len(),
+                    wait_s = wait.as_secs(),
+                    "a session's raw objects are parked and tried again later"
+                );
+                parked.park_split(&session.keys, wait, split);
+            }
         }
         Outcome::Failed(keys) => {
             tracing::warn!(
@@ -333,7 +340,7 @@ async fn settle(
 #[derive(Default)]
 struct Parked {
     groups: Vec<ParkedGroup>,
-    /// When a run last committed.
+    /// When a run last compacted an object.
     last_success: Option<Instant>,
 }
 
