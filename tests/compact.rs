@@ -13,8 +13,8 @@ use afterglow_tests::moto::Moto;
 use afterglow_tests::ray::{LOSSY_RUN, OurRows, check};
 use afterglow_tests::{
     FixtureRun, TestServer, bodies, compacting_settings, compactor, keeping_deltas, local_storage,
-    manifest_commits, post_all, raw_events, raw_keys, shuffled, store_raw, stored_entities,
-    stored_spans, stored_task_rows,
+    manifest_commits, post_all, raw_events, shuffled, store_raw, stored_entities, stored_spans,
+    stored_task_rows,
 };
 use anyhow::{Context as _, ensure};
 use shared::compact::batch::BatchLimits;
@@ -1321,7 +1321,7 @@ async fn serve_compacts_what_a_fault_held_back_once_it_clears_without_a_restart(
         let (_guard, local) = local_storage()?;
         let local: Arc<dyn Storage> = Arc::new(local);
         store_raw(&local, &run, &run.name).await?;
-        let raw = raw_keys(&*local).await?;
+        let raw = shared::compact::raw::list_keys(&*local).await?;
         let first = raw.first().context("nothing stored")?.clone();
         let faulty = Arc::new(if fault == "a full disk" {
             Refuses::writes_under(Arc::clone(&local), "tables/")
@@ -1402,7 +1402,7 @@ async fn a_session_that_cannot_be_committed_holds_back_only_its_own_objects() ->
     let local: Arc<dyn Storage> = Arc::new(local);
     store_raw(&local, &healthy, &healthy.name).await?;
     store_raw(&local, &failing, failing_cluster).await?;
-    let raw = raw_keys(&*local).await?;
+    let raw = shared::compact::raw::list_keys(&*local).await?;
     let mut failing_keys: Vec<ObjectKey> = raw
         .iter()
         .filter(|key| raw_object_cluster(key).is_some_and(|c| c.as_str() == failing_cluster))

@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use afterglow::serve::ServeSettings;
 use anyhow::Context as _;
-use shared::storage::{LocalDirStorage, ObjectKey, S3Settings, S3Storage, Storage};
+use shared::storage::{LocalDirStorage, S3Settings, S3Storage, Storage};
 use tokio::sync::oneshot;
 
 /// The token `cluster`'s export URL carries under `secret`:
@@ -305,17 +305,6 @@ pub async fn store_raw(
     )
     .await?;
     server.stop().await
-}
-
-/// Every raw object's key in `storage`, in listing order.
-pub async fn raw_keys(storage: &dyn Storage) -> anyhow::Result<Vec<ObjectKey>> {
-    Ok(storage
-        .list(shared::layout::RAW_PREFIX)
-        .await?
-        .into_iter()
-        .map(|meta| meta.key)
-        .filter(|key| key.as_str().ends_with(shared::layout::RAW_SUFFIX))
-        .collect())
 }
 
 /// Commits made to the manifests of `cluster` (each compaction run commits once per session).

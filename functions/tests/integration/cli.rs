@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use afterglow_tests::ray::check;
 use afterglow_tests::{
-    FixtureRun, cluster_token, manifest_commits, raw_events, raw_keys, store_raw, stored_raw_lines,
+    FixtureRun, cluster_token, manifest_commits, raw_events, store_raw, stored_raw_lines,
     stored_task_rows,
 };
 use anyhow::{Context as _, ensure};
@@ -284,7 +284,7 @@ async fn rebuild_compacts_in_bounded_runs_and_names_an_unreadable_object() -> an
     let dir = tempfile::tempdir()?;
     let storage: Arc<dyn Storage> = Arc::new(LocalDirStorage::open(dir.path())?);
     store_raw(&storage, &run, &run.name).await?;
-    let raw = raw_keys(&*storage).await?;
+    let raw = shared::compact::raw::list_keys(&*storage).await?;
     let per_run = 4;
     ensure!(raw.len() > 2 * per_run, "only {} raw objects", raw.len());
     let rebuild = || -> anyhow::Result<std::process::Output> {

@@ -597,14 +597,7 @@ impl Compactor {
 
     /// Every raw object in the store, for `rebuild`.
     pub async fn raw_keys(&self) -> Result<Vec<ObjectKey>, CompactError> {
-        Ok(self
-            .storage
-            .list(crate::layout::RAW_PREFIX)
-            .await?
-            .into_iter()
-            .map(|meta| meta.key)
-            .filter(|key| key.as_str().ends_with(crate::layout::RAW_SUFFIX))
-            .collect())
+        Ok(raw::list_keys(&*self.storage).await?)
     }
 
     /// Deletes every table file and manifest (raw objects stay), for `rebuild`. Returns how

@@ -131,6 +131,17 @@ fn parse_raw(key: ObjectKey, cluster: ClusterName, body: &[u8]) -> Result<RawObj
     })
 }
 
+/// Every raw object's key in `storage`, in listing order (by cluster, then time).
+pub async fn list_keys(storage: &dyn Storage) -> Result<Vec<ObjectKey>, StorageError> {
+    Ok(storage
+        .list(crate::layout::RAW_PREFIX)
+        .await?
+        .into_iter()
+        .map(|meta| meta.key)
+        .filter(|key| key.as_str().ends_with(crate::layout::RAW_SUFFIX))
+        .collect())
+}
+
 /// Parses one raw object, inflating it into `buffer`.
 fn parse_text(
     key: ObjectKey,
