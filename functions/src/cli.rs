@@ -41,9 +41,11 @@ pub enum Command {
     Serve(ServeArgs),
     /// Roll raw ingest objects into the Parquet tables (all of them, or the keys given).
     ///
-    /// Safe to repeat: compaction is idempotent.
+    /// Works in runs, then folds each session it committed into one base. Safe to repeat:
+    /// compaction is idempotent.
     Compact(CompactArgs),
-    /// Rebuild every table from the raw objects: delete the tables, then compact everything.
+    /// Rebuild every table from the raw objects: delete the tables, then compact everything
+    /// and fold each session into one base.
     ///
     /// Stop `serve` (and the compact function) on the same store first. Refuses when raw
     /// objects the tables were built from are gone (expired), unless --force.

@@ -1,7 +1,10 @@
 //! `afterglow compact` and `afterglow rebuild`: compaction from the command line.
 
+use std::collections::BTreeMap;
+
 use anyhow::Context as _;
-use shared::compact::{CompactReport, Compactor};
+use shared::compact::fold::QuietCheck;
+use shared::compact::{CompactError, CompactReport, Compactor};
 use shared::config::Config;
 use shared::storage::ObjectKey;
 
@@ -17,9 +20,10 @@ async fn compactor(
     compactor_with_scratch(storage, config)
 }
 
-/// Compacts `keys` in runs of `--objects-per-run`, showing progress, and prints what they
-/// did. An object that cannot be read, or a session that cannot be committed, is named and the
-/// rest compacted; the command then fails, so that a script notices.
+/// Compacts `keys` in runs of `--objects-per-run`, showing progress, then folds the sessions
+/// they committed, and prints what they did. An object that cannot be read, or a session that
+/// cannot be committed, is named and the rest compacted; the command then fails, so that a
+/// script notices.
 async fn compact_keys(
     compactor: &Compactor,
     keys: &[ObjectKey],
@@ -45,13 +49,52 @@ async fn compact_keys(
             failed.error
         );
     }
+    let (folded, unfolded) = tidy_committed(compactor, &outcome.report.committed).await;
+    println!("sessions folded into one base: {folded}");
+    for (check, err) in &unfolded {
+        eprintln!(
+            "session {}/{} compacted but not folded (`afterglow compact --fold` folds it): {err}",
+            check.cluster, check.session
+        );
+    }
     let left = outcome.not_compacted().len();
     anyhow::ensure!(
-        left == 0,
-        "{left} of {} raw objects were not compacted (why is above); the others were",
-        keys.len()
+        left == 0 && unfolded.is_empty(),
+        "{left} of {} raw objects were not compacted and {} sessions not folded (why is above); the others were",
+        keys.len(),
+        unfolded.len()
     );
     Ok(())
+}
+
+/// Tidies each session the runs committed as the quiet check of its last commit does: its
+/// deltas folded into one base. `serve` and the compact function run those checks once a
+/// session has gone quiet; a command has no later, and a large session would otherwise keep
+/// up to [`shared::compact::fold::FoldPolicy::max_deltas`] deltas for every read to open until
+/// the next compaction. A session committed to meanwhile (by `serve` on the same store) is left
+/// to that commit's own check. Returns how many sessions were folded, and those that could not
+/// be (the others are folded all the same).
+async fn tidy_committed<'a>(
+    compactor: &Compactor,
+    committed: &'a [QuietCheck],
+) -> (usize, Vec<(&'a QuietCheck, CompactError)>) {
+    // In commit order: a session's last check is its latest version.
+    let latest: BTreeMap<_, _> = committed
+        .iter()
+        .map(|check| ((&check.cluster, &check.session), check))
+        .collect();
+    let bar = progress::bar(latest.len() as u64, "fold");
+    let mut folded = 0;
+    let mut failed = Vec::new();
+    for check in latest.into_values() {
+        match compactor.tidy_if_quiet(check).await {
+            Ok(tidied) => folded += usize::from(tidied.folded),
+            Err(err) => failed.push((check, err)),
+        }
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    (folded, failed)
 }
 
 fn print(report: &CompactReport, runs: usize) {
@@ -71,7 +114,7 @@ pub async fn compact(args: CompactArgs, config: Config) -> anyhow::Result<()> {
     let (compactor, _scratch) = compactor(&args.store, &config).await?;
     if args.fold {
         let folded = compactor.fold().await?;
-        println!("folded the deltas of {folded} sessions into their base");
+        println!("sessions folded into one base: {folded}");
         return Ok(());
     }
     let keys = if args.keys.is_empty() {

@@ -336,6 +336,92 @@ async fn rebuild_compacts_in_bounded_runs_and_names_an_unreadable_object() -> an
     Ok(())
 }
 
+/// `afterglow rebuild` leaves a session folded into one base, as the quiet check of its last
+/// commit would. A session above the fold policy's `small_session_rows` is not folded at every
+/// run, so its last runs leave deltas that every read opens; `serve` and the compact function
+/// fold them once the session goes quiet, but a command has no later. (Before, a rebuilt store
+/// kept them until the next compaction.)
+#[tokio::test]
+async fn rebuild_leaves_a_large_session_in_one_base() -> anyhow::Result<()> {
+    use shared::compact::CompactSettings;
+    use shared::ingest::{IngestAccess, IngestLimits, Ingestor};
+    use shared::layout::{ClusterName, SessionName, manifest_key};
+    use shared::tables::manifest::{self, TableFiles};
+
+    let dir = tempfile::tempdir()?;
+    let storage: Arc<dyn Storage> = Arc::new(LocalDirStorage::open(dir.path())?);
+    let cluster = ClusterName::new("large")?;
+    let jobs = 2;
+    let settings = synth::SynthSettings {
+        attempts: 80_000,
+        jobs,
+        nodes: 2,
+        batch_events: 500,
+        ..synth::SynthSettings::default()
+    };
+    let small = CompactSettings::default().fold.small_session_rows;
+    ensure!(
+        settings.attempts > small,
+        "a session of {small} rows is folded at every run"
+    );
+    let ingestor = Ingestor::new(
+        Arc::clone(&storage),
+        IngestAccess::Open,
+        IngestLimits::default(),
+    );
+    let mut generator = synth::Generator::new(settings);
+    for body in generator.by_ref() {
+        ingestor.ingest(&cluster, &body?.json).await?;
+    }
+    let truth = generator.truth().clone();
+    let manifest = manifest_key(&cluster, &SessionName::new(&truth.session_name)?)?;
+    let attempts = || async {
+        anyhow::Ok(
+            manifest::load(&*storage, &manifest)
+                .await?
+                .manifest
+                .task_attempts,
+        )
+    };
+    let raw = shared::compact::raw::list_keys(&*storage).await?;
+    let per_run = std::num::NonZeroUsize::new(raw.len() / 8).context("too few raw objects")?;
+
+    // The runs alone, as the command runs them, leave deltas.
+    let (compactor, _scratch) =
+        afterglow_tests::compactor(Arc::clone(&storage), CompactSettings::default())?;
+    let outcome = compactor.compact_in_runs(&raw, per_run, |_| ()).await?;
+    ensure!(outcome.not_compacted().is_empty(), "{:?}", outcome.failed);
+    let TableFiles { deltas, .. } = attempts().await?;
+    ensure!(!deltas.is_empty(), "the runs left no delta to fold");
+
+    let output = afterglow()?
+        .args(["rebuild", "--objects-per-run", &per_run.to_string()])
+        .arg("--data-dir")
+        .arg(dir.path())
+        .output()?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    ensure!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    ensure!(
+        stdout.contains("sessions folded into one base: 1"),
+        "{stdout}"
+    );
+    let TableFiles { base, deltas } = attempts().await?;
+    ensure!(deltas.is_empty(), "{} deltas left: {stdout}", deltas.len());
+    // Each job's driver has a row too: Ray exports it, its state API hides it.
+    let rows: u64 = base.iter().map(|file| file.rows).sum();
+    let expected = truth.attempts + u64::from(jobs);
+    ensure!(
+        rows == expected,
+        "{rows} rows in the base for {} attempts and {jobs} drivers generated",
+        truth.attempts
+    );
+    Ok(())
+}
+
 /// Secrets never reach the logs, even at the most verbose level: the cluster's ingest token
 /// travels in the query string of every Ray POST, the query token in every dashboard request.
 /// A cluster's token writes only that cluster's history.
