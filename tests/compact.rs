@@ -1470,6 +1470,78 @@ async fn a_session_that_cannot_be_committed_holds_back_only_its_own_objects() ->
     Ok(())
 }
 
+/// A run that fails as a whole (here its quarantine cannot be written) holds back only its own
+/// raw objects when compacting in runs, as `afterglow rebuild` and `compact` do: the later runs
+/// still run, and once the fault clears the failed run's objects compact to Ray's history.
+/// (Before, the first such run stopped the command, and a rebuild left every later run's
+/// history out until it was run again from the start.)
+#[tokio::test]
+async fn a_run_that_fails_as_a_whole_holds_back_only_its_own_objects() -> anyhow::Result<()> {
+    use std::io::Read as _;
+
+    use afterglow_tests::faults::Refuses;
+    use shared::storage::PutMode;
+
+    let run = FixtureRun::named("basic-workload")?;
+    let (_dir, local) = local_storage()?;
+    let local: Arc<dyn Storage> = Arc::new(local);
+    store_raw(&local, &run, &run.name).await?;
+    let raw = shared::compact::raw::list_keys(&*local).await?;
+    let per_run = std::num::NonZeroUsize::new(4).context("four")?;
+    let chunks: Vec<&[ObjectKey]> = raw.chunks(per_run.get()).collect();
+    ensure!(chunks.len() >= 3, "only {} runs", chunks.len());
+    // One object of a middle run gets a line that is not an event, which is quarantined.
+    let failing = *chunks.get(chunks.len() / 2).context("a middle run")?;
+    let spoiled = failing.first().context("an object")?;
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(&*local.get(spoiled).await?.body).read_to_string(&mut text)?;
+    text.push_str("not an event\n");
+    let body = shared::gzip::gzip(text.as_bytes())?;
+    local.put(spoiled, body.into(), PutMode::Overwrite).await?;
+
+    let faulty = Arc::new(Refuses::writes_under(
+        Arc::clone(&local),
+        shared::layout::QUARANTINE_PREFIX,
+    ));
+    let (compactor, _scratch) = compactor(
+        Arc::clone(&faulty) as Arc<dyn Storage>,
+        CompactSettings::default(),
+    )?;
+    let in_runs = compactor.compact_in_runs(&raw, per_run, |_| ()).await;
+    ensure!(faulty.refused() > 0, "the quarantine was not refused");
+    let failed: Vec<&[ObjectKey]> = in_runs
+        .failed_runs
+        .iter()
+        .map(|run| run.keys.as_slice())
+        .collect();
+    ensure!(
+        failed == [failing],
+        "failed runs: {:?}",
+        in_runs.failed_runs
+    );
+    ensure!(
+        in_runs.outcome.not_compacted().is_empty(),
+        "{:?}",
+        in_runs.outcome.failed
+    );
+    // Every other run ran, those after the failed one included.
+    let read = in_runs.outcome.report.raw_objects;
+    ensure!(
+        read == raw.len() - failing.len(),
+        "{read} of {} objects read",
+        raw.len()
+    );
+
+    faulty.clear();
+    compactor.compact(failing).await?;
+    check(
+        &run,
+        &stored_task_rows(&*local, &run.name).await?,
+        "a failed run compacted after the others",
+    )?;
+    Ok(())
+}
+
 /// Raw objects are named by ULIDs from the wall clock, which can step back (NTP) or stall behind
 /// a slow write. A server that compacted most of a run, then stored the rest under a clock an
 /// hour behind and crashed before compacting it, must still find that rest at the next start.

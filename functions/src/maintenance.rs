@@ -31,12 +31,20 @@ async fn compact_keys(
 ) -> anyhow::Result<()> {
     let per_run = runs.objects_per_run;
     let bar = progress::bar(keys.len() as u64, "compact");
-    let outcome = compactor
+    let in_runs = compactor
         .compact_in_runs(keys, per_run, |objects| bar.inc(objects as u64))
         .await;
     bar.finish_and_clear();
-    let outcome = outcome?;
+    let outcome = &in_runs.outcome;
     print(&outcome.report, keys.len().div_ceil(per_run.get()));
+    for run in &in_runs.failed_runs {
+        eprintln!(
+            "a run of {} raw objects failed, none of them compacted (the first {}): {}",
+            run.keys.len(),
+            run.keys.first().map_or("", |key| key.as_str()),
+            run.error
+        );
+    }
     for (key, err) in &outcome.unreadable {
         eprintln!("raw object left out: {key}: {err}");
     }
@@ -57,7 +65,7 @@ async fn compact_keys(
             check.cluster, check.session
         );
     }
-    let left = outcome.not_compacted().len();
+    let left = in_runs.not_compacted().len();
     anyhow::ensure!(
         left == 0 && unfolded.is_empty(),
         "{left} of {} raw objects were not compacted and {} sessions not folded (why is above); the others were",

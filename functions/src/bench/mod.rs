@@ -356,15 +356,23 @@ async fn compact_phase(
     let started = Instant::now();
     let mut runs = Vec::new();
     let mut run_started = started;
-    let outcome = compactor
+    let in_runs = compactor
         .compact_in_runs(&keys, per_run, |objects| {
             runs.push(run_started.elapsed());
             run_started = Instant::now();
             bar.inc(objects as u64);
         })
-        .await?;
+        .await;
     let wall = started.elapsed();
     bar.finish_and_clear();
+    if let Some(run) = in_runs.failed_runs.first() {
+        anyhow::bail!(
+            "a run of {} raw objects failed: {}",
+            run.keys.len(),
+            run.error
+        );
+    }
+    let outcome = in_runs.outcome;
     if let Some((key, err)) = outcome.unreadable.first() {
         anyhow::bail!("raw object {key} unreadable: {err}");
     }

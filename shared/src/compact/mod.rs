@@ -226,6 +226,35 @@ impl RunOutcome {
     }
 }
 
+/// What [`Compactor::compact_in_runs`] did.
+#[derive(Debug, Default)]
+pub struct InRuns {
+    /// What the runs that did not fail as a whole did, together.
+    pub outcome: RunOutcome,
+    /// The runs that failed as a whole, none of their objects compacted; the later runs ran.
+    pub failed_runs: Vec<FailedRun>,
+}
+
+impl InRuns {
+    /// The objects not compacted, to be tried again: those of [`RunOutcome::not_compacted`]
+    /// and of the runs that failed.
+    pub fn not_compacted(&self) -> HashSet<&ObjectKey> {
+        let mut keys = self.outcome.not_compacted();
+        keys.extend(self.failed_runs.iter().flat_map(|run| &run.keys));
+        keys
+    }
+}
+
+/// A run that failed as a whole ([`Compactor::compact_readable`]'s error): its quarantine could
+/// not be written, or a worker died.
+#[derive(Debug)]
+pub struct FailedRun {
+    /// Its raw objects.
+    pub keys: Vec<ObjectKey>,
+    /// Why.
+    pub error: CompactError,
+}
+
 /// A session a run read but could not merge or commit.
 #[derive(Debug)]
 pub struct FailedSession {
@@ -344,36 +373,48 @@ impl Compactor {
     }
 
     /// Compacts `keys` in runs of at most `per_run` raw objects, as the compact function's
-    /// batches take them, and returns what they did together ([`RunOutcome`]). A run holds its
+    /// batches take them, and returns what they did together ([`InRuns`]). A run holds its
     /// objects' attempts in memory until it commits, so a whole store in one run (a `rebuild`
-    /// of millions of attempts) would not fit. `after_run` is told how many objects each run
-    /// took, for progress.
+    /// of millions of attempts) would not fit. A run that fails as a whole is reported and the
+    /// next one run: compaction merges in any order, so its objects can be compacted later.
+    /// `after_run` is told how many objects each run took, for progress.
     pub async fn compact_in_runs(
         &self,
         keys: &[ObjectKey],
         per_run: NonZeroUsize,
         mut after_run: impl FnMut(usize),
-    ) -> Result<RunOutcome, CompactError> {
-        let mut total = RunOutcome::default();
+    ) -> InRuns {
+        let mut total = InRuns::default();
         for run in keys.chunks(per_run.get()) {
-            let outcome = self.compact_readable(run).await?;
-            total.report.add(outcome.report);
-            total.unreadable.extend(outcome.unreadable);
-            total.failed.extend(outcome.failed);
+            match self.compact_readable(run).await {
+                Ok(outcome) => {
+                    total.outcome.report.add(outcome.report);
+                    total.outcome.unreadable.extend(outcome.unreadable);
+                    total.outcome.failed.extend(outcome.failed);
+                }
+                Err(error) => {
+                    tracing::error!(%error, objects = run.len(), "a compaction run failed");
+                    total.failed_runs.push(FailedRun {
+                        keys: run.to_vec(),
+                        error,
+                    });
+                }
+            }
             after_run(run.len());
         }
         // A session in several runs is one session touched.
-        let committed = total
+        let outcome = &mut total.outcome;
+        let committed = outcome
             .report
             .committed
             .iter()
             .map(|check| (&check.cluster, &check.session));
-        let failed = total
+        let failed = outcome
             .failed
             .iter()
             .map(|session| (&session.cluster, &session.session));
-        total.report.sessions = committed.chain(failed).collect::<BTreeSet<_>>().len();
-        Ok(total)
+        outcome.report.sessions = committed.chain(failed).collect::<BTreeSet<_>>().len();
+        total
     }
 
     /// Compacts the raw objects that can be read into every session they hold that can be
