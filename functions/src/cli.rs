@@ -41,8 +41,9 @@ pub enum Command {
     Serve(ServeArgs),
     /// Roll raw ingest objects into the Parquet tables (all of them, or the keys given).
     ///
-    /// Works in runs, then folds each session it committed into one base. Safe to repeat:
-    /// compaction is idempotent.
+    /// Works in runs. Without KEY, then folds each session into one base; with keys, folding
+    /// is left to the fold policy, as in the compact function. Safe to repeat: compaction is
+    /// idempotent.
     Compact(CompactArgs),
     /// Rebuild every table from the raw objects: delete the tables, then compact everything
     /// and fold each session into one base.

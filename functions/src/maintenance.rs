@@ -20,14 +20,26 @@ async fn compactor(
     compactor_with_scratch(storage, config)
 }
 
-/// Compacts `keys` in runs of `--objects-per-run`, showing progress, then folds the sessions
-/// they committed, and prints what they did. An object that cannot be read, or a session that
-/// cannot be committed, is named and the rest compacted; the command then fails, so that a
-/// script notices.
+/// What [`compact_keys`] does once the runs are over.
+#[derive(Clone, Copy, Debug)]
+enum AfterRuns {
+    /// Fold each session the runs committed into one base (`rebuild`, and `compact` of every
+    /// raw object), as the quiet check of its last commit would.
+    Fold,
+    /// Leave folding to the fold policy and to later quiet checks, as the compact function
+    /// does (`compact KEY…`, which may run beside it and is used to time single runs).
+    LeaveToPolicy,
+}
+
+/// Compacts `keys` in runs of `--objects-per-run`, showing progress, then does `then`, and
+/// prints what they did. An object that cannot be read, a session that cannot be committed or
+/// folded, or a run that fails as a whole is named and the rest compacted; the command then
+/// fails, listing the objects to compact again, so that a script notices.
 async fn compact_keys(
     compactor: &Compactor,
     keys: &[ObjectKey],
     runs: &RunArgs,
+    then: AfterRuns,
 ) -> anyhow::Result<()> {
     let per_run = runs.objects_per_run;
     let bar = progress::bar(keys.len() as u64, "compact");
@@ -36,12 +48,15 @@ async fn compact_keys(
         .await;
     bar.finish_and_clear();
     let outcome = &in_runs.outcome;
-    print(&outcome.report, keys.len().div_ceil(per_run.get()));
+    print(
+        &outcome.report,
+        keys.len().div_ceil(per_run.get()),
+        in_runs.failed_runs.len(),
+    );
     for run in &in_runs.failed_runs {
         eprintln!(
-            "a run of {} raw objects failed, none of them compacted (the first {}): {}",
+            "a run of {} raw objects failed, none of them compacted: {}",
             run.keys.len(),
-            run.keys.first().map_or("", |key| key.as_str()),
             run.error
         );
     }
@@ -57,57 +72,131 @@ async fn compact_keys(
             failed.error
         );
     }
-    let (folded, unfolded) = tidy_committed(compactor, &outcome.report.committed).await;
-    println!("sessions folded into one base: {folded}");
-    for (check, err) in &unfolded {
-        eprintln!(
-            "session {}/{} compacted but not folded (`afterglow compact --fold` folds it): {err}",
-            check.cluster, check.session
-        );
+    let folds = match then {
+        AfterRuns::Fold => {
+            let folds = fold_committed(compactor, &outcome.report.committed).await;
+            folds.print(compactor);
+            folds
+        }
+        AfterRuns::LeaveToPolicy => Folds::default(),
+    };
+    let mut left: Vec<&ObjectKey> = in_runs.not_compacted().into_iter().collect();
+    left.sort();
+    if !left.is_empty() {
+        eprintln!("not compacted (compact them again with `afterglow compact KEY…`):");
+        for key in &left {
+            eprintln!("{key}");
+        }
     }
-    let left = in_runs.not_compacted().len();
+    let mut problems = Vec::new();
+    if !left.is_empty() {
+        problems.push(format!(
+            "{} of {} raw objects were not compacted",
+            left.len(),
+            keys.len()
+        ));
+    }
+    if !folds.failed.is_empty() {
+        problems.push(format!("{} session(s) were not folded", folds.failed.len()));
+    }
     anyhow::ensure!(
-        left == 0 && unfolded.is_empty(),
-        "{left} of {} raw objects were not compacted and {} sessions not folded (why is above); the others were",
-        keys.len(),
-        unfolded.len()
+        problems.is_empty(),
+        "{} (why is above); everything else was",
+        problems.join(" and ")
     );
     Ok(())
+}
+
+/// What folding the sessions a command committed came to ([`fold_committed`]).
+#[derive(Debug, Default)]
+struct Folds<'a> {
+    /// Sessions now in one base, folded here or already.
+    whole: usize,
+    /// Of those, the ones folded here.
+    folded: usize,
+    /// Sessions keeping the files a fold replaced through their grace period.
+    holding: usize,
+    /// Sessions committed to meanwhile (by `serve` on the same store), left to that commit's
+    /// own quiet check.
+    changed: usize,
+    /// Sessions that could not be folded, and why.
+    failed: Vec<(&'a QuietCheck, CompactError)>,
+}
+
+impl Folds<'_> {
+    /// Prints the counts, and names the sessions that could not be folded.
+    fn print(&self, compactor: &Compactor) {
+        let changed = if self.changed > 0 {
+            format!(
+                "; changed meanwhile, left to their own check: {}",
+                self.changed
+            )
+        } else {
+            String::new()
+        };
+        println!(
+            "sessions in one base: {} ({} folded now){changed}",
+            self.whole, self.folded
+        );
+        if self.holding > 0 {
+            println!(
+                "sessions keeping the files their fold replaced for {} s, for readers that \
+                 may still use them: {} (`afterglow compact --fold` after that deletes them)",
+                compactor.settings().retire_grace.as_secs(),
+                self.holding
+            );
+        }
+        for (check, err) in &self.failed {
+            eprintln!(
+                "session {}/{} compacted but not folded (`afterglow compact --fold` folds it): {err}",
+                check.cluster, check.session
+            );
+        }
+    }
 }
 
 /// Tidies each session the runs committed as the quiet check of its last commit does: its
 /// deltas folded into one base. `serve` and the compact function run those checks once a
 /// session has gone quiet; a command has no later, and a large session would otherwise keep
 /// up to [`shared::compact::fold::FoldPolicy::max_deltas`] deltas for every read to open until
-/// the next compaction. A session committed to meanwhile (by `serve` on the same store) is left
-/// to that commit's own check. Returns how many sessions were folded, and those that could not
-/// be (the others are folded all the same).
-async fn tidy_committed<'a>(
-    compactor: &Compactor,
-    committed: &'a [QuietCheck],
-) -> (usize, Vec<(&'a QuietCheck, CompactError)>) {
-    // In commit order: a session's last check is its latest version.
-    let latest: BTreeMap<_, _> = committed
-        .iter()
-        .map(|check| ((&check.cluster, &check.session), check))
-        .collect();
+/// the next compaction. A session that could not be folded does not stop the others.
+async fn fold_committed<'a>(compactor: &Compactor, committed: &'a [QuietCheck]) -> Folds<'a> {
+    // Each session's newest commit: an older one's check would find the session changed.
+    let mut latest: BTreeMap<_, &QuietCheck> = BTreeMap::new();
+    for check in committed {
+        let newest = latest
+            .entry((&check.cluster, &check.session))
+            .or_insert(check);
+        if check.sequence > newest.sequence {
+            *newest = check;
+        }
+    }
     let bar = progress::bar(latest.len() as u64, "fold");
-    let mut folded = 0;
-    let mut failed = Vec::new();
+    let mut folds = Folds::default();
     for check in latest.into_values() {
         match compactor.tidy_if_quiet(check).await {
-            Ok(tidied) => folded += usize::from(tidied.folded),
-            Err(err) => failed.push((check, err)),
+            Ok(tidied) if tidied.changed => folds.changed += 1,
+            Ok(tidied) => {
+                folds.whole += 1;
+                folds.folded += usize::from(tidied.folded);
+                folds.holding += usize::from(tidied.again);
+            }
+            Err(err) => folds.failed.push((check, err)),
         }
         bar.inc(1);
     }
     bar.finish_and_clear();
-    (folded, failed)
+    folds
 }
 
-fn print(report: &CompactReport, runs: usize) {
+fn print(report: &CompactReport, runs: usize, failed_runs: usize) {
+    let failed = if failed_runs > 0 {
+        format!(" ({failed_runs} failed)")
+    } else {
+        String::new()
+    };
     println!(
-        "{} raw objects read in {runs} runs: {} events ({} duplicates dropped, {} quarantined) in {} sessions; {} rows written",
+        "{} raw objects read in {runs} runs{failed}: {} events ({} duplicates dropped, {} quarantined), sessions: {}, rows written: {}",
         report.raw_objects,
         report.events,
         report.duplicates,
@@ -122,18 +211,20 @@ pub async fn compact(args: CompactArgs, config: Config) -> anyhow::Result<()> {
     let (compactor, _scratch) = compactor(&args.store, &config).await?;
     if args.fold {
         let folded = compactor.fold().await?;
-        println!("sessions folded into one base: {folded}");
+        println!("folded {folded} sessions into one base each (the others were one already)");
         return Ok(());
     }
-    let keys = if args.keys.is_empty() {
-        compactor.raw_keys().await?
+    let (keys, then) = if args.keys.is_empty() {
+        (compactor.raw_keys().await?, AfterRuns::Fold)
     } else {
-        args.keys
+        let keys = args
+            .keys
             .iter()
             .map(|key| ObjectKey::new(key.clone()))
-            .collect::<Result<_, _>>()?
+            .collect::<Result<_, _>>()?;
+        (keys, AfterRuns::LeaveToPolicy)
     };
-    compact_keys(&compactor, &keys, &args.runs).await
+    compact_keys(&compactor, &keys, &args.runs, then).await
 }
 
 /// Deletes every table and compacts every raw object again; first checks that the raw objects
@@ -149,5 +240,5 @@ pub async fn rebuild(args: RebuildArgs, config: Config) -> anyhow::Result<()> {
     let deleted = compactor.drop_tables().await?;
     println!("deleted {deleted} table objects");
     let keys = compactor.raw_keys().await?;
-    compact_keys(&compactor, &keys, &args.runs).await
+    compact_keys(&compactor, &keys, &args.runs, AfterRuns::Fold).await
 }
