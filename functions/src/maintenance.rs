@@ -1,11 +1,13 @@
 //! `afterglow compact` and `afterglow rebuild`: compaction from the command line.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use anyhow::Context as _;
+use shared::compact::check_queue::CheckQueue;
 use shared::compact::fold::QuietCheck;
 use shared::compact::{CompactError, CompactReport, Compactor};
-use shared::config::Config;
+use shared::config::{Config, StorageConfig};
 use shared::storage::ObjectKey;
 
 use crate::cli::{CompactArgs, RebuildArgs, RunArgs, StoreArgs};
@@ -21,11 +23,13 @@ async fn compactor(
 }
 
 /// What [`compact_keys`] does once the runs are over.
-#[derive(Clone, Copy, Debug)]
+#[derive(Debug)]
 enum AfterRuns {
     /// Fold each session the runs committed into one base (`rebuild`, and `compact` of every
-    /// raw object), as the quiet check of its last commit would.
-    Fold,
+    /// raw object), as the quiet check of its last commit would. The sessions then keep the
+    /// files their folds replaced through the grace period; their next quiet check goes to the
+    /// compact function's queue when there is one ([`function_queue`]), which deletes them.
+    Fold(Option<CheckQueue>),
     /// Leave folding to the fold policy and to later quiet checks, as the compact function
     /// does (`compact KEY…`, which may run beside it and is used to time single runs).
     LeaveToPolicy,
@@ -73,9 +77,13 @@ async fn compact_keys(
         );
     }
     let folds = match then {
-        AfterRuns::Fold => {
+        AfterRuns::Fold(queue) => {
             let folds = fold_committed(compactor, &outcome.report.committed).await;
-            folds.print(compactor);
+            let handed = match queue {
+                Some(queue) => hand_over(&queue, &folds.holding).await,
+                None => false,
+            };
+            folds.print(compactor.settings().retire_grace, handed);
             folds
         }
         AfterRuns::LeaveToPolicy => Folds::default(),
@@ -114,8 +122,9 @@ struct Folds<'a> {
     whole: usize,
     /// Of those, the ones folded here.
     folded: usize,
-    /// Sessions keeping the files a fold replaced through their grace period.
-    holding: usize,
+    /// Sessions keeping the files a fold replaced through their grace period, as their tidy
+    /// left them: checked again once that is over, they delete those files.
+    holding: Vec<QuietCheck>,
     /// Sessions committed to meanwhile (by `serve` on the same store), left to that commit's
     /// own quiet check.
     changed: usize,
@@ -124,8 +133,10 @@ struct Folds<'a> {
 }
 
 impl Folds<'_> {
-    /// Prints the counts, and names the sessions that could not be folded.
-    fn print(&self, compactor: &Compactor) {
+    /// Prints the counts, and names the sessions that could not be folded. `grace` is how long
+    /// replaced files are kept; `handed` says whether the checks that delete them afterwards
+    /// went to the compact function.
+    fn print(&self, grace: Duration, handed: bool) {
         let changed = if self.changed > 0 {
             format!(
                 "; changed meanwhile, left to their own check: {}",
@@ -138,13 +149,21 @@ impl Folds<'_> {
             "sessions in one base: {} ({} folded now){changed}",
             self.whole, self.folded
         );
-        if self.holding > 0 {
+        if !self.holding.is_empty() {
             println!(
-                "sessions keeping the files their fold replaced for {} s, for readers that \
-                 may still use them: {} (`afterglow compact --fold` after that deletes them)",
-                compactor.settings().retire_grace.as_secs(),
-                self.holding
+                "sessions keeping the files their fold replaced for {} s, for readers that may \
+                 still use them: {}",
+                grace.as_secs(),
+                self.holding.len()
             );
+            if handed {
+                println!(
+                    "their quiet checks are queued for the compact function, which deletes those \
+                     files once the grace period is over"
+                );
+            } else {
+                println!("`afterglow compact --fold` after that deletes them");
+            }
         }
         for (check, err) in &self.failed {
             eprintln!(
@@ -179,7 +198,12 @@ async fn fold_committed<'a>(compactor: &Compactor, committed: &'a [QuietCheck]) 
             Ok(tidied) => {
                 folds.whole += 1;
                 folds.folded += usize::from(tidied.folded);
-                folds.holding += usize::from(tidied.again);
+                if tidied.again {
+                    folds.holding.push(QuietCheck {
+                        sequence: tidied.sequence,
+                        ..check.clone()
+                    });
+                }
             }
             Err(err) => folds.failed.push((check, err)),
         }
@@ -206,6 +230,32 @@ fn print(report: &CompactReport, runs: usize, failed_runs: usize) {
     );
 }
 
+/// Queues `checks` for the compact function; false (said why) when they could not be.
+async fn hand_over(queue: &CheckQueue, checks: &[QuietCheck]) -> bool {
+    if checks.is_empty() {
+        return false;
+    }
+    match queue.send(checks).await {
+        Ok(()) => true,
+        Err(err) => {
+            eprintln!("could not hand the quiet checks to the compact function: {err}");
+            false
+        }
+    }
+}
+
+/// The compact function's queue, when the command works on the deployment's bucket and
+/// AFTERGLOW_COMPACT_QUEUE_URL names the queue (the stack's `CompactQueueUrl` output): the
+/// function then tidies the sessions the command folded, as it does those it folds itself.
+async fn function_queue(store: &StoreArgs, config: &Config) -> Option<CheckQueue> {
+    match (&store.data_dir, &config.storage, &config.compact_queue_url) {
+        (None, StorageConfig::S3(_), Some(url)) => {
+            Some(CheckQueue::connect(url.clone(), config.fold_quiet).await)
+        }
+        _ => None,
+    }
+}
+
 /// Compacts the given raw keys, or every raw object.
 pub async fn compact(args: CompactArgs, config: Config) -> anyhow::Result<()> {
     let (compactor, _scratch) = compactor(&args.store, &config).await?;
@@ -215,7 +265,8 @@ pub async fn compact(args: CompactArgs, config: Config) -> anyhow::Result<()> {
         return Ok(());
     }
     let (keys, then) = if args.keys.is_empty() {
-        (compactor.raw_keys().await?, AfterRuns::Fold)
+        let queue = function_queue(&args.store, &config).await;
+        (compactor.raw_keys().await?, AfterRuns::Fold(queue))
     } else {
         let keys = args
             .keys
@@ -240,5 +291,6 @@ pub async fn rebuild(args: RebuildArgs, config: Config) -> anyhow::Result<()> {
     let deleted = compactor.drop_tables().await?;
     println!("deleted {deleted} table objects");
     let keys = compactor.raw_keys().await?;
-    compact_keys(&compactor, &keys, &args.runs, AfterRuns::Fold).await
+    let queue = function_queue(&args.store, &config).await;
+    compact_keys(&compactor, &keys, &args.runs, AfterRuns::Fold(queue)).await
 }

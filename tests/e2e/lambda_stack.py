@@ -350,6 +350,8 @@ class NotificationRelay(threading.Thread):
         self.stopping = threading.Event()
         self.counts = {"objects": 0, "invocations": 0, "redelivered": 0, "dead_lettered": 0,
                        "quiet_checks": 0, "sent_back": 0}
+        self._checks = set()  # (cluster, session, sequence) of every quiet check delivered
+        self._checks_lock = threading.Lock()
 
     def queued(self):
         """What the function queued itself and is due, taken off the queue: quiet checks whose
@@ -363,6 +365,11 @@ class NotificationRelay(threading.Thread):
                 self.sqs.delete_message(QueueUrl=self.queue_url,
                                         ReceiptHandle=message["ReceiptHandle"])
                 yield message["Body"]
+
+    def checks(self):
+        """(cluster, session, sequence) of every quiet check delivered so far."""
+        with self._checks_lock:
+            return set(self._checks)
 
     def new_objects(self):
         pages = self.s3.get_paginator("list_objects_v2").paginate(
@@ -420,6 +427,11 @@ class NotificationRelay(threading.Thread):
                     self.queue.append((body, 1))
                     kind = "quiet_checks" if "afterglow.quiet_check" in body else "sent_back"
                     self.counts[kind] += 1
+                    if kind == "quiet_checks":
+                        check = json.loads(body)
+                        with self._checks_lock:
+                            self._checks.add((check["cluster"], check["session"],
+                                              check["sequence"]))
                 self.deliver()
             except Exception as err:  # keep relaying: a listing error is retried
                 self.log(f"relay: {err!r}")
@@ -452,13 +464,17 @@ class LambdaStack:
         common = dict(self.storage.credentials, AFTERGLOW_BUCKET=self.storage.bucket,
                       AFTERGLOW_PREFIX=self.prefix, AWS_ENDPOINT_URL_S3=self.storage.endpoint,
                       AFTERGLOW_LOG="info")
+        # A short quiet period, so that sessions are folded while the run goes on.
+        self.compact_env = {"AFTERGLOW_COMPACT_QUEUE_URL": queue_url,
+                            "AWS_ENDPOINT_URL_SQS": self.moto.endpoint,
+                            "AFTERGLOW_FOLD_QUIET_SECONDS": str(QUIET_SECONDS)}
+        # What an operator's shell holds to run the CLI over the deployment (the stack's
+        # HistoryBucketName and CompactQueueUrl outputs).
+        self.cli_env = dict(common, **self.compact_env)
         per_function = {
             "ingest": {"AFTERGLOW_INGEST_SECRET_ARN": secret_arn,
                        "AWS_ENDPOINT_URL_SECRETS_MANAGER": self.moto.endpoint},
-            # A short quiet period, so that sessions are folded while the run goes on.
-            "compact": {"AFTERGLOW_COMPACT_QUEUE_URL": queue_url,
-                        "AWS_ENDPOINT_URL_SQS": self.moto.endpoint,
-                        "AFTERGLOW_FOLD_QUIET_SECONDS": str(QUIET_SECONDS)},
+            "compact": self.compact_env,
             "query": {"AFTERGLOW_QUERY_TOKEN": self.query_token},
         }
         for handler, extra in per_function.items():
@@ -514,6 +530,30 @@ class LambdaStack:
                 body = s3.get_object(Bucket=self.storage.bucket, Key=item["Key"])["Body"].read()
                 found[item["Key"]] = len(json.loads(body)["task_attempts"]["deltas"])
         return found
+
+    def holding_retired(self, cluster):
+        """(cluster, session, manifest sequence) of each of `cluster`'s sessions that still
+        keeps files a fold replaced (in their grace period)."""
+        s3 = self.storage.client()
+        found = set()
+        pages = s3.get_paginator("list_objects_v2").paginate(
+            Bucket=self.storage.bucket, Prefix=f"{self.prefix}tables/manifests/cluster={cluster}/")
+        for page in pages:
+            for item in page.get("Contents", []):
+                body = s3.get_object(Bucket=self.storage.bucket, Key=item["Key"])["Body"].read()
+                manifest = json.loads(body)
+                if manifest.get("retired"):
+                    session = item["Key"].split("session=")[1].split("/")[0]
+                    found.add((cluster, session, manifest["sequence"]))
+        return found
+
+    def run_cli(self, binary, *args):
+        """The binary as a command over the deployment's bucket, not as a Lambda runtime."""
+        env = {key: value for key, value in os.environ.items()
+               if key not in ("AWS_LAMBDA_RUNTIME_API", "_HANDLER")}
+        env.update(self.cli_env)
+        return subprocess.run([binary, *args], env=env, capture_output=True, text=True,
+                              timeout=600)
 
     def wait_folded(self, cluster, timeout):
         """Waits until a quiet check has folded every session of `cluster`; the sessions

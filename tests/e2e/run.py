@@ -722,6 +722,31 @@ def list_synthetic_session(binary, deployment, api, env, attempts):
     return int(len(rows) != attempts or len(keys) != attempts)
 
 
+def rebuild_over_the_bucket(binary, stack, ray, api):
+    """`afterglow rebuild` over the deployment's bucket, as an operator runs it with the stack's
+    outputs, in runs small enough that they fold: the answers still equal Ray's, and the quiet
+    checks of the sessions it folded reach the compact function, which deletes the files those
+    folds replaced. Returns the number of problems."""
+    from lambda_stack import QUIET_SECONDS
+
+    rebuilt = stack.run_cli(binary, "rebuild", "--objects-per-run", "5")
+    print(f"afterglow rebuild over the bucket: exit {rebuilt.returncode}\n"
+          f"{rebuilt.stdout.strip()}")
+    if rebuilt.returncode != 0:
+        print(rebuilt.stderr[-3000:])
+        return 1
+    problems = int("queued for the compact function" not in rebuilt.stdout)
+    expected = stack.holding_retired(CLUSTER)
+    deadline = time.time() + QUIET_SECONDS + 60
+    while not expected <= stack.relay.checks() and time.time() < deadline:
+        time.sleep(1)
+    missing = expected - stack.relay.checks()
+    print(f"quiet checks of the rebuilt sessions keeping replaced files, delivered to the "
+          f"compact function: {len(expected) - len(missing)} of {len(expected)}")
+    problems += len(missing) + (not expected)
+    return problems + compare(ray, api)
+
+
 def start_deployment(args, work):
     """`afterglow serve` (variants serve, faults) or the Lambda stack (variant lambda),
     started."""
@@ -852,6 +877,7 @@ def main():
                 problems += compare_ray_tools(env, ray, proxied)
                 problems += compare_logs_through_rays_route(proxied, ray_logs)
             api.lost += proxied.lost
+            problems += rebuild_over_the_bucket(args.afterglow, deployment, ray, api)
         else:
             problems += compare_ray_tools(env, ray, api)
             problems += compare_logs_through_rays_route(api, ray_logs)
