@@ -543,7 +543,7 @@ class LambdaStack:
                 body = s3.get_object(Bucket=self.storage.bucket, Key=item["Key"])["Body"].read()
                 manifest = json.loads(body)
                 if manifest.get("retired"):
-                    session = item["Key"].split("session=")[1].split("/")[0]
+                    session = item["Key"].split("session=")[1].removesuffix(".json")
                     found.add((cluster, session, manifest["sequence"]))
         return found
 
