@@ -42,11 +42,13 @@ pub enum Command {
     /// Roll raw ingest objects into the Parquet tables (all of them, or the keys given).
     ///
     /// Works in runs. Without KEY, then folds each session into one base; with keys, folding
-    /// is left to the fold policy, as in the compact function. Safe to repeat: compaction is
-    /// idempotent.
+    /// is left to the fold policy, as in the compact function. Over the deployment's bucket,
+    /// AFTERGLOW_COMPACT_QUEUE_URL hands the sessions' quiet checks to the compact function.
+    /// Safe to repeat: compaction is idempotent.
     Compact(CompactArgs),
     /// Rebuild every table from the raw objects: delete the tables, then compact everything
-    /// and fold each session into one base.
+    /// and fold each session into one base (over the deployment's bucket,
+    /// AFTERGLOW_COMPACT_QUEUE_URL lets the compact function delete the files folds replaced).
     ///
     /// Stop `serve` (and the compact function) on the same store first. Refuses when raw
     /// objects the tables were built from are gone (expired), unless --force.

@@ -23,27 +23,30 @@ async fn compactor(
 }
 
 /// What [`compact_keys`] does once the runs are over.
-#[derive(Debug)]
+#[derive(Clone, Copy, Debug)]
 enum AfterRuns {
     /// Fold each session the runs committed into one base (`rebuild`, and `compact` of every
-    /// raw object), as the quiet check of its last commit would. The sessions then keep the
-    /// files their folds replaced through the grace period; their next quiet check goes to the
-    /// compact function's queue when there is one ([`function_queue`]), which deletes them.
-    Fold(Option<CheckQueue>),
-    /// Leave folding to the fold policy and to later quiet checks, as the compact function
-    /// does (`compact KEY…`, which may run beside it and is used to time single runs).
+    /// raw object), as the quiet check of its last commit would.
+    Fold,
+    /// Leave folding to the fold policy and to the sessions' quiet checks, as the compact
+    /// function does (`compact KEY…`, which may run beside it and is used to time single
+    /// runs).
     LeaveToPolicy,
 }
 
 /// Compacts `keys` in runs of `--objects-per-run`, showing progress, then does `then`, and
-/// prints what they did. An object that cannot be read, a session that cannot be committed or
-/// folded, or a run that fails as a whole is named and the rest compacted; the command then
-/// fails, listing the objects to compact again, so that a script notices.
+/// prints what they did. The sessions' quiet checks still to come (to fold a session, or to
+/// delete the files a fold replaced once their grace period is over) go to `queue`, the
+/// compact function's, when there is one. An object that cannot be read, a session that
+/// cannot be committed or folded, a run that fails as a whole, or checks that cannot be
+/// queued are named and the rest done; the command then fails, listing the objects to compact
+/// again, so that a script notices.
 async fn compact_keys(
     compactor: &Compactor,
     keys: &[ObjectKey],
     runs: &RunArgs,
     then: AfterRuns,
+    queue: Option<CheckQueue>,
 ) -> anyhow::Result<()> {
     let per_run = runs.objects_per_run;
     let bar = progress::bar(keys.len() as u64, "compact");
@@ -76,18 +79,8 @@ async fn compact_keys(
             failed.error
         );
     }
-    let folds = match then {
-        AfterRuns::Fold(queue) => {
-            let folds = fold_committed(compactor, &outcome.report.committed).await;
-            let handed = match queue {
-                Some(queue) => hand_over(&queue, &folds.holding).await,
-                None => false,
-            };
-            folds.print(compactor.settings().retire_grace, handed);
-            folds
-        }
-        AfterRuns::LeaveToPolicy => Folds::default(),
-    };
+    let (folds, unqueued) =
+        after_runs(compactor, &outcome.report.committed, then, queue.as_ref()).await;
     let mut left: Vec<&ObjectKey> = in_runs.not_compacted().into_iter().collect();
     left.sort();
     if !left.is_empty() {
@@ -107,12 +100,48 @@ async fn compact_keys(
     if !folds.failed.is_empty() {
         problems.push(format!("{} session(s) were not folded", folds.failed.len()));
     }
+    if unqueued > 0 {
+        problems.push(format!(
+            "the quiet checks of {unqueued} session(s) were not queued"
+        ));
+    }
     anyhow::ensure!(
         problems.is_empty(),
         "{} (why is above); everything else was",
         problems.join(" and ")
     );
     Ok(())
+}
+
+/// Does `then` for the sessions `committed` names, and queues their quiet checks still to
+/// come on `queue`, if any. Returns what folding came to and how many checks were not queued.
+async fn after_runs<'a>(
+    compactor: &Compactor,
+    committed: &'a [QuietCheck],
+    then: AfterRuns,
+    queue: Option<&CheckQueue>,
+) -> (Folds<'a>, usize) {
+    let newest = newest_per_session(committed);
+    let (folds, to_check) = match then {
+        AfterRuns::Fold => {
+            let folds = fold_committed(compactor, &newest).await;
+            folds.print(compactor.settings().retire_grace, queue.is_some());
+            // A session that could not be folded is checked again from its last commit.
+            let again = folds.holding.iter().cloned();
+            let unfolded = folds.failed.iter().map(|(check, _)| (*check).clone());
+            let to_check: Vec<QuietCheck> = again.chain(unfolded).collect();
+            (folds, to_check)
+        }
+        AfterRuns::LeaveToPolicy => {
+            let to_check = newest.into_iter().cloned().collect();
+            (Folds::default(), to_check)
+        }
+    };
+    let unqueued = match queue {
+        Some(queue) => hand_over(queue, &to_check).await,
+        None => 0,
+    };
+    (folds, unqueued)
 }
 
 /// What folding the sessions a command committed came to ([`fold_committed`]).
@@ -134,9 +163,9 @@ struct Folds<'a> {
 
 impl Folds<'_> {
     /// Prints the counts, and names the sessions that could not be folded. `grace` is how long
-    /// replaced files are kept; `handed` says whether the checks that delete them afterwards
-    /// went to the compact function.
-    fn print(&self, grace: Duration, handed: bool) {
+    /// replaced files are kept; `queued` says whether the checks that delete them afterwards
+    /// go to the compact function.
+    fn print(&self, grace: Duration, queued: bool) {
         let changed = if self.changed > 0 {
             format!(
                 "; changed meanwhile, left to their own check: {}",
@@ -156,12 +185,7 @@ impl Folds<'_> {
                 grace.as_secs(),
                 self.holding.len()
             );
-            if handed {
-                println!(
-                    "their quiet checks are queued for the compact function, which deletes those \
-                     files once the grace period is over"
-                );
-            } else {
+            if !queued {
                 println!("`afterglow compact --fold` after that deletes them");
             }
         }
@@ -174,13 +198,8 @@ impl Folds<'_> {
     }
 }
 
-/// Tidies each session the runs committed as the quiet check of its last commit does: its
-/// deltas folded into one base. `serve` and the compact function run those checks once a
-/// session has gone quiet; a command has no later, and a large session would otherwise keep
-/// up to [`shared::compact::fold::FoldPolicy::max_deltas`] deltas for every read to open until
-/// the next compaction. A session that could not be folded does not stop the others.
-async fn fold_committed<'a>(compactor: &Compactor, committed: &'a [QuietCheck]) -> Folds<'a> {
-    // Each session's newest commit: an older one's check would find the session changed.
+/// Each session's newest check among `committed`: an older one's would find it changed.
+fn newest_per_session(committed: &[QuietCheck]) -> Vec<&QuietCheck> {
     let mut latest: BTreeMap<_, &QuietCheck> = BTreeMap::new();
     for check in committed {
         let newest = latest
@@ -190,9 +209,18 @@ async fn fold_committed<'a>(compactor: &Compactor, committed: &'a [QuietCheck]) 
             *newest = check;
         }
     }
+    latest.into_values().collect()
+}
+
+/// Tidies each session as the quiet check of its newest commit (`latest`) does: its deltas
+/// folded into one base. `serve` and the compact function run those checks once a session has
+/// gone quiet; a command has no later, and a large session would otherwise keep up to
+/// [`shared::compact::fold::FoldPolicy::max_deltas`] deltas for every read to open until the
+/// next compaction. A session that could not be folded does not stop the others.
+async fn fold_committed<'a>(compactor: &Compactor, latest: &[&'a QuietCheck]) -> Folds<'a> {
     let bar = progress::bar(latest.len() as u64, "fold");
     let mut folds = Folds::default();
-    for check in latest.into_values() {
+    for &check in latest {
         match compactor.tidy_if_quiet(check).await {
             Ok(tidied) if tidied.changed => folds.changed += 1,
             Ok(tidied) => {
@@ -230,23 +258,32 @@ fn print(report: &CompactReport, runs: usize, failed_runs: usize) {
     );
 }
 
-/// Queues `checks` for the compact function; false (said why) when they could not be.
-async fn hand_over(queue: &CheckQueue, checks: &[QuietCheck]) -> bool {
+/// Queues `checks` on the compact function's queue, which runs each once the quiet period
+/// has passed; returns how many could not be queued (said why).
+async fn hand_over(queue: &CheckQueue, checks: &[QuietCheck]) -> usize {
     if checks.is_empty() {
-        return false;
+        return 0;
     }
     match queue.send(checks).await {
-        Ok(()) => true,
+        Ok(()) => {
+            println!(
+                "quiet checks of {} session(s) queued for the compact function: it folds them \
+                 and deletes the files folds replaced once their grace period is over",
+                checks.len()
+            );
+            0
+        }
         Err(err) => {
-            eprintln!("could not hand the quiet checks to the compact function: {err}");
-            false
+            eprintln!("could not queue the quiet checks for the compact function: {err}");
+            err.failed
         }
     }
 }
 
-/// The compact function's queue, when the command works on the deployment's bucket and
-/// AFTERGLOW_COMPACT_QUEUE_URL names the queue (the stack's `CompactQueueUrl` output): the
-/// function then tidies the sessions the command folded, as it does those it folds itself.
+/// The compact function's queue, when the command works on the deployment's bucket (no
+/// `--data-dir`) and AFTERGLOW_COMPACT_QUEUE_URL names the queue (the stack's `CompactQueueUrl`
+/// output): the function then runs the quiet checks of the sessions the command committed, as
+/// it does for its own commits, each after AFTERGLOW_FOLD_QUIET_SECONDS.
 async fn function_queue(store: &StoreArgs, config: &Config) -> Option<CheckQueue> {
     match (&store.data_dir, &config.storage, &config.compact_queue_url) {
         (None, StorageConfig::S3(_), Some(url)) => {
@@ -265,8 +302,7 @@ pub async fn compact(args: CompactArgs, config: Config) -> anyhow::Result<()> {
         return Ok(());
     }
     let (keys, then) = if args.keys.is_empty() {
-        let queue = function_queue(&args.store, &config).await;
-        (compactor.raw_keys().await?, AfterRuns::Fold(queue))
+        (compactor.raw_keys().await?, AfterRuns::Fold)
     } else {
         let keys = args
             .keys
@@ -275,7 +311,8 @@ pub async fn compact(args: CompactArgs, config: Config) -> anyhow::Result<()> {
             .collect::<Result<_, _>>()?;
         (keys, AfterRuns::LeaveToPolicy)
     };
-    compact_keys(&compactor, &keys, &args.runs, then).await
+    let queue = function_queue(&args.store, &config).await;
+    compact_keys(&compactor, &keys, &args.runs, then, queue).await
 }
 
 /// Deletes every table and compacts every raw object again; first checks that the raw objects
@@ -292,5 +329,5 @@ pub async fn rebuild(args: RebuildArgs, config: Config) -> anyhow::Result<()> {
     println!("deleted {deleted} table objects");
     let keys = compactor.raw_keys().await?;
     let queue = function_queue(&args.store, &config).await;
-    compact_keys(&compactor, &keys, &args.runs, AfterRuns::Fold(queue)).await
+    compact_keys(&compactor, &keys, &args.runs, AfterRuns::Fold, queue).await
 }

@@ -16,7 +16,7 @@
 //! | `AFTERGLOW_STORED_KEYS_MIB` | most MiB the compact function keeps between runs of where each stored attempt is (16 B a row; least recently used files go first; `0`: every run scans the stored task ids) | `512` |
 //! | `AFTERGLOW_TABLES_RETENTION_DAYS` | compaction removes sessions whose newest event is older (whole: manifest, files, catalog entry) | `0`: keep forever |
 //! | `AFTERGLOW_FOLD_QUIET_SECONDS` | a session no compaction has changed for this long is tidied: its deltas folded into one base, its replaced files deleted (1–900) | `300` |
-//! | `AFTERGLOW_COMPACT_QUEUE_URL` | the compact function's own SQS queue, where it queues each session's quiet check (delayed by the quiet period); required by the compact function | unset |
+//! | `AFTERGLOW_COMPACT_QUEUE_URL` | the compact function's own SQS queue, where it queues each session's quiet check (delayed by the quiet period); required by the compact function, and where `rebuild` and `compact` over the bucket queue the checks still to come of the sessions they committed | unset |
 //! | `AFTERGLOW_GRAFANA_URL` | a Grafana dashboard (e.g. `https://grafana.example.com/d/rayDefaultDashboard`, Ray's default): the page links node and worker ids to it, with `var-SessionName`, `var-NodeId` or `var-WorkerId` and the attempt's time range | unset: no links |
 //! | `AFTERGLOW_LOG` | log filter (`info`, `afterglow=debug`, …) | `info` (`warn` for `generate` and `bench`) |
 //! | `AWS_LAMBDA_RUNTIME_API`, `_HANDLER` | set by Lambda: run as the function named by `_HANDLER` | unset: CLI |
@@ -116,7 +116,8 @@ pub struct Config {
     pub grafana_url: Option<GrafanaUrl>,
     /// How long a session goes unchanged before it is tidied (see `compact::fold`).
     pub fold_quiet: Duration,
-    /// The compact function's queue, for quiet checks (the compact function requires it).
+    /// The compact function's queue, for quiet checks (the compact function requires it;
+    /// `rebuild` and `compact` over the bucket queue theirs there too).
     pub compact_queue_url: Option<String>,
     /// Log filter directive (`AFTERGLOW_LOG`), when set.
     pub log_filter: Option<String>,

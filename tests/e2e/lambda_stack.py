@@ -17,7 +17,8 @@ What each part stands in for:
   run fail). The quiet checks the compact function queues for itself go to a real queue
   (moto's SQS, which keeps each one out of sight for its delay), as do the notifications a
   batch past its byte cap sends back; the relay receives them from there and delivers them in
-  its batches like the notifications.
+  its batches like the notifications. So do the checks `afterglow rebuild` queues when it is
+  run over the bucket as an operator runs it (`run_cli`, with the stack's outputs).
 * moto's server is Secrets Manager (the ingest secret) and SQS (the compact queue).
 """
 import hashlib
@@ -350,26 +351,30 @@ class NotificationRelay(threading.Thread):
         self.stopping = threading.Event()
         self.counts = {"objects": 0, "invocations": 0, "redelivered": 0, "dead_lettered": 0,
                        "quiet_checks": 0, "sent_back": 0}
-        self._checks = set()  # (cluster, session, sequence) of every quiet check delivered
+        # ((cluster, session, sequence), sent at in ms) of every quiet check taken off the queue
+        self._checks = []
         self._checks_lock = threading.Lock()
 
     def queued(self):
-        """What the function queued itself and is due, taken off the queue: quiet checks whose
-        delay is over, and notifications a batch past its byte cap sent back."""
+        """What was queued for the function and is due, taken off the queue: quiet checks whose
+        delay is over, and notifications a batch past its byte cap sent back; each body with
+        when it was sent (ms since the epoch)."""
         while True:
-            answer = self.sqs.receive_message(QueueUrl=self.queue_url, MaxNumberOfMessages=10)
+            answer = self.sqs.receive_message(QueueUrl=self.queue_url, MaxNumberOfMessages=10,
+                                              AttributeNames=["SentTimestamp"])
             messages = answer.get("Messages", [])
             if not messages:
                 return
             for message in messages:
                 self.sqs.delete_message(QueueUrl=self.queue_url,
                                         ReceiptHandle=message["ReceiptHandle"])
-                yield message["Body"]
+                yield message["Body"], int(message["Attributes"]["SentTimestamp"])
 
-    def checks(self):
-        """(cluster, session, sequence) of every quiet check delivered so far."""
+    def delivered_checks(self, sent_from_ms, sent_to_ms):
+        """(cluster, session, sequence) of the quiet checks taken off the queue for the function
+        so far that were sent between the two times (ms since the epoch)."""
         with self._checks_lock:
-            return set(self._checks)
+            return {check for check, sent in self._checks if sent_from_ms <= sent <= sent_to_ms}
 
     def new_objects(self):
         pages = self.s3.get_paginator("list_objects_v2").paginate(
@@ -423,15 +428,15 @@ class NotificationRelay(threading.Thread):
                                        item["ETag"])
                     self.queue.append((json.dumps({"Records": [record]}), 1))
                     self.counts["objects"] += 1
-                for body in self.queued():
+                for body, sent in self.queued():
                     self.queue.append((body, 1))
                     kind = "quiet_checks" if "afterglow.quiet_check" in body else "sent_back"
                     self.counts[kind] += 1
                     if kind == "quiet_checks":
                         check = json.loads(body)
                         with self._checks_lock:
-                            self._checks.add((check["cluster"], check["session"],
-                                              check["sequence"]))
+                            self._checks.append(
+                                ((check["cluster"], check["session"], check["sequence"]), sent))
                 self.deliver()
             except Exception as err:  # keep relaying: a listing error is retried
                 self.log(f"relay: {err!r}")
@@ -547,12 +552,13 @@ class LambdaStack:
                     found.add((cluster, session, manifest["sequence"]))
         return found
 
-    def run_cli(self, binary, *args):
-        """The binary as a command over the deployment's bucket, not as a Lambda runtime."""
+    def run_cli(self, *args):
+        """The functions' binary as a command over the deployment's bucket, not as a Lambda
+        runtime."""
         env = {key: value for key, value in os.environ.items()
                if key not in ("AWS_LAMBDA_RUNTIME_API", "_HANDLER")}
         env.update(self.cli_env)
-        return subprocess.run([binary, *args], env=env, capture_output=True, text=True,
+        return subprocess.run([self.binary, *args], env=env, capture_output=True, text=True,
                               timeout=600)
 
     def wait_folded(self, cluster, timeout):
