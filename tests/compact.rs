@@ -2106,3 +2106,69 @@ async fn rebuild_is_refused_once_raw_objects_the_tables_came_from_are_gone() -> 
         other => anyhow::bail!("a rebuild that drops history was allowed: {other:?}"),
     }
 }
+
+/// `serve` started on a store whose sessions still hold deltas or replaced files tidies them
+/// once they have been quiet, although no commit of its own asks for those checks: here the
+/// store a rebuild in runs leaves (each run folds a small session, so replaced files wait out
+/// their grace period), with every raw object recorded as compacted. A `serve` stopped before
+/// its quiet checks ran leaves the same. (Before, the files stayed until the session changed
+/// again.)
+#[tokio::test]
+async fn serve_tidies_at_start_what_an_earlier_process_left_untidy() -> anyhow::Result<()> {
+    use shared::compact::backlog;
+    use shared::layout::ClusterName;
+    use shared::tables::manifest;
+
+    let run = FixtureRun::named("basic-workload")?;
+    let (_dir, local) = local_storage()?;
+    let local: Arc<dyn Storage> = Arc::new(local);
+    store_raw(&local, &run, &run.name).await?;
+    let raw = shared::compact::raw::list_keys(&*local).await?;
+    let settings = CompactSettings {
+        retire_grace: Duration::from_millis(300),
+        fold: FoldPolicy {
+            quiet: Duration::from_millis(100),
+            ..FoldPolicy::default()
+        },
+        ..CompactSettings::default()
+    };
+    let (earlier, _scratch) = compactor(Arc::clone(&local), settings.clone())?;
+    let per_run = std::num::NonZeroUsize::new(4).context("four")?;
+    let in_runs = earlier.compact_in_runs(&raw, per_run, |_| ()).await;
+    ensure!(in_runs.not_compacted().is_empty(), "{in_runs:?}");
+    backlog::record(&*local, &raw).await?;
+    let manifests = local
+        .list(&shared::layout::cluster_manifests_prefix(
+            &ClusterName::new(&run.name)?,
+        ))
+        .await?;
+    let [only] = manifests.as_slice() else {
+        anyhow::bail!("{} manifests", manifests.len());
+    };
+    let key = only.key.clone();
+    let retired =
+        || async { anyhow::Ok(manifest::load(&*local, &key).await?.manifest.retired.len()) };
+    ensure!(retired().await? > 0, "the runs replaced no file");
+
+    let (compactor, _scratch) = compactor(Arc::clone(&local), settings)?;
+    let queue = CompactionQueue::spawn(compactor);
+    ensure!(
+        queue.catch_up(&*local).await? == 0,
+        "objects left to compact"
+    );
+    let started = tokio::time::Instant::now();
+    while retired().await? > 0 {
+        ensure!(
+            started.elapsed() < Duration::from_secs(20),
+            "{} replaced files still kept after 20 s",
+            retired().await?
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    check(
+        &run,
+        &stored_task_rows(&*local, &run.name).await?,
+        "tidied by a later serve",
+    )?;
+    Ok(())
+}

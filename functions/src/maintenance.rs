@@ -186,7 +186,10 @@ impl Folds<'_> {
                 self.holding.len()
             );
             if !queued {
-                println!("`afterglow compact --fold` after that deletes them");
+                println!(
+                    "`afterglow compact --fold` after that, or the next `serve` on this store, \
+                     deletes them"
+                );
             }
         }
         for (check, err) in &self.failed {

@@ -18,8 +18,9 @@ use tokio::time::Instant;
 use super::fold::QuietCheck;
 use super::raw::RawError;
 use super::{Compactor, RunOutcome, backlog};
-use crate::layout::{ClusterName, SessionName};
+use crate::layout::{self, ClusterName, SessionName};
 use crate::storage::{ObjectKey, Storage, StorageError};
+use crate::tables::manifest;
 
 /// How long the queue waits for more keys after the first one before compacting.
 const BATCH_WINDOW: Duration = Duration::from_millis(150);
@@ -40,6 +41,8 @@ enum Command {
     /// Answered, with how many keys are parked, once every key queued before it has been
     /// compacted, parked, or left out.
     Idle(oneshot::Sender<usize>),
+    /// Sessions to tidy once quiet, as if these checks' commits had just been made.
+    Watch(Vec<QuietCheck>),
 }
 
 /// How long the queue waits before trying again what failed. The defaults are `serve`'s; tests
@@ -77,6 +80,7 @@ impl std::fmt::Debug for Command {
         match self {
             Self::Compact(key) => write!(f, "Compact({key})"),
             Self::Idle(_) => f.write_str("Idle"),
+            Self::Watch(checks) => write!(f, "Watch({} sessions)", checks.len()),
         }
     }
 }
@@ -104,13 +108,23 @@ impl CompactionQueue {
     }
 
     /// Queues every raw object an earlier `serve` on `storage` may have left uncompacted (see
-    /// [`super::backlog`]) and returns how many.
+    /// [`super::backlog`]) and returns how many. Also watches every session whose manifest
+    /// still holds deltas or replaced files, as if it had just been committed: the quiet check
+    /// its last commit asked for died with the process that made it, or was never asked for
+    /// (`afterglow rebuild` or `compact` on the same directory), and without one its deltas
+    /// and replaced files would stay until the session changed again.
     pub async fn catch_up(&self, storage: &dyn Storage) -> Result<usize, StorageError> {
         backlog::consolidate(storage).await?;
         let keys = backlog::uncompacted(storage).await?;
         let count = keys.len();
         for key in keys {
             self.notify(key);
+        }
+        let untidy = untidy_sessions(storage).await?;
+        if !untidy.is_empty() {
+            tracing::info!(sessions = untidy.len(), "sessions to tidy once quiet");
+            // Gone only if the task is, which `notify` has already said.
+            let _ = self.sender.send(Command::Watch(untidy));
         }
         Ok(count)
     }
@@ -175,13 +189,13 @@ async fn run(
             );
             return;
         };
-        take(command, &mut pending, &mut waiters);
+        take(command, &mut pending, &mut waiters, &mut quiet);
         // Gather whatever else arrives within the window.
         let deadline = Instant::now() + BATCH_WINDOW;
         while pending.len() < MAX_BATCH
             && let Ok(Some(command)) = tokio::time::timeout_at(deadline, receiver.recv()).await
         {
-            take(command, &mut pending, &mut waiters);
+            take(command, &mut pending, &mut waiters, &mut quiet);
         }
         if !pending.is_empty() {
             let keys = std::mem::take(&mut pending);
@@ -481,11 +495,44 @@ impl QuietTimers {
     }
 }
 
-fn take(command: Command, pending: &mut Vec<ObjectKey>, waiters: &mut Vec<oneshot::Sender<usize>>) {
+fn take(
+    command: Command,
+    pending: &mut Vec<ObjectKey>,
+    waiters: &mut Vec<oneshot::Sender<usize>>,
+    quiet: &mut QuietTimers,
+) {
     match command {
         Command::Compact(key) => pending.push(key),
         Command::Idle(done) => waiters.push(done),
+        Command::Watch(checks) => quiet.watch(checks),
     }
+}
+
+/// A check at its current version of each session whose manifest holds deltas or replaced
+/// files.
+async fn untidy_sessions(storage: &dyn Storage) -> Result<Vec<QuietCheck>, StorageError> {
+    let mut untidy = Vec::new();
+    for meta in storage.list(layout::MANIFESTS_PREFIX).await? {
+        let Some((cluster, session)) = layout::manifest_session(&meta.key) else {
+            continue;
+        };
+        let manifest = match manifest::load(storage, &meta.key).await {
+            Ok(current) => current.manifest,
+            Err(err) => {
+                // Its next commit watches it; nothing else depends on this one.
+                tracing::warn!(key = %meta.key, error = %err, "cannot read a manifest to tidy it");
+                continue;
+            }
+        };
+        if !manifest.task_attempts.deltas.is_empty() || !manifest.retired.is_empty() {
+            untidy.push(QuietCheck {
+                cluster,
+                session,
+                sequence: manifest.sequence,
+            });
+        }
+    }
+    Ok(untidy)
 }
 
 #[cfg(test)]
