@@ -118,7 +118,8 @@ pub async fn run_cli(args: ServeArgs, config: Config) -> anyhow::Result<()> {
     );
     let (compactor, scratch) = compactor_with_scratch(Arc::clone(&storage), &config)?;
     let queue = CompactionQueue::spawn(compactor);
-    // Raw objects a crashed or killed `serve` stored but never compacted, or left parked.
+    // Raw objects a crashed or killed `serve` stored but never compacted, or left parked; and
+    // sessions left untidy, whose quiet checks died with it (or that a command left so).
     let left = queue
         .catch_up(storage.as_ref())
         .await

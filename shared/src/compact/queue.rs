@@ -7,7 +7,8 @@
 //! After each successful run the queue records which raw objects it compacted
 //! ([`super::backlog`]), so that a `serve` started after a crash compacts what this one could not.
 //! It also stands in for the compact queue's delayed quiet checks: a session a run committed is
-//! tidied ([`super::fold`]) once no run has changed it for the policy's quiet period.
+//! tidied ([`super::fold`]) once no run has changed it for the policy's quiet period, and so is
+//! every session found untidy at start ([`CompactionQueue::catch_up`]).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -108,23 +109,28 @@ impl CompactionQueue {
     }
 
     /// Queues every raw object an earlier `serve` on `storage` may have left uncompacted (see
-    /// [`super::backlog`]) and returns how many. Also watches every session whose manifest
-    /// still holds deltas or replaced files, as if it had just been committed: the quiet check
-    /// its last commit asked for died with the process that made it, or was never asked for
-    /// (`afterglow rebuild` or `compact` on the same directory), and without one its deltas
-    /// and replaced files would stay until the session changed again.
+    /// [`super::backlog`]) and returns how many. First it watches every session whose manifest
+    /// is untidy (deltas, replaced files, or a base an earlier build wrote), as if it had just
+    /// been committed: the quiet check its last commit asked for died with the process that
+    /// made it, or was never asked for (`afterglow rebuild` or `compact` on the same store), and
+    /// without one the session would stay so until it changed again. The watch goes first, so
+    /// that the checks of the commits the backlog makes replace it, not the other way round.
     pub async fn catch_up(&self, storage: &dyn Storage) -> Result<usize, StorageError> {
+        match untidy_sessions(storage).await {
+            Ok(untidy) if !untidy.is_empty() => {
+                tracing::info!(sessions = untidy.len(), "sessions to tidy once quiet");
+                // Gone only if the task is, which `notify` says below.
+                let _ = self.sender.send(Command::Watch(untidy));
+            }
+            Ok(_) => {}
+            // Only tidying waits for it: each session's next commit watches it.
+            Err(err) => tracing::warn!(error = %err, "cannot list the manifests to tidy"),
+        }
         backlog::consolidate(storage).await?;
         let keys = backlog::uncompacted(storage).await?;
         let count = keys.len();
         for key in keys {
             self.notify(key);
-        }
-        let untidy = untidy_sessions(storage).await?;
-        if !untidy.is_empty() {
-            tracing::info!(sessions = untidy.len(), "sessions to tidy once quiet");
-            // Gone only if the task is, which `notify` has already said.
-            let _ = self.sender.send(Command::Watch(untidy));
         }
         Ok(count)
     }
@@ -431,7 +437,8 @@ impl Parked {
     }
 }
 
-/// The quiet checks waiting for their time: one per session, its newest commit's.
+/// The quiet checks waiting for their time: one per session, its newest commit's (or, for a
+/// session untidy at start, its version then).
 struct QuietTimers {
     quiet: Duration,
     checks: BTreeMap<(ClusterName, SessionName), (QuietCheck, Instant)>,
@@ -508,8 +515,8 @@ fn take(
     }
 }
 
-/// A check at its current version of each session whose manifest holds deltas or replaced
-/// files.
+/// A check at its current version of each session whose manifest holds deltas, replaced
+/// files or a base an earlier build wrote: what a quiet check would tidy.
 async fn untidy_sessions(storage: &dyn Storage) -> Result<Vec<QuietCheck>, StorageError> {
     let mut untidy = Vec::new();
     for meta in storage.list(layout::MANIFESTS_PREFIX).await? {
@@ -524,7 +531,11 @@ async fn untidy_sessions(storage: &dyn Storage) -> Result<Vec<QuietCheck>, Stora
                 continue;
             }
         };
-        if !manifest.task_attempts.deltas.is_empty() || !manifest.retired.is_empty() {
+        let table = &manifest.task_attempts;
+        // As `tidy` decides: a base an earlier build wrote is written again once.
+        let current_base = table.has_rollups() && table.has_key_indexes();
+        let stale_base = !table.base.is_empty() && !current_base;
+        if !table.deltas.is_empty() || !manifest.retired.is_empty() || stale_base {
             untidy.push(QuietCheck {
                 cluster,
                 session,
