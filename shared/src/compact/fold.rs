@@ -219,12 +219,7 @@ impl Compactor {
         let key = layout::manifest_key(cluster, session)?;
         let mut next = current.manifest.next_tidy();
         let mut written = Vec::new();
-        let table = &next.task_attempts;
-        // A base an earlier build wrote (its rollup in an older format, or no key index) is
-        // written again once, so every session ends up read the fast way.
-        let current_base = table.has_rollups() && table.has_key_indexes();
-        let stale_base = !table.base.is_empty() && !current_base;
-        let folded = !table.deltas.is_empty() || stale_base;
+        let folded = next.task_attempts.needs_fold();
         if folded {
             let base = self.merge_base(cluster, session, &next).await?;
             written = next.install_base(base, now_ms());

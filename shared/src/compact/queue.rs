@@ -531,11 +531,7 @@ async fn untidy_sessions(storage: &dyn Storage) -> Result<Vec<QuietCheck>, Stora
                 continue;
             }
         };
-        let table = &manifest.task_attempts;
-        // As `tidy` decides: a base an earlier build wrote is written again once.
-        let current_base = table.has_rollups() && table.has_key_indexes();
-        let stale_base = !table.base.is_empty() && !current_base;
-        if !table.deltas.is_empty() || !manifest.retired.is_empty() || stale_base {
+        if manifest.task_attempts.needs_fold() || !manifest.retired.is_empty() {
             untidy.push(QuietCheck {
                 cluster,
                 session,

@@ -119,6 +119,14 @@ impl TableFiles {
         self.deltas.iter().all(|delta| delta.deletes.is_some())
     }
 
+    /// True when a tidy folds this table: it has deltas, or a base an earlier build wrote (its
+    /// rollup in an older format, or no key index), which is written again once so that every
+    /// session ends up read the fast way.
+    pub fn needs_fold(&self) -> bool {
+        let current_base = self.has_rollups() && self.has_key_indexes();
+        !self.deltas.is_empty() || (!self.base.is_empty() && !current_base)
+    }
+
     /// True when every file has a key index.
     pub fn has_key_indexes(&self) -> bool {
         self.all().all(|file| file.key_index.is_some())
