@@ -1279,7 +1279,7 @@ async fn raw_objects_left_uncompacted_are_compacted_at_the_next_start() -> anyho
     let raw_objects = {
         let (compactor, _scratch) = compactor(Arc::clone(&storage), CompactSettings::default())?;
         let queue = CompactionQueue::spawn(compactor);
-        let queued = queue.catch_up(&*storage).await?;
+        let queued = queue.catch_up().await?;
         queue.idle().await;
         queued
     };
@@ -1298,7 +1298,7 @@ async fn raw_objects_left_uncompacted_are_compacted_at_the_next_start() -> anyho
     // Another start right away: nothing left to compact, and nothing changes.
     let (compactor, _scratch) = compactor(Arc::clone(&storage), CompactSettings::default())?;
     let queue = CompactionQueue::spawn(compactor);
-    ensure!(queue.catch_up(&*storage).await? == 0, "compacted again");
+    ensure!(queue.catch_up().await? == 0, "compacted again");
     queue.idle().await;
     let again = stored_task_rows(&*storage, &run.name).await?;
     ensure_same(&rows, &again, "a second catch-up")?;
@@ -1333,7 +1333,7 @@ async fn serve_compacts_what_a_fault_held_back_once_it_clears_without_a_restart(
             CompactSettings::default(),
         )?;
         let queue = CompactionQueue::spawn(compactor);
-        ensure!(queue.catch_up(&*local).await? == raw.len());
+        ensure!(queue.catch_up().await? == raw.len());
         let parked = queue.idle().await;
         ensure!(faulty.refused() > 0, "{fault}: nothing was refused");
         let left = backlog::uncompacted(&*local).await?;
@@ -1430,7 +1430,7 @@ async fn a_session_that_cannot_be_committed_holds_back_only_its_own_objects() ->
         park_max: Duration::from_millis(400),
     };
     let queue = CompactionQueue::spawn_with(compactor, timing);
-    ensure!(queue.catch_up(&*local).await? == raw.len());
+    ensure!(queue.catch_up().await? == raw.len());
     let parked = queue.idle().await;
     ensure!(faulty.refused() > 0, "nothing was refused");
     let mut left = backlog::uncompacted(&*local).await?;
@@ -1595,7 +1595,7 @@ async fn raw_objects_written_under_a_stepped_back_clock_are_compacted_at_the_nex
     // The next start finds exactly those, and the history is whole.
     let (compactor, _scratch) = compactor(Arc::clone(&storage), CompactSettings::default())?;
     let queue = CompactionQueue::spawn(compactor);
-    let queued = queue.catch_up(&*storage).await?;
+    let queued = queue.catch_up().await?;
     queue.idle().await;
     ensure!(
         queued == usize::try_from(moved)?,
@@ -2107,68 +2107,179 @@ async fn rebuild_is_refused_once_raw_objects_the_tables_came_from_are_gone() -> 
     }
 }
 
+/// A store as a rebuild in runs leaves it: basic-workload under each of `clusters`, compacted
+/// in runs of four objects, every object recorded as compacted. Each run folds the small
+/// session, so every session keeps the files its folds replaced until their grace period is
+/// over and a quiet check deletes them. A `serve` stopped before its quiet checks ran leaves
+/// the same. With the settings of the tests that tidy it: a short grace and quiet period.
+struct UntidyStore {
+    run: FixtureRun,
+    _dir: tempfile::TempDir,
+    local: Arc<dyn Storage>,
+    settings: CompactSettings,
+    clusters: Vec<String>,
+}
+
+impl UntidyStore {
+    async fn new(clusters: &[&str]) -> anyhow::Result<Self> {
+        use shared::compact::backlog;
+
+        let run = FixtureRun::named("basic-workload")?;
+        let (dir, local) = local_storage()?;
+        let local: Arc<dyn Storage> = Arc::new(local);
+        for cluster in clusters {
+            store_raw(&local, &run, cluster).await?;
+        }
+        let raw = shared::compact::raw::list_keys(&*local).await?;
+        let settings = CompactSettings {
+            retire_grace: Duration::from_millis(300),
+            fold: FoldPolicy {
+                quiet: Duration::from_millis(100),
+                ..FoldPolicy::default()
+            },
+            ..CompactSettings::default()
+        };
+        let (earlier, _scratch) = compactor(Arc::clone(&local), settings.clone())?;
+        let per_run = std::num::NonZeroUsize::new(4).context("four")?;
+        let in_runs = earlier.compact_in_runs(&raw, per_run, |_| ()).await;
+        ensure!(in_runs.not_compacted().is_empty(), "{in_runs:?}");
+        backlog::record(&*local, &raw).await?;
+        let store = Self {
+            run,
+            _dir: dir,
+            local,
+            settings,
+            clusters: clusters
+                .iter()
+                .map(|cluster| (*cluster).to_owned())
+                .collect(),
+        };
+        for cluster in &store.clusters {
+            ensure!(
+                store.retired(cluster).await? > 0,
+                "{cluster}: the runs replaced no file"
+            );
+        }
+        Ok(store)
+    }
+
+    /// How many replaced files the manifest of `cluster`'s only session still keeps.
+    async fn retired(&self, cluster: &str) -> anyhow::Result<usize> {
+        use shared::layout::ClusterName;
+        use shared::tables::manifest;
+
+        let manifests = self
+            .local
+            .list(&shared::layout::cluster_manifests_prefix(
+                &ClusterName::new(cluster)?,
+            ))
+            .await?;
+        let [only] = manifests.as_slice() else {
+            anyhow::bail!("{cluster}: {} manifests", manifests.len());
+        };
+        Ok(manifest::load(&*self.local, &only.key)
+            .await?
+            .manifest
+            .retired
+            .len())
+    }
+
+    /// Waits until no session keeps a replaced file (20 s at most), then checks every
+    /// cluster's rows against Ray's.
+    async fn tidied(&self) -> anyhow::Result<()> {
+        let started = tokio::time::Instant::now();
+        for cluster in &self.clusters {
+            while self.retired(cluster).await? > 0 {
+                ensure!(
+                    started.elapsed() < Duration::from_secs(20),
+                    "{cluster}: {} replaced files still kept after 20 s",
+                    self.retired(cluster).await?
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+        for cluster in &self.clusters {
+            check(
+                &self.run,
+                &stored_task_rows(&*self.local, cluster).await?,
+                &format!("{cluster}, tidied by a later serve"),
+            )?;
+        }
+        Ok(())
+    }
+}
+
 /// `serve` started on a store whose sessions still hold deltas or replaced files tidies them
-/// once they have been quiet, although no commit of its own asks for those checks: here the
-/// store a rebuild in runs leaves (each run folds a small session, so replaced files wait out
-/// their grace period), with every raw object recorded as compacted. A `serve` stopped before
-/// its quiet checks ran leaves the same. (Before, the files stayed until the session changed
-/// again.)
+/// once they have been quiet, although no commit of its own asks for those checks (see
+/// [`UntidyStore`]). (Before, the files stayed until the session changed again.)
 #[tokio::test]
 async fn serve_tidies_at_start_what_an_earlier_process_left_untidy() -> anyhow::Result<()> {
-    use shared::compact::backlog;
-    use shared::layout::ClusterName;
-    use shared::tables::manifest;
-
-    let run = FixtureRun::named("basic-workload")?;
-    let (_dir, local) = local_storage()?;
-    let local: Arc<dyn Storage> = Arc::new(local);
-    store_raw(&local, &run, &run.name).await?;
-    let raw = shared::compact::raw::list_keys(&*local).await?;
-    let settings = CompactSettings {
-        retire_grace: Duration::from_millis(300),
-        fold: FoldPolicy {
-            quiet: Duration::from_millis(100),
-            ..FoldPolicy::default()
-        },
-        ..CompactSettings::default()
-    };
-    let (earlier, _scratch) = compactor(Arc::clone(&local), settings.clone())?;
-    let per_run = std::num::NonZeroUsize::new(4).context("four")?;
-    let in_runs = earlier.compact_in_runs(&raw, per_run, |_| ()).await;
-    ensure!(in_runs.not_compacted().is_empty(), "{in_runs:?}");
-    backlog::record(&*local, &raw).await?;
-    let manifests = local
-        .list(&shared::layout::cluster_manifests_prefix(
-            &ClusterName::new(&run.name)?,
-        ))
-        .await?;
-    let [only] = manifests.as_slice() else {
-        anyhow::bail!("{} manifests", manifests.len());
-    };
-    let key = only.key.clone();
-    let retired =
-        || async { anyhow::Ok(manifest::load(&*local, &key).await?.manifest.retired.len()) };
-    ensure!(retired().await? > 0, "the runs replaced no file");
-
-    let (compactor, _scratch) = compactor(Arc::clone(&local), settings)?;
+    let store = UntidyStore::new(&["basic-workload"]).await?;
+    let (compactor, _scratch) = compactor(Arc::clone(&store.local), store.settings.clone())?;
     let queue = CompactionQueue::spawn(compactor);
-    ensure!(
-        queue.catch_up(&*local).await? == 0,
-        "objects left to compact"
-    );
-    let started = tokio::time::Instant::now();
-    while retired().await? > 0 {
-        ensure!(
-            started.elapsed() < Duration::from_secs(20),
-            "{} replaced files still kept after 20 s",
-            retired().await?
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    check(
-        &run,
-        &stored_task_rows(&*local, &run.name).await?,
-        "tidied by a later serve",
+    ensure!(queue.catch_up().await? == 0, "objects left to compact");
+    store.tidied().await
+}
+
+/// The sessions a restart finds untidy are all due at the same moment; `serve` tidies them
+/// one at a time, as the compact function tidies one invocation's checks. (Before, each tidy
+/// ran in a task of its own at once: after a restart over many large sessions, as many folds,
+/// each holding a session's rows, ran together.) Writes under `tables/` are slowed so that
+/// tidies started together overlap; which cluster each write is for shows whether they did.
+#[tokio::test]
+async fn serve_tidies_what_it_finds_untidy_one_session_at_a_time() -> anyhow::Result<()> {
+    use afterglow_tests::faults::SlowWrites;
+
+    let store = UntidyStore::new(&["first", "second", "third"]).await?;
+    let slow = Arc::new(SlowWrites::under(
+        Arc::clone(&store.local),
+        "tables/",
+        Duration::from_millis(50),
+    ));
+    let (compactor, _scratch) = compactor(
+        Arc::clone(&slow) as Arc<dyn Storage>,
+        store.settings.clone(),
     )?;
+    let queue = CompactionQueue::spawn(compactor);
+    ensure!(queue.catch_up().await? == 0, "objects left to compact");
+    store.tidied().await?;
+    ensure!(slow.writes() > 0, "the tidies wrote nothing");
+    ensure!(
+        slow.most_clusters_at_once() == 1,
+        "{} sessions were tidied at once",
+        slow.most_clusters_at_once()
+    );
     Ok(())
+}
+
+/// `serve` does not wait, before it answers, for the scan that finds untidy sessions: it reads
+/// one manifest per session, over a bucket one request each. Here those reads are held; the
+/// start must not be, and the sessions are tidied once the reads go through. (Before, the
+/// start read every manifest first.)
+#[tokio::test]
+async fn serve_starts_before_its_scan_for_untidy_sessions_ends() -> anyhow::Result<()> {
+    use afterglow_tests::faults::HeldReads;
+
+    let store = UntidyStore::new(&["basic-workload"]).await?;
+    let held = Arc::new(HeldReads::under(
+        Arc::clone(&store.local),
+        shared::layout::MANIFESTS_PREFIX,
+    ));
+    let (compactor, _scratch) = compactor(
+        Arc::clone(&held) as Arc<dyn Storage>,
+        store.settings.clone(),
+    )?;
+    let queue = CompactionQueue::spawn(compactor);
+    let started = tokio::time::timeout(Duration::from_secs(10), queue.catch_up()).await;
+    ensure!(
+        matches!(started, Ok(Ok(0))),
+        "the start waited for the manifests: {started:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    ensure!(
+        store.retired("basic-workload").await? > 0,
+        "tidied without reading its manifest"
+    );
+    held.release();
+    store.tidied().await
 }

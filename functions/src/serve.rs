@@ -121,7 +121,7 @@ pub async fn run_cli(args: ServeArgs, config: Config) -> anyhow::Result<()> {
     // Raw objects a crashed or killed `serve` stored but never compacted, or left parked; and
     // sessions left untidy, whose quiet checks died with it (or that a command left so).
     let left = queue
-        .catch_up(storage.as_ref())
+        .catch_up()
         .await
         .context("cannot list the raw objects an earlier run may have left")?;
     if left > 0 {

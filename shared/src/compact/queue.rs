@@ -8,12 +8,16 @@
 //! ([`super::backlog`]), so that a `serve` started after a crash compacts what this one could not.
 //! It also stands in for the compact queue's delayed quiet checks: a session a run committed is
 //! tidied ([`super::fold`]) once no run has changed it for the policy's quiet period, and so is
-//! every session found untidy at start ([`CompactionQueue::catch_up`]).
+//! every session found untidy at start ([`CompactionQueue::catch_up`]). One session is tidied
+//! at a time, as the compact function tidies the checks of one invocation.
 
 use std::collections::BTreeMap;
+use std::collections::btree_map::Entry;
+use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::fold::QuietCheck;
@@ -42,8 +46,9 @@ enum Command {
     /// Answered, with how many keys are parked, once every key queued before it has been
     /// compacted, parked, or left out.
     Idle(oneshot::Sender<usize>),
-    /// Sessions to tidy once quiet, as if these checks' commits had just been made.
-    Watch(Vec<QuietCheck>),
+    /// Sessions found untidy at start, to tidy once quiet unless a commit already asked for
+    /// a check of them (see [`QuietTimers::watch_untidy`]).
+    WatchUntidy(Vec<QuietCheck>),
 }
 
 /// How long the queue waits before trying again what failed. The defaults are `serve`'s; tests
@@ -74,14 +79,20 @@ impl Default for QueueTiming {
 #[derive(Clone, Debug)]
 pub struct CompactionQueue {
     sender: mpsc::UnboundedSender<Command>,
+    /// The compactor's storage, where [`Self::catch_up`] looks for what was left.
+    storage: Arc<dyn Storage>,
 }
+
+/// Manifests the start-up scan reads at once: over a bucket each is a request of its own, and
+/// one after another a few thousand sessions took minutes.
+const CONCURRENT_MANIFEST_READS: usize = 16;
 
 impl std::fmt::Debug for Command {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::Compact(key) => write!(f, "Compact({key})"),
             Self::Idle(_) => f.write_str("Idle"),
-            Self::Watch(checks) => write!(f, "Watch({} sessions)", checks.len()),
+            Self::WatchUntidy(checks) => write!(f, "WatchUntidy({} sessions)", checks.len()),
         }
     }
 }
@@ -95,8 +106,9 @@ impl CompactionQueue {
     /// [`Self::spawn`], waiting as `timing` says before trying again what failed.
     pub fn spawn_with(compactor: Compactor, timing: QueueTiming) -> Self {
         let (sender, receiver) = mpsc::unbounded_channel();
+        let storage = Arc::clone(compactor.storage());
         tokio::spawn(run(compactor, receiver, timing));
-        Self { sender }
+        Self { sender, storage }
     }
 
     /// Queues a raw object for compaction.
@@ -108,24 +120,31 @@ impl CompactionQueue {
         }
     }
 
-    /// Queues every raw object an earlier `serve` on `storage` may have left uncompacted (see
-    /// [`super::backlog`]) and returns how many. First it watches every session whose manifest
-    /// is untidy (deltas, replaced files, or a base an earlier build wrote), as if it had just
+    /// Queues every raw object an earlier `serve` on the compactor's storage may have left
+    /// uncompacted (see [`super::backlog`]) and returns how many.
+    ///
+    /// It also starts, in the background, a scan that watches every session whose manifest is
+    /// untidy (deltas, replaced files, or a base an earlier build wrote), as if it had just
     /// been committed: the quiet check its last commit asked for died with the process that
-    /// made it, or was never asked for (`afterglow rebuild` or `compact` on the same store), and
-    /// without one the session would stay so until it changed again. The watch goes first, so
-    /// that the checks of the commits the backlog makes replace it, not the other way round.
-    pub async fn catch_up(&self, storage: &dyn Storage) -> Result<usize, StorageError> {
-        match untidy_sessions(storage).await {
-            Ok(untidy) if !untidy.is_empty() => {
-                tracing::info!(sessions = untidy.len(), "sessions to tidy once quiet");
-                // Gone only if the task is, which `notify` says below.
-                let _ = self.sender.send(Command::Watch(untidy));
+    /// made it, or was never asked for (`afterglow rebuild` or `compact` on the same store),
+    /// and without one the session would stay so until it changed again. The scan reads one
+    /// manifest per session, so `serve` does not wait for it; a check it finds is dropped when
+    /// a commit has already asked for one of that session, newer than anything the scan read.
+    pub async fn catch_up(&self) -> Result<usize, StorageError> {
+        let (storage, sender) = (Arc::clone(&self.storage), self.sender.clone());
+        tokio::spawn(async move {
+            match untidy_sessions(&storage).await {
+                Ok(untidy) if !untidy.is_empty() => {
+                    tracing::info!(sessions = untidy.len(), "sessions to tidy once quiet");
+                    // Gone only if the task is, which `notify` says.
+                    let _ = sender.send(Command::WatchUntidy(untidy));
+                }
+                Ok(_) => {}
+                // Only tidying waits for it: each session's next commit watches it.
+                Err(err) => tracing::warn!(error = %err, "cannot list the manifests to tidy"),
             }
-            Ok(_) => {}
-            // Only tidying waits for it: each session's next commit watches it.
-            Err(err) => tracing::warn!(error = %err, "cannot list the manifests to tidy"),
-        }
+        });
+        let storage = self.storage.as_ref();
         backlog::consolidate(storage).await?;
         let keys = backlog::uncompacted(storage).await?;
         let count = keys.len();
@@ -442,6 +461,8 @@ impl Parked {
 struct QuietTimers {
     quiet: Duration,
     checks: BTreeMap<(ClusterName, SessionName), (QuietCheck, Instant)>,
+    /// One permit: the session being tidied holds it.
+    tidying: Arc<Semaphore>,
 }
 
 impl QuietTimers {
@@ -449,6 +470,7 @@ impl QuietTimers {
         Self {
             quiet,
             checks: BTreeMap::new(),
+            tidying: Arc::new(Semaphore::new(1)),
         }
     }
 
@@ -462,6 +484,21 @@ impl QuietTimers {
         }
     }
 
+    /// Checks these sessions found untidy once the quiet period has passed, except those a
+    /// commit of this queue already asked to check: that check, of the queue's newest commit
+    /// of the session, names a version at least as new as any the scan can have read, whenever
+    /// the scan read it. A commit that comes after this replaces the scan's check as
+    /// [`Self::watch`] does.
+    fn watch_untidy(&mut self, untidy: Vec<QuietCheck>) {
+        let due = Instant::now() + self.quiet;
+        for check in untidy {
+            let session = (check.cluster.clone(), check.session.clone());
+            if let Entry::Vacant(vacant) = self.checks.entry(session) {
+                vacant.insert((check, due));
+            }
+        }
+    }
+
     /// When the next check is due.
     fn next_due(&self) -> Option<Instant> {
         self.checks.values().map(|(_, due)| *due).min()
@@ -469,8 +506,11 @@ impl QuietTimers {
 
     /// Starts the checks that are due, each in a task of its own (a fold can take a minute,
     /// and compaction goes on meanwhile: the manifest's conditional writes keep the two
-    /// apart). A session still holding retired files, or whose check failed, is checked again
-    /// by that task a quiet period later, until it changes or is tidy.
+    /// apart), which tidies only while it holds [`Self::tidying`]: a fold encodes on every
+    /// core and holds a session's rows, so the sessions a restart finds untidy, all due at
+    /// once, are folded one after another rather than all together in memory. A session
+    /// still holding retired files, or whose check failed, is checked again by that task a
+    /// quiet period later, until it changes or is tidy.
     fn tidy_due(&mut self, compactor: &Compactor) {
         let now = Instant::now();
         let due: Vec<(ClusterName, SessionName)> = self
@@ -485,9 +525,14 @@ impl QuietTimers {
             };
             let compactor = compactor.clone();
             let quiet = self.quiet;
+            let tidying = Arc::clone(&self.tidying);
             tokio::spawn(async move {
                 let mut check = check;
                 loop {
+                    // The semaphore is never closed.
+                    let Ok(permit) = tidying.acquire().await else {
+                        return;
+                    };
                     match compactor.tidy_if_quiet(&check).await {
                         Ok(tidied) if tidied.again => check.sequence = tidied.sequence,
                         Ok(_) => return,
@@ -495,6 +540,7 @@ impl QuietTimers {
                             tracing::warn!(error = %err, "could not tidy a quiet session; trying again later");
                         }
                     }
+                    drop(permit);
                     tokio::time::sleep(quiet).await;
                 }
             });
@@ -511,23 +557,44 @@ fn take(
     match command {
         Command::Compact(key) => pending.push(key),
         Command::Idle(done) => waiters.push(done),
-        Command::Watch(checks) => quiet.watch(checks),
+        Command::WatchUntidy(checks) => quiet.watch_untidy(checks),
     }
 }
 
 /// A check at its current version of each session whose manifest holds deltas, replaced
 /// files or a base an earlier build wrote: what a quiet check would tidy.
-async fn untidy_sessions(storage: &dyn Storage) -> Result<Vec<QuietCheck>, StorageError> {
+async fn untidy_sessions(storage: &Arc<dyn Storage>) -> Result<Vec<QuietCheck>, StorageError> {
     let mut untidy = Vec::new();
-    for meta in storage.list(layout::MANIFESTS_PREFIX).await? {
-        let Some((cluster, session)) = layout::manifest_session(&meta.key) else {
-            continue;
+    let mut reads = JoinSet::new();
+    let mut manifests = storage.list(layout::MANIFESTS_PREFIX).await?.into_iter();
+    loop {
+        while reads.len() < CONCURRENT_MANIFEST_READS
+            && let Some(meta) = manifests.next()
+        {
+            let Some((cluster, session)) = layout::manifest_session(&meta.key) else {
+                continue;
+            };
+            let storage = Arc::clone(storage);
+            reads.spawn(async move {
+                let loaded = manifest::load(&*storage, &meta.key).await;
+                (meta.key, cluster, session, loaded)
+            });
+        }
+        let Some(read) = reads.join_next().await else {
+            break;
         };
-        let manifest = match manifest::load(storage, &meta.key).await {
+        let (key, cluster, session, loaded) = match read {
+            Ok(read) => read,
+            Err(err) => {
+                tracing::warn!(error = %err, "a manifest read to tidy stopped");
+                continue;
+            }
+        };
+        let manifest = match loaded {
             Ok(current) => current.manifest,
             Err(err) => {
                 // Its next commit watches it; nothing else depends on this one.
-                tracing::warn!(key = %meta.key, error = %err, "cannot read a manifest to tidy it");
+                tracing::warn!(key = %key, error = %err, "cannot read a manifest to tidy it");
                 continue;
             }
         };
