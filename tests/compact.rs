@@ -1470,6 +1470,86 @@ async fn a_session_that_cannot_be_committed_holds_back_only_its_own_objects() ->
     Ok(())
 }
 
+/// A key that breaks every run it is in (here an object with a bad line, whose quarantine
+/// cannot be written) holds back only itself in `serve`, even with no other traffic: its run
+/// fails as a whole, the run's keys are parked together, and after a few failed tries they are
+/// split although no run has succeeded since, until the key is alone. Once the fault clears it
+/// is compacted too, and the history equals Ray's. (Before, keys parked together were split only
+/// after some other run had succeeded: with no traffic, every object of that run waited for
+/// the next start, which failed the same way.)
+#[tokio::test]
+async fn a_key_that_breaks_every_run_holds_back_only_itself_with_no_other_traffic()
+-> anyhow::Result<()> {
+    use std::io::Read as _;
+
+    use afterglow_tests::faults::Refuses;
+    use shared::compact::backlog;
+    use shared::compact::queue::QueueTiming;
+    use shared::storage::PutMode;
+
+    let run = FixtureRun::named("basic-workload")?;
+    let (_dir, local) = local_storage()?;
+    let local: Arc<dyn Storage> = Arc::new(local);
+    store_raw(&local, &run, &run.name).await?;
+    let raw = shared::compact::raw::list_keys(&*local).await?;
+    ensure!(raw.len() >= 4, "only {} objects", raw.len());
+    let spoiled = raw.get(raw.len() / 2).context("a middle object")?.clone();
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(&*local.get(&spoiled).await?.body).read_to_string(&mut text)?;
+    text.push_str("not an event\n");
+    let body = shared::gzip::gzip(text.as_bytes())?;
+    local.put(&spoiled, body.into(), PutMode::Overwrite).await?;
+
+    let faulty = Arc::new(Refuses::writes_under(
+        Arc::clone(&local),
+        shared::layout::QUARANTINE_PREFIX,
+    ));
+    let (compactor, _scratch) = compactor(
+        Arc::clone(&faulty) as Arc<dyn Storage>,
+        CompactSettings::default(),
+    )?;
+    let timing = QueueTiming {
+        retry_delay: Duration::from_millis(10),
+        park_first: Duration::from_millis(50),
+        park_max: Duration::from_millis(400),
+    };
+    let queue = CompactionQueue::spawn_with(compactor, timing);
+    // Every object in one batch: a run without the spoiled one would succeed, which splits
+    // the rest by the older rule.
+    ensure!(queue.catch_up().await? == raw.len());
+    let started = tokio::time::Instant::now();
+    loop {
+        let left = backlog::uncompacted(&*local).await?;
+        if left == [spoiled.clone()] {
+            break;
+        }
+        ensure!(
+            started.elapsed() < Duration::from_secs(30),
+            "{} of {} objects still uncompacted after 30 s with no other traffic",
+            left.len(),
+            raw.len()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    ensure!(faulty.refused() > 0, "the quarantine was not refused");
+
+    faulty.clear();
+    let cleared = tokio::time::Instant::now();
+    while !backlog::uncompacted(&*local).await?.is_empty() {
+        ensure!(
+            cleared.elapsed() < Duration::from_secs(30),
+            "the spoiled object is not compacted 30 s after the fault cleared"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    check(
+        &run,
+        &stored_task_rows(&*local, &run.name).await?,
+        "a key that broke every run, compacted once the fault cleared",
+    )?;
+    Ok(())
+}
+
 /// A run that fails as a whole (here its quarantine cannot be written) holds back only its own
 /// raw objects when compacting in runs, as `afterglow rebuild` and `compact` do: the later runs
 /// still run, and once the fault clears the failed run's objects compact to Ray's history.

@@ -327,10 +327,13 @@ impl SlowWrites {
         };
         self.writes.fetch_add(1, Ordering::SeqCst);
         self.enter(&cluster, true);
+        // Counted out even if the write is dropped half way.
+        let _in_flight = InFlight {
+            writes: self,
+            cluster,
+        };
         tokio::time::sleep(self.delay).await;
-        let result = write.await;
-        self.enter(&cluster, false);
-        result
+        write.await
     }
 
     /// Counts a write of `cluster` in (`starts`) or out.
@@ -348,6 +351,18 @@ impl SlowWrites {
                 in_flight.remove(cluster);
             }
         }
+    }
+}
+
+/// A write of [`SlowWrites`] in flight, counted out when dropped.
+struct InFlight<'a> {
+    writes: &'a SlowWrites,
+    cluster: String,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.writes.enter(&self.cluster, false);
     }
 }
 

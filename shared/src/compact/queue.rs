@@ -11,9 +11,9 @@
 //! every session found untidy at start ([`CompactionQueue::catch_up`]). One session is tidied
 //! at a time, as the compact function tidies the checks of one invocation.
 
-use std::collections::BTreeMap;
 use std::collections::btree_map::Entry;
-use std::sync::Arc;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::{Semaphore, mpsc, oneshot};
@@ -37,6 +37,14 @@ const MAX_ATTEMPTS: usize = 3;
 const PARK_FIRST: Duration = Duration::from_secs(10);
 /// The longest wait between tries of parked keys ([`QueueTiming::park_max`]).
 const PARK_MAX: Duration = Duration::from_secs(600);
+/// Failed tries from the park after which keys that keep failing together are split although
+/// no run has succeeded since they were parked (see `settle`). With no other traffic nothing
+/// else succeeds, and a group that one key breaks would be tried whole for ever; an outage this
+/// long splits groups it did not need to, whose keys are then compacted in smaller runs.
+const SPLIT_UNPROVEN_AFTER: u32 = 3;
+/// Manifests the start-up scan reads at once: over a bucket each is a request of its own
+/// (tens of milliseconds), so one after another a few thousand sessions would take minutes.
+const CONCURRENT_MANIFEST_READS: usize = 16;
 /// Most raw objects per run, as the compact function's SQS batch: a backlog found at start is
 /// compacted in bounded steps.
 const MAX_BATCH: usize = super::RUN_OBJECTS;
@@ -83,10 +91,6 @@ pub struct CompactionQueue {
     storage: Arc<dyn Storage>,
 }
 
-/// Manifests the start-up scan reads at once: over a bucket each is a request of its own, and
-/// one after another a few thousand sessions took minutes.
-const CONCURRENT_MANIFEST_READS: usize = 16;
-
 impl std::fmt::Debug for Command {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -128,16 +132,21 @@ impl CompactionQueue {
     /// been committed: the quiet check its last commit asked for died with the process that
     /// made it, or was never asked for (`afterglow rebuild` or `compact` on the same store),
     /// and without one the session would stay so until it changed again. The scan reads one
-    /// manifest per session, so `serve` does not wait for it; a check it finds is dropped when
-    /// a commit has already asked for one of that session, newer than anything the scan read.
+    /// manifest per session, so `serve` does not wait for it; a session it finds is left out
+    /// when a commit of this queue already asked for a check of it, or is being tidied
+    /// ([`QuietTimers::watch_untidy`]).
     pub async fn catch_up(&self) -> Result<usize, StorageError> {
         let (storage, sender) = (Arc::clone(&self.storage), self.sender.clone());
+        // Not joined: a panic in the scan costs only its tidying, and is printed.
         tokio::spawn(async move {
             match untidy_sessions(&storage).await {
                 Ok(untidy) if !untidy.is_empty() => {
                     tracing::info!(sessions = untidy.len(), "sessions to tidy once quiet");
-                    // Gone only if the task is, which `notify` says.
-                    let _ = sender.send(Command::WatchUntidy(untidy));
+                    if sender.send(Command::WatchUntidy(untidy)).is_err() {
+                        tracing::warn!(
+                            "the compaction task has stopped; untidy sessions are left to the next start"
+                        );
+                    }
                 }
                 Ok(_) => {}
                 // Only tidying waits for it: each session's next commit watches it.
@@ -297,13 +306,17 @@ async fn settle(
     retried: Option<&ParkedGroup>,
 ) {
     let wait = retried.map_or(timing.park_first, |group| group.next_wait(timing.park_max));
+    let failed_retries = retried.map_or(0, |group| group.failed_retries + 1);
     // Keys that fail again together are split once a run has succeeded since they were
     // parked (this one included): storage works, so some key among them breaks every run or
     // session it is in, and halving each time leaves it alone, holding back no others. Without
-    // such a success the failure says nothing about the keys (storage may be down), and they
-    // stay together.
-    let storage_works =
-        |parked: &Parked| retried.is_some_and(|group| parked.succeeded_since(group.parked_at));
+    // such a success one failure says nothing about the keys (storage may be down), and they
+    // stay together, until they have failed `SPLIT_UNPROVEN_AFTER` tries from the park.
+    let split = |parked: &Parked| {
+        retried.is_some_and(|group| {
+            parked.succeeded_since(group.parked_at) || failed_retries >= SPLIT_UNPROVEN_AFTER
+        })
+    };
     match outcome {
         Outcome::Compacted { keys, run } => {
             let not_compacted = run.not_compacted();
@@ -342,10 +355,10 @@ async fn settle(
                 );
             }
             // A read fails for its own object alone: nothing is gained by splitting them.
-            parked.park(later, wait);
+            parked.park(later, wait, failed_retries);
             // Each session that could not be committed waits apart (a full disk, a refused
             // write, or one of its objects that breaks it), holding back no other session.
-            let split = storage_works(parked);
+            let split = split(parked);
             for session in failed {
                 tracing::warn!(
                     cluster = %session.cluster,
@@ -354,7 +367,7 @@ async fn settle(
                     wait_s = wait.as_secs(),
                     "a session's raw objects are parked and tried again later"
                 );
-                parked.park_split(&session.keys, wait, split);
+                parked.park_split(&session.keys, wait, split, failed_retries);
             }
         }
         Outcome::Failed(keys) => {
@@ -363,8 +376,8 @@ async fn settle(
                 wait_s = wait.as_secs(),
                 "raw objects whose run failed are parked and tried again later"
             );
-            let split = storage_works(parked);
-            parked.park_split(keys, wait, split);
+            let split = split(parked);
+            parked.park_split(keys, wait, split, failed_retries);
         }
     }
 }
@@ -389,6 +402,9 @@ struct ParkedGroup {
     parked_at: Instant,
     due: Instant,
     wait: Duration,
+    /// How many times its keys were tried from the park and failed (a split's halves carry
+    /// their group's count on).
+    failed_retries: u32,
 }
 
 impl ParkedGroup {
@@ -399,8 +415,9 @@ impl ParkedGroup {
 }
 
 impl Parked {
-    /// Parks `keys` (if any) as one group, tried again after `wait`.
-    fn park(&mut self, keys: Vec<ObjectKey>, wait: Duration) {
+    /// Parks `keys` (if any) as one group, tried again after `wait`, that failed
+    /// `failed_retries` tries from the park so far.
+    fn park(&mut self, keys: Vec<ObjectKey>, wait: Duration, failed_retries: u32) {
         if !keys.is_empty() {
             let now = Instant::now();
             self.groups.push(ParkedGroup {
@@ -408,20 +425,21 @@ impl Parked {
                 parked_at: now,
                 due: now + wait,
                 wait,
+                failed_retries,
             });
         }
     }
 
     /// Parks `keys` as one group, or as two halves when `split` (and there are two keys).
-    fn park_split(&mut self, keys: &[ObjectKey], wait: Duration, split: bool) {
+    fn park_split(&mut self, keys: &[ObjectKey], wait: Duration, split: bool, failed_retries: u32) {
         let half = if split && keys.len() > 1 {
             keys.len() / 2
         } else {
             keys.len()
         };
         let (first, second) = keys.split_at(half);
-        self.park(first.to_vec(), wait);
-        self.park(second.to_vec(), wait);
+        self.park(first.to_vec(), wait, failed_retries);
+        self.park(second.to_vec(), wait, failed_retries);
     }
 
     /// Notes that a run committed at `at`.
@@ -457,12 +475,15 @@ impl Parked {
 }
 
 /// The quiet checks waiting for their time: one per session, its newest commit's (or, for a
-/// session untidy at start, its version then).
+/// session untidy at start, its version when the start-up scan read it).
 struct QuietTimers {
     quiet: Duration,
     checks: BTreeMap<(ClusterName, SessionName), (QuietCheck, Instant)>,
     /// One permit: the session being tidied holds it.
     tidying: Arc<Semaphore>,
+    /// Sessions with a check started and not ended (waiting for the permit, tidying, or
+    /// waiting to try again).
+    started: Arc<Mutex<BTreeSet<(ClusterName, SessionName)>>>,
 }
 
 impl QuietTimers {
@@ -471,6 +492,7 @@ impl QuietTimers {
             quiet,
             checks: BTreeMap::new(),
             tidying: Arc::new(Semaphore::new(1)),
+            started: Arc::default(),
         }
     }
 
@@ -485,14 +507,18 @@ impl QuietTimers {
     }
 
     /// Checks these sessions found untidy once the quiet period has passed, except those a
-    /// commit of this queue already asked to check: that check, of the queue's newest commit
-    /// of the session, names a version at least as new as any the scan can have read, whenever
-    /// the scan read it. A commit that comes after this replaces the scan's check as
-    /// [`Self::watch`] does.
+    /// commit of this queue already asked to check, whether that check waits or has started:
+    /// it names the session's version at least as new as any the scan can have read, whenever
+    /// the scan read it, and sees the session tidy. A commit that comes after this replaces
+    /// the scan's check as [`Self::watch`] does.
     fn watch_untidy(&mut self, untidy: Vec<QuietCheck>) {
         let due = Instant::now() + self.quiet;
+        let started = lock(&self.started);
         for check in untidy {
             let session = (check.cluster.clone(), check.session.clone());
+            if started.contains(&session) {
+                continue;
+            }
             if let Entry::Vacant(vacant) = self.checks.entry(session) {
                 vacant.insert((check, due));
             }
@@ -506,11 +532,7 @@ impl QuietTimers {
 
     /// Starts the checks that are due, each in a task of its own (a fold can take a minute,
     /// and compaction goes on meanwhile: the manifest's conditional writes keep the two
-    /// apart), which tidies only while it holds [`Self::tidying`]: a fold encodes on every
-    /// core and holds a session's rows, so the sessions a restart finds untidy, all due at
-    /// once, are folded one after another rather than all together in memory. A session
-    /// still holding retired files, or whose check failed, is checked again by that task a
-    /// quiet period later, until it changes or is tidy.
+    /// apart); see [`tidy_until_settled`].
     fn tidy_due(&mut self, compactor: &Compactor) {
         let now = Instant::now();
         let due: Vec<(ClusterName, SessionName)> = self
@@ -523,28 +545,66 @@ impl QuietTimers {
             let Some((check, _)) = self.checks.remove(&session) else {
                 continue;
             };
-            let compactor = compactor.clone();
-            let quiet = self.quiet;
-            let tidying = Arc::clone(&self.tidying);
-            tokio::spawn(async move {
-                let mut check = check;
-                loop {
-                    // The semaphore is never closed.
-                    let Ok(permit) = tidying.acquire().await else {
-                        return;
-                    };
-                    match compactor.tidy_if_quiet(&check).await {
-                        Ok(tidied) if tidied.again => check.sequence = tidied.sequence,
-                        Ok(_) => return,
-                        Err(err) => {
-                            tracing::warn!(error = %err, "could not tidy a quiet session; trying again later");
-                        }
-                    }
-                    drop(permit);
-                    tokio::time::sleep(quiet).await;
-                }
-            });
+            lock(&self.started).insert(session.clone());
+            let started = Started {
+                sessions: Arc::clone(&self.started),
+                session,
+            };
+            tokio::spawn(tidy_until_settled(
+                compactor.clone(),
+                check,
+                self.quiet,
+                Arc::clone(&self.tidying),
+                started,
+            ));
         }
+    }
+}
+
+/// A session's entry in [`QuietTimers::started`], removed when its check ends, however it
+/// ends.
+struct Started {
+    sessions: Arc<Mutex<BTreeSet<(ClusterName, SessionName)>>>,
+    session: (ClusterName, SessionName),
+}
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        lock(&self.sessions).remove(&self.session);
+    }
+}
+
+/// The set behind `mutex`, even if a task panicked while holding it (each change to it is a
+/// single insert or remove, so it is never left half made).
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Runs `check`, tidying only while it holds `tidying`: a fold encodes on every core and holds
+/// a session's rows, so the sessions a restart finds untidy, all due at once, are folded one
+/// after another rather than all together in memory. A session still holding retired files,
+/// or whose check failed, is checked again a quiet period later, until it changes or is tidy.
+async fn tidy_until_settled(
+    compactor: Compactor,
+    mut check: QuietCheck,
+    quiet: Duration,
+    tidying: Arc<Semaphore>,
+    _started: Started,
+) {
+    loop {
+        // The semaphore is never closed.
+        let Ok(permit) = tidying.acquire().await else {
+            return;
+        };
+        match compactor.tidy_if_quiet(&check).await {
+            Ok(tidied) if tidied.again => check.sequence = tidied.sequence,
+            Ok(_) => return,
+            Err(err) => {
+                tracing::warn!(error = %err, "could not tidy a quiet session; trying again later");
+            }
+        }
+        drop(permit);
+        tokio::time::sleep(quiet).await;
     }
 }
 
@@ -590,23 +650,29 @@ async fn untidy_sessions(storage: &Arc<dyn Storage>) -> Result<Vec<QuietCheck>, 
                 continue;
             }
         };
-        let manifest = match loaded {
-            Ok(current) => current.manifest,
+        match loaded {
+            Ok(current) => untidy.extend(untidy_check(cluster, session, &current.manifest)),
+            // Its next commit watches it; nothing else depends on this one.
             Err(err) => {
-                // Its next commit watches it; nothing else depends on this one.
                 tracing::warn!(key = %key, error = %err, "cannot read a manifest to tidy it");
-                continue;
             }
-        };
-        if manifest.task_attempts.needs_fold() || !manifest.retired.is_empty() {
-            untidy.push(QuietCheck {
-                cluster,
-                session,
-                sequence: manifest.sequence,
-            });
         }
     }
     Ok(untidy)
+}
+
+/// A check of the session at its current version if its manifest holds deltas, replaced files
+/// or a base an earlier build wrote.
+fn untidy_check(
+    cluster: ClusterName,
+    session: SessionName,
+    manifest: &manifest::Manifest,
+) -> Option<QuietCheck> {
+    (manifest.task_attempts.needs_fold() || !manifest.retired.is_empty()).then(|| QuietCheck {
+        cluster,
+        session,
+        sequence: manifest.sequence,
+    })
 }
 
 #[cfg(test)]
@@ -626,11 +692,11 @@ mod tests {
     #[test]
     fn parked_groups_come_due_earliest_first_and_wait_twice_as_long_each_time() {
         let mut parked = Parked::default();
-        parked.park(Vec::new(), PARK_FIRST);
+        parked.park(Vec::new(), PARK_FIRST, 0);
         assert_eq!(parked.keys(), 0, "an empty group is not parked");
         let start = Instant::now();
-        parked.park(keys(&["late"]), PARK_FIRST * 2);
-        parked.park(keys(&["early", "also"]), PARK_FIRST);
+        parked.park(keys(&["late"]), PARK_FIRST * 2, 0);
+        parked.park(keys(&["early", "also"]), PARK_FIRST, 0);
         assert_eq!(parked.keys(), 3);
         let due = parked.next_due().expect("something is parked");
         assert!(due >= start + PARK_FIRST && due < start + PARK_FIRST * 2);
@@ -647,7 +713,7 @@ mod tests {
         // The wait doubles up to its cap.
         let mut wait = PARK_FIRST;
         for _ in 0..20 {
-            parked.park(keys(&["k"]), wait);
+            parked.park(keys(&["k"]), wait, 0);
             wait = parked
                 .take_due(Instant::now() + PARK_MAX)
                 .expect("due")
@@ -656,10 +722,44 @@ mod tests {
         assert_eq!(wait, PARK_MAX);
     }
 
+    fn check(cluster: &str, sequence: u64) -> QuietCheck {
+        QuietCheck {
+            cluster: ClusterName::new(cluster).unwrap_or_else(|err| panic!("a test name: {err}")),
+            session: SessionName::new("session_2026-11-25_10-00-00_000000_1")
+                .unwrap_or_else(|err| panic!("a test session: {err}")),
+            sequence,
+        }
+    }
+
+    fn watched(timers: &QuietTimers, cluster: &str) -> Option<u64> {
+        let session = check(cluster, 0);
+        timers
+            .checks
+            .get(&(session.cluster, session.session))
+            .map(|(check, _)| check.sequence)
+    }
+
+    #[test]
+    fn a_session_found_untidy_leaves_a_commits_check_as_it_is() {
+        let mut timers = QuietTimers::new(Duration::from_secs(1));
+        timers.watch(vec![check("a", 5)]);
+        timers.watch_untidy(vec![check("a", 3), check("b", 2)]);
+        assert_eq!(watched(&timers, "a"), Some(5), "a commit's check was replaced");
+        assert_eq!(watched(&timers, "b"), Some(2), "an untidy session is watched");
+        timers.watch(vec![check("b", 4)]);
+        assert_eq!(watched(&timers, "b"), Some(4), "a commit replaces the scan's check");
+
+        // A session whose check has started (its task waits for its turn or to try again).
+        let started = check("c", 0);
+        lock(&timers.started).insert((started.cluster, started.session));
+        timers.watch_untidy(vec![check("c", 1)]);
+        assert_eq!(watched(&timers, "c"), None, "a started check was doubled");
+    }
+
     #[test]
     fn a_success_after_a_group_was_parked_is_told_from_one_before() {
         let mut parked = Parked::default();
-        parked.park(keys(&["a"]), PARK_FIRST);
+        parked.park(keys(&["a"]), PARK_FIRST, 0);
         let group = parked.take_due(Instant::now() + PARK_FIRST).expect("due");
         assert!(!parked.succeeded_since(group.parked_at), "no run succeeded");
         parked.succeeded(group.parked_at);
