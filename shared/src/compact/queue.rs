@@ -577,7 +577,9 @@ impl Drop for Started {
 /// The set behind `mutex`, even if a task panicked while holding it (each change to it is a
 /// single insert or remove, so it is never left half made).
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Runs `check`, tidying only while it holds `tidying`: a fold encodes on every core and holds
@@ -668,7 +670,8 @@ fn untidy_check(
     session: SessionName,
     manifest: &manifest::Manifest,
 ) -> Option<QuietCheck> {
-    (manifest.task_attempts.needs_fold() || !manifest.retired.is_empty()).then(|| QuietCheck {
+    let untidy = manifest.task_attempts.needs_fold() || !manifest.retired.is_empty();
+    untidy.then_some(QuietCheck {
         cluster,
         session,
         sequence: manifest.sequence,
@@ -744,10 +747,22 @@ mod tests {
         let mut timers = QuietTimers::new(Duration::from_secs(1));
         timers.watch(vec![check("a", 5)]);
         timers.watch_untidy(vec![check("a", 3), check("b", 2)]);
-        assert_eq!(watched(&timers, "a"), Some(5), "a commit's check was replaced");
-        assert_eq!(watched(&timers, "b"), Some(2), "an untidy session is watched");
+        assert_eq!(
+            watched(&timers, "a"),
+            Some(5),
+            "a commit's check was replaced"
+        );
+        assert_eq!(
+            watched(&timers, "b"),
+            Some(2),
+            "an untidy session is watched"
+        );
         timers.watch(vec![check("b", 4)]);
-        assert_eq!(watched(&timers, "b"), Some(4), "a commit replaces the scan's check");
+        assert_eq!(
+            watched(&timers, "b"),
+            Some(4),
+            "a commit replaces the scan's check"
+        );
 
         // A session whose check has started (its task waits for its turn or to try again).
         let started = check("c", 0);
