@@ -1470,6 +1470,23 @@ async fn a_session_that_cannot_be_committed_holds_back_only_its_own_objects() ->
     Ok(())
 }
 
+/// Appends to the raw object at `key` a line that is not an event, which compaction quarantines.
+async fn add_a_line_that_is_not_an_event(
+    storage: &dyn Storage,
+    key: &ObjectKey,
+) -> anyhow::Result<()> {
+    use std::io::Read as _;
+
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(&*storage.get(key).await?.body).read_to_string(&mut text)?;
+    text.push_str("not an event\n");
+    let body = shared::gzip::gzip(text.as_bytes())?;
+    storage
+        .put(key, body.into(), shared::storage::PutMode::Overwrite)
+        .await?;
+    Ok(())
+}
+
 /// A key that breaks every run it is in (here an object with a bad line, whose quarantine
 /// cannot be written) holds back only itself in `serve`, even with no other traffic: its run
 /// fails as a whole, the run's keys are parked together, and after a few failed tries they are
@@ -1480,12 +1497,9 @@ async fn a_session_that_cannot_be_committed_holds_back_only_its_own_objects() ->
 #[tokio::test]
 async fn a_key_that_breaks_every_run_holds_back_only_itself_with_no_other_traffic()
 -> anyhow::Result<()> {
-    use std::io::Read as _;
-
     use afterglow_tests::faults::Refuses;
     use shared::compact::backlog;
     use shared::compact::queue::QueueTiming;
-    use shared::storage::PutMode;
 
     let run = FixtureRun::named("basic-workload")?;
     let (_dir, local) = local_storage()?;
@@ -1494,11 +1508,7 @@ async fn a_key_that_breaks_every_run_holds_back_only_itself_with_no_other_traffi
     let raw = shared::compact::raw::list_keys(&*local).await?;
     ensure!(raw.len() >= 4, "only {} objects", raw.len());
     let spoiled = raw.get(raw.len() / 2).context("a middle object")?.clone();
-    let mut text = String::new();
-    flate2::read::GzDecoder::new(&*local.get(&spoiled).await?.body).read_to_string(&mut text)?;
-    text.push_str("not an event\n");
-    let body = shared::gzip::gzip(text.as_bytes())?;
-    local.put(&spoiled, body.into(), PutMode::Overwrite).await?;
+    add_a_line_that_is_not_an_event(&*local, &spoiled).await?;
 
     let faulty = Arc::new(Refuses::writes_under(
         Arc::clone(&local),
@@ -1557,10 +1567,7 @@ async fn a_key_that_breaks_every_run_holds_back_only_itself_with_no_other_traffi
 /// history out until it was run again from the start.)
 #[tokio::test]
 async fn a_run_that_fails_as_a_whole_holds_back_only_its_own_objects() -> anyhow::Result<()> {
-    use std::io::Read as _;
-
     use afterglow_tests::faults::Refuses;
-    use shared::storage::PutMode;
 
     let run = FixtureRun::named("basic-workload")?;
     let (_dir, local) = local_storage()?;
@@ -1573,11 +1580,7 @@ async fn a_run_that_fails_as_a_whole_holds_back_only_its_own_objects() -> anyhow
     // One object of a middle run gets a line that is not an event, which is quarantined.
     let failing = *chunks.get(chunks.len() / 2).context("a middle run")?;
     let spoiled = failing.first().context("an object")?;
-    let mut text = String::new();
-    flate2::read::GzDecoder::new(&*local.get(spoiled).await?.body).read_to_string(&mut text)?;
-    text.push_str("not an event\n");
-    let body = shared::gzip::gzip(text.as_bytes())?;
-    local.put(spoiled, body.into(), PutMode::Overwrite).await?;
+    add_a_line_that_is_not_an_event(&*local, spoiled).await?;
 
     let faulty = Arc::new(Refuses::writes_under(
         Arc::clone(&local),

@@ -11,8 +11,8 @@
 //! every session found untidy at start ([`CompactionQueue::catch_up`]). One session is tidied
 //! at a time, as the compact function tidies the checks of one invocation.
 
+use std::collections::BTreeMap;
 use std::collections::btree_map::Entry;
-use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -37,10 +37,12 @@ const MAX_ATTEMPTS: usize = 3;
 const PARK_FIRST: Duration = Duration::from_secs(10);
 /// The longest wait between tries of parked keys ([`QueueTiming::park_max`]).
 const PARK_MAX: Duration = Duration::from_secs(600);
-/// Failed tries from the park after which keys that keep failing together are split although
-/// no run has succeeded since they were parked (see `settle`). With no other traffic nothing
-/// else succeeds, and a group that one key breaks would be tried whole for ever; an outage this
-/// long splits groups it did not need to, whose keys are then compacted in smaller runs.
+/// Every this many failed tries from the park, keys that keep failing together are split
+/// although no run has succeeded since they were parked ([`Parked::splits`]). With no other
+/// traffic nothing else succeeds, and a group that one key breaks would be tried whole for ever;
+/// a long outage splits groups it did not need to, doubling their number every this many
+/// tries (every half hour once the wait is at its 10 minutes), and their keys are then
+/// compacted in smaller runs.
 const SPLIT_UNPROVEN_AFTER: u32 = 3;
 /// Manifests the start-up scan reads at once: over a bucket each is a request of its own
 /// (tens of milliseconds), so one after another a few thousand sessions would take minutes.
@@ -306,17 +308,8 @@ async fn settle(
     retried: Option<&ParkedGroup>,
 ) {
     let wait = retried.map_or(timing.park_first, |group| group.next_wait(timing.park_max));
-    let failed_retries = retried.map_or(0, |group| group.failed_retries + 1);
-    // Keys that fail again together are split once a run has succeeded since they were
-    // parked (this one included): storage works, so some key among them breaks every run or
-    // session it is in, and halving each time leaves it alone, holding back no others. Without
-    // such a success one failure says nothing about the keys (storage may be down), and they
-    // stay together, until they have failed `SPLIT_UNPROVEN_AFTER` tries from the park.
-    let split = |parked: &Parked| {
-        retried.is_some_and(|group| {
-            parked.succeeded_since(group.parked_at) || failed_retries >= SPLIT_UNPROVEN_AFTER
-        })
-    };
+    let failed_retries = retried.map_or(0, ParkedGroup::failed_again);
+    let splits = |parked: &Parked| retried.is_some_and(|group| parked.splits(group));
     match outcome {
         Outcome::Compacted { keys, run } => {
             let not_compacted = run.not_compacted();
@@ -358,7 +351,7 @@ async fn settle(
             parked.park(later, wait, failed_retries);
             // Each session that could not be committed waits apart (a full disk, a refused
             // write, or one of its objects that breaks it), holding back no other session.
-            let split = split(parked);
+            let split = splits(parked);
             for session in failed {
                 tracing::warn!(
                     cluster = %session.cluster,
@@ -376,7 +369,7 @@ async fn settle(
                 wait_s = wait.as_secs(),
                 "raw objects whose run failed are parked and tried again later"
             );
-            let split = split(parked);
+            let split = splits(parked);
             parked.park_split(keys, wait, split, failed_retries);
         }
     }
@@ -402,12 +395,17 @@ struct ParkedGroup {
     parked_at: Instant,
     due: Instant,
     wait: Duration,
-    /// How many times its keys were tried from the park and failed (a split's halves carry
-    /// their group's count on).
+    /// How many times its keys were tried from the park and not compacted (a split's halves
+    /// carry their group's count on).
     failed_retries: u32,
 }
 
 impl ParkedGroup {
+    /// Its count of failed tries once the try under way has failed too.
+    fn failed_again(&self) -> u32 {
+        self.failed_retries.saturating_add(1)
+    }
+
     /// The wait after this group's next failure: doubled, up to `max`.
     fn next_wait(&self, max: Duration) -> Duration {
         (self.wait * 2).min(max)
@@ -452,6 +450,17 @@ impl Parked {
         self.last_success.is_some_and(|success| success > at)
     }
 
+    /// Whether the keys of `group`, tried again and failed together, are parked as two
+    /// halves. So they are once a run has succeeded since they were parked (the failed try
+    /// included, for the keys it compacted): storage works, so some key among them breaks
+    /// every run or session it is in, and halving each time leaves it alone, holding back no
+    /// others. Without such a success one failure says nothing about the keys (storage may be
+    /// down), and they stay together but for every [`SPLIT_UNPROVEN_AFTER`]th failed try.
+    fn splits(&self, group: &ParkedGroup) -> bool {
+        self.succeeded_since(group.parked_at)
+            || group.failed_again().is_multiple_of(SPLIT_UNPROVEN_AFTER)
+    }
+
     /// When the next group is due.
     fn next_due(&self) -> Option<Instant> {
         self.groups.iter().map(|group| group.due).min()
@@ -482,8 +491,9 @@ struct QuietTimers {
     /// One permit: the session being tidied holds it.
     tidying: Arc<Semaphore>,
     /// Sessions with a check started and not ended (waiting for the permit, tidying, or
-    /// waiting to try again).
-    started: Arc<Mutex<BTreeSet<(ClusterName, SessionName)>>>,
+    /// waiting to try again), with how many: a commit's check can come due while an earlier
+    /// one of the same session still waits to try again.
+    started: StartedChecks,
 }
 
 impl QuietTimers {
@@ -516,7 +526,7 @@ impl QuietTimers {
         let started = lock(&self.started);
         for check in untidy {
             let session = (check.cluster.clone(), check.session.clone());
-            if started.contains(&session) {
+            if started.contains_key(&session) {
                 continue;
             }
             if let Entry::Vacant(vacant) = self.checks.entry(session) {
@@ -545,11 +555,7 @@ impl QuietTimers {
             let Some((check, _)) = self.checks.remove(&session) else {
                 continue;
             };
-            lock(&self.started).insert(session.clone());
-            let started = Started {
-                sessions: Arc::clone(&self.started),
-                session,
-            };
+            let started = Started::new(&self.started, session);
             tokio::spawn(tidy_until_settled(
                 compactor.clone(),
                 check,
@@ -561,21 +567,40 @@ impl QuietTimers {
     }
 }
 
-/// A session's entry in [`QuietTimers::started`], removed when its check ends, however it
-/// ends.
+/// Checks started and not ended, by session.
+type StartedChecks = Arc<Mutex<BTreeMap<(ClusterName, SessionName), usize>>>;
+
+/// A started check, counted in [`QuietTimers::started`] until it ends, however it ends.
 struct Started {
-    sessions: Arc<Mutex<BTreeSet<(ClusterName, SessionName)>>>,
+    checks: StartedChecks,
     session: (ClusterName, SessionName),
+}
+
+impl Started {
+    /// Counts a check of `session` in `checks`.
+    fn new(checks: &StartedChecks, session: (ClusterName, SessionName)) -> Self {
+        *lock(checks).entry(session.clone()).or_default() += 1;
+        Self {
+            checks: Arc::clone(checks),
+            session,
+        }
+    }
 }
 
 impl Drop for Started {
     fn drop(&mut self) {
-        lock(&self.sessions).remove(&self.session);
+        let mut checks = lock(&self.checks);
+        if let Some(count) = checks.get_mut(&self.session) {
+            *count -= 1;
+            if *count == 0 {
+                checks.remove(&self.session);
+            }
+        }
     }
 }
 
-/// The set behind `mutex`, even if a task panicked while holding it (each change to it is a
-/// single insert or remove, so it is never left half made).
+/// What `mutex` guards, even if a task panicked while holding it (each change to it is a
+/// single step, so it is never left half made).
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex
         .lock()
@@ -764,11 +789,52 @@ mod tests {
             "a commit replaces the scan's check"
         );
 
-        // A session whose check has started (its task waits for its turn or to try again).
-        let started = check("c", 0);
-        lock(&timers.started).insert((started.cluster, started.session));
+        // A session whose check has started (its task waits for its turn or to try again),
+        // twice: a commit's check came due while the earlier one waited.
+        let session = check("c", 0);
+        let session = (session.cluster, session.session);
+        let first = Started::new(&timers.started, session.clone());
+        let second = Started::new(&timers.started, session);
         timers.watch_untidy(vec![check("c", 1)]);
         assert_eq!(watched(&timers, "c"), None, "a started check was doubled");
+        drop(first);
+        timers.watch_untidy(vec![check("c", 1)]);
+        assert_eq!(
+            watched(&timers, "c"),
+            None,
+            "one started check is still running"
+        );
+        drop(second);
+        timers.watch_untidy(vec![check("c", 1)]);
+        assert_eq!(
+            watched(&timers, "c"),
+            Some(1),
+            "no check is running any more"
+        );
+    }
+
+    #[test]
+    fn keys_failing_together_split_once_storage_works_or_every_third_failed_try() {
+        let mut parked = Parked::default();
+        let far = Instant::now() + PARK_MAX;
+        let expected = [false, false, true, false, false, true];
+        for (failed_before, split) in (0..).zip(expected) {
+            parked.park(keys(&["a", "b"]), PARK_FIRST, failed_before);
+            let group = parked.take_due(far).expect("due");
+            assert_eq!(
+                parked.splits(&group),
+                split,
+                "failed try {} from the park",
+                failed_before + 1
+            );
+        }
+        parked.park(keys(&["a", "b"]), PARK_FIRST, 0);
+        let group = parked.take_due(far).expect("due");
+        parked.succeeded(group.parked_at + Duration::from_millis(1));
+        assert!(
+            parked.splits(&group),
+            "a run succeeded since they were parked"
+        );
     }
 
     #[test]
