@@ -1475,12 +1475,9 @@ async fn add_a_line_that_is_not_an_event(
     storage: &dyn Storage,
     key: &ObjectKey,
 ) -> anyhow::Result<()> {
-    use std::io::Read as _;
-
-    let mut text = String::new();
-    flate2::read::GzDecoder::new(&*storage.get(key).await?.body).read_to_string(&mut text)?;
-    text.push_str("not an event\n");
-    let body = shared::gzip::gzip(text.as_bytes())?;
+    let mut text = afterglow_tests::gunzip(&storage.get(key).await?.body)?;
+    text.extend_from_slice(b"not an event\n");
+    let body = shared::gzip::gzip(&text)?;
     storage
         .put(key, body.into(), shared::storage::PutMode::Overwrite)
         .await?;
