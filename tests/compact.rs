@@ -2332,6 +2332,66 @@ async fn serve_tidies_what_it_finds_untidy_one_session_at_a_time() -> anyhow::Re
     Ok(())
 }
 
+/// A quiet check that fails every time (here its session's tables cannot be written) waits
+/// twice as long after each failure, up to the queue's longest wait for what failed; once the
+/// fault clears, the session is tidied. (Before, it tried again every quiet period for as long
+/// as the fault lasted, each time taking the one tidy permit and a fold's memory and cores.)
+/// Each try stops at its first refused write, so the refusals, watched every 10 ms, show when
+/// the tries were.
+#[tokio::test]
+async fn a_quiet_check_that_keeps_failing_waits_longer_each_time() -> anyhow::Result<()> {
+    use afterglow_tests::faults::Refuses;
+    use shared::compact::queue::QueueTiming;
+
+    let store = UntidyStore::new(&["basic-workload"]).await?;
+    let refusing = Arc::new(Refuses::writes_under(Arc::clone(&store.local), "tables/"));
+    let (compactor, _scratch) = compactor(
+        Arc::clone(&refusing) as Arc<dyn Storage>,
+        store.settings.clone(),
+    )?;
+    let timing = QueueTiming {
+        park_max: Duration::from_millis(1600),
+        ..QueueTiming::default()
+    };
+    let queue = CompactionQueue::spawn_with(compactor, timing);
+    ensure!(queue.catch_up().await? == 0, "objects left to compact");
+    let watching = tokio::time::Instant::now();
+    let mut refused = 0;
+    let mut tries: Vec<tokio::time::Instant> = Vec::new();
+    while watching.elapsed() < Duration::from_millis(3500) {
+        let now = refusing.refused();
+        if now > refused {
+            // Refusals less than a quiet period (100 ms) apart are one try's.
+            if tries
+                .last()
+                .is_none_or(|last| last.elapsed() >= Duration::from_millis(80))
+            {
+                tries.push(tokio::time::Instant::now());
+            }
+            refused = now;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let gaps: Vec<u128> = tries
+        .windows(2)
+        .map(|pair| (pair[1] - pair[0]).as_millis())
+        .collect();
+    ensure!(
+        tries.len() >= 3,
+        "only {} tries in 3.5 s: {gaps:?} ms apart",
+        tries.len()
+    );
+    // Doubling from the quiet period: 200, 400, 800, 1600 ms apart, so at most 5 tries in
+    // 3.5 s; every quiet period would be about 30.
+    ensure!(
+        tries.len() <= 6,
+        "{} tries in 3.5 s, {gaps:?} ms apart: a failing check does not wait longer",
+        tries.len()
+    );
+    refusing.clear();
+    store.tidied().await
+}
+
 /// `serve` does not wait, before it answers, for the scan that finds untidy sessions: it reads
 /// one manifest per session, over a bucket one request each. Here those reads are held; the
 /// start must not be, and the sessions are tidied once the reads go through. (Before, the

@@ -71,7 +71,8 @@ pub struct QueueTiming {
     /// How long keys are parked before they are first tried again; doubled at each failure
     /// after.
     pub park_first: Duration,
-    /// The longest wait between tries of parked keys.
+    /// The longest wait between tries of parked keys, and between tries of a quiet check
+    /// that keeps failing.
     pub park_max: Duration,
 }
 
@@ -183,7 +184,7 @@ async fn run(
 ) {
     let mut pending: Vec<ObjectKey> = Vec::new();
     let mut waiters: Vec<oneshot::Sender<usize>> = Vec::new();
-    let mut quiet = QuietTimers::new(compactor.settings().fold.quiet);
+    let mut quiet = QuietTimers::new(compactor.settings().fold.quiet, timing.park_max);
     let mut parked = Parked::default();
     loop {
         // Checks come first: under steady ingest a command is always waiting, and other
@@ -487,6 +488,8 @@ impl Parked {
 /// session untidy at start, its version when the start-up scan read it).
 struct QuietTimers {
     quiet: Duration,
+    /// The longest wait before a failed check tries again ([`QueueTiming::park_max`]).
+    max_wait: Duration,
     checks: BTreeMap<(ClusterName, SessionName), (QuietCheck, Instant)>,
     /// One permit: the session being tidied holds it.
     tidying: Arc<Semaphore>,
@@ -497,9 +500,10 @@ struct QuietTimers {
 }
 
 impl QuietTimers {
-    fn new(quiet: Duration) -> Self {
+    fn new(quiet: Duration, max_wait: Duration) -> Self {
         Self {
             quiet,
+            max_wait,
             checks: BTreeMap::new(),
             tidying: Arc::new(Semaphore::new(1)),
             started: Arc::default(),
@@ -559,7 +563,10 @@ impl QuietTimers {
             tokio::spawn(tidy_until_settled(
                 compactor.clone(),
                 check,
-                self.quiet,
+                Waits {
+                    quiet: self.quiet,
+                    max: self.max_wait,
+                },
                 Arc::clone(&self.tidying),
                 started,
             ));
@@ -614,24 +621,54 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 async fn tidy_until_settled(
     compactor: Compactor,
     mut check: QuietCheck,
-    quiet: Duration,
+    waits: Waits,
     tidying: Arc<Semaphore>,
     _started: Started,
 ) {
+    let mut wait = waits.quiet;
     loop {
         // The semaphore is never closed.
         let Ok(permit) = tidying.acquire().await else {
             return;
         };
         match compactor.tidy_if_quiet(&check).await {
-            Ok(tidied) if tidied.again => check.sequence = tidied.sequence,
+            Ok(tidied) if tidied.again => {
+                check.sequence = tidied.sequence;
+                wait = waits.quiet;
+            }
             Ok(_) => return,
             Err(err) => {
-                tracing::warn!(error = %err, "could not tidy a quiet session; trying again later");
+                wait = waits.after_failure(wait);
+                tracing::warn!(
+                    cluster = %check.cluster,
+                    session = %check.session,
+                    error = %err,
+                    retry_in = ?wait,
+                    "could not tidy a quiet session; trying again later"
+                );
             }
         }
         drop(permit);
-        tokio::time::sleep(quiet).await;
+        tokio::time::sleep(wait).await;
+    }
+}
+
+/// How long a started check waits before it tries again.
+#[derive(Clone, Copy, Debug)]
+struct Waits {
+    /// After a tidy that left retired files: the quiet period.
+    quiet: Duration,
+    /// The longest wait after failures.
+    max: Duration,
+}
+
+impl Waits {
+    /// The wait after a failure that followed a wait of `last`: doubled, up to `max` (never
+    /// under the quiet period). A check that fails every time (a fold that cannot be written)
+    /// would otherwise take the one tidy permit, and a fold's memory and cores, every quiet
+    /// period for as long as the fault lasts.
+    fn after_failure(self, last: Duration) -> Duration {
+        (last * 2).min(self.max).max(self.quiet)
     }
 }
 
@@ -750,6 +787,31 @@ mod tests {
         assert_eq!(wait, PARK_MAX);
     }
 
+    #[test]
+    fn a_failing_quiet_check_waits_twice_as_long_each_time_up_to_the_cap() {
+        let waits = Waits {
+            quiet: Duration::from_secs(60),
+            max: PARK_MAX,
+        };
+        let mut wait = waits.quiet;
+        let seen: Vec<u64> = (0..5)
+            .map(|_| {
+                wait = waits.after_failure(wait);
+                wait.as_secs()
+            })
+            .collect();
+        assert_eq!(seen, [120, 240, 480, 600, 600]);
+        let capped_below_quiet = Waits {
+            quiet: Duration::from_secs(60),
+            max: Duration::from_secs(10),
+        };
+        assert_eq!(
+            capped_below_quiet.after_failure(capped_below_quiet.quiet),
+            capped_below_quiet.quiet,
+            "a failed check never tries again sooner than a quiet period"
+        );
+    }
+
     fn check(cluster: &str, sequence: u64) -> QuietCheck {
         QuietCheck {
             cluster: ClusterName::new(cluster).unwrap_or_else(|err| panic!("a test name: {err}")),
@@ -769,7 +831,7 @@ mod tests {
 
     #[test]
     fn a_session_found_untidy_leaves_a_commits_check_as_it_is() {
-        let mut timers = QuietTimers::new(Duration::from_secs(1));
+        let mut timers = QuietTimers::new(Duration::from_secs(1), PARK_MAX);
         timers.watch(vec![check("a", 5)]);
         timers.watch_untidy(vec![check("a", 3), check("b", 2)]);
         assert_eq!(
