@@ -11,8 +11,8 @@
 //! every session found untidy at start ([`CompactionQueue::catch_up`]). One session is tidied
 //! at a time, as the compact function tidies the checks of one invocation.
 
-use std::collections::BTreeMap;
 use std::collections::btree_map::Entry;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -690,6 +690,8 @@ fn take(
 async fn untidy_sessions(storage: &Arc<dyn Storage>) -> Result<Vec<QuietCheck>, StorageError> {
     let mut untidy = Vec::new();
     let mut reads = JoinSet::new();
+    // Each read's key, by task, to name a read that panicked.
+    let mut reading = HashMap::new();
     let mut manifests = storage.list(layout::MANIFESTS_PREFIX).await?.into_iter();
     loop {
         while reads.len() < CONCURRENT_MANIFEST_READS
@@ -699,18 +701,26 @@ async fn untidy_sessions(storage: &Arc<dyn Storage>) -> Result<Vec<QuietCheck>, 
                 continue;
             };
             let storage = Arc::clone(storage);
-            reads.spawn(async move {
+            let key = meta.key.clone();
+            let task = reads.spawn(async move {
                 let loaded = manifest::load(&*storage, &meta.key).await;
                 (meta.key, cluster, session, loaded)
             });
+            reading.insert(task.id(), key);
         }
-        let Some(read) = reads.join_next().await else {
+        let Some(read) = reads.join_next_with_id().await else {
             break;
         };
         let (key, cluster, session, loaded) = match read {
-            Ok(read) => read,
+            Ok((task, read)) => {
+                reading.remove(&task);
+                read
+            }
             Err(err) => {
-                tracing::warn!(error = %err, "a manifest read to tidy stopped");
+                let key = reading
+                    .remove(&err.id())
+                    .map_or_else(String::new, |key| key.to_string());
+                tracing::warn!(%key, error = %err, "a manifest read to tidy stopped");
                 continue;
             }
         };
