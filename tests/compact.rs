@@ -2332,12 +2332,13 @@ async fn serve_tidies_what_it_finds_untidy_one_session_at_a_time() -> anyhow::Re
     Ok(())
 }
 
-/// A quiet check that fails every time (here its session's tables cannot be written) waits
+/// A quiet check that fails every time (here its session's manifest cannot be written) waits
 /// twice as long after each failure, up to the queue's longest wait for what failed; once the
 /// fault clears, the session is tidied. (Before, it tried again every quiet period for as long
-/// as the fault lasted, each time taking the one tidy permit and a fold's memory and cores.)
-/// Each try stops at its first refused write, so the refusals, watched every 10 ms, show when
-/// the tries were.
+/// as the fault lasted, each time taking the one tidy permit, and where the session needed a
+/// fold, a fold's memory and cores; this session needs none, so its tries are quick.) Each try
+/// stops at its first refused write, so the refusals, watched every 10 ms, show when the tries
+/// were.
 #[tokio::test]
 async fn a_quiet_check_that_keeps_failing_waits_longer_each_time() -> anyhow::Result<()> {
     use afterglow_tests::faults::Refuses;
@@ -2361,7 +2362,7 @@ async fn a_quiet_check_that_keeps_failing_waits_longer_each_time() -> anyhow::Re
     while watching.elapsed() < Duration::from_millis(3500) {
         let now = refusing.refused();
         if now > refused {
-            // Refusals less than a quiet period (100 ms) apart are one try's.
+            // Refusals closer than 80 ms, under the quiet period of 100 ms, are one try's.
             if tries
                 .last()
                 .is_none_or(|last| last.elapsed() >= Duration::from_millis(80))

@@ -409,7 +409,7 @@ impl ParkedGroup {
 
     /// The wait after this group's next failure: doubled, up to `max`.
     fn next_wait(&self, max: Duration) -> Duration {
-        (self.wait * 2).min(max)
+        self.wait.saturating_mul(2).min(max)
     }
 }
 
@@ -616,8 +616,9 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// Runs `check`, tidying only while it holds `tidying`: a fold encodes on every core and holds
 /// a session's rows, so the sessions a restart finds untidy, all due at once, are folded one
-/// after another rather than all together in memory. A session still holding retired files,
-/// or whose check failed, is checked again a quiet period later, until it changes or is tidy.
+/// after another rather than all together in memory. A session still holding retired files is
+/// checked again a quiet period later, until it changes or is tidy; a check that failed tries
+/// again after a wait that doubles with each failure in a row ([`Waits::after_failure`]).
 async fn tidy_until_settled(
     compactor: Compactor,
     mut check: QuietCheck,
@@ -643,7 +644,7 @@ async fn tidy_until_settled(
                     cluster = %check.cluster,
                     session = %check.session,
                     error = %err,
-                    retry_in = ?wait,
+                    wait_s = wait.as_secs_f64(),
                     "could not tidy a quiet session; trying again later"
                 );
             }
@@ -668,7 +669,7 @@ impl Waits {
     /// would otherwise take the one tidy permit, and a fold's memory and cores, every quiet
     /// period for as long as the fault lasts.
     fn after_failure(self, last: Duration) -> Duration {
-        (last * 2).min(self.max).max(self.quiet)
+        last.saturating_mul(2).min(self.max).max(self.quiet)
     }
 }
 
@@ -701,26 +702,25 @@ async fn untidy_sessions(storage: &Arc<dyn Storage>) -> Result<Vec<QuietCheck>, 
                 continue;
             };
             let storage = Arc::clone(storage);
-            let key = meta.key.clone();
-            let task = reads.spawn(async move {
-                let loaded = manifest::load(&*storage, &meta.key).await;
-                (meta.key, cluster, session, loaded)
-            });
-            reading.insert(task.id(), key);
+            let id = reads
+                .spawn({
+                    let key = meta.key.clone();
+                    async move {
+                        let loaded = manifest::load(&*storage, &key).await;
+                        (cluster, session, loaded)
+                    }
+                })
+                .id();
+            reading.insert(id, meta.key);
         }
         let Some(read) = reads.join_next_with_id().await else {
             break;
         };
-        let (key, cluster, session, loaded) = match read {
-            Ok((task, read)) => {
-                reading.remove(&task);
-                read
-            }
+        let (key, (cluster, session, loaded)) = match read {
+            Ok((id, read)) => (reading.remove(&id), read),
             Err(err) => {
-                let key = reading
-                    .remove(&err.id())
-                    .map_or_else(String::new, |key| key.to_string());
-                tracing::warn!(%key, error = %err, "a manifest read to tidy stopped");
+                let key = reading.remove(&err.id());
+                tracing::warn!(key = ?key, error = %err, "a manifest read to tidy stopped");
                 continue;
             }
         };
@@ -728,7 +728,7 @@ async fn untidy_sessions(storage: &Arc<dyn Storage>) -> Result<Vec<QuietCheck>, 
             Ok(current) => untidy.extend(untidy_check(cluster, session, &current.manifest)),
             // Its next commit watches it; nothing else depends on this one.
             Err(err) => {
-                tracing::warn!(key = %key, error = %err, "cannot read a manifest to tidy it");
+                tracing::warn!(key = ?key, error = %err, "cannot read a manifest to tidy it");
             }
         }
     }
@@ -811,6 +811,12 @@ mod tests {
             })
             .collect();
         assert_eq!(seen, [120, 240, 480, 600, 600]);
+        // `serve`'s defaults: a 5-minute quiet period, so the cap at once.
+        let defaults = Waits {
+            quiet: Duration::from_secs(300),
+            max: PARK_MAX,
+        };
+        assert_eq!(defaults.after_failure(defaults.quiet), PARK_MAX);
         let capped_below_quiet = Waits {
             quiet: Duration::from_secs(60),
             max: Duration::from_secs(10),
