@@ -1357,14 +1357,9 @@ async fn serve_compacts_what_a_fault_held_back_once_it_clears_without_a_restart(
         }
 
         faulty.clear();
-        let cleared = tokio::time::Instant::now();
-        while !backlog::uncompacted(&*local).await?.is_empty() {
-            ensure!(
-                cleared.elapsed() < Duration::from_secs(60),
-                "{fault}: still not compacted a minute after the fault cleared"
-            );
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
+        all_compacted_within(&*local, Duration::from_secs(60))
+            .await
+            .with_context(|| format!("{fault}, once cleared"))?;
         ensure!(
             queue.idle().await == Some(0),
             "{fault}: keys still parked once all were compacted"
@@ -1453,14 +1448,9 @@ async fn a_session_that_cannot_be_committed_holds_back_only_its_own_objects() ->
     )?;
 
     faulty.clear();
-    let cleared = tokio::time::Instant::now();
-    while !backlog::uncompacted(&*local).await?.is_empty() {
-        ensure!(
-            cleared.elapsed() < Duration::from_secs(30),
-            "the failing session's objects are not compacted 30 s after the fault cleared"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    all_compacted_within(&*local, Duration::from_secs(30))
+        .await
+        .context("the failing session's objects, once the fault cleared")?;
     ensure!(queue.idle().await == Some(0), "keys still parked");
     check(
         &failing,
@@ -1468,6 +1458,23 @@ async fn a_session_that_cannot_be_committed_holds_back_only_its_own_objects() ->
         "once its commits were no longer refused",
     )?;
     Ok(())
+}
+
+/// Waits until `serve`'s backlog in `storage` holds no uncompacted raw object, for `within` at
+/// most.
+async fn all_compacted_within(storage: &dyn Storage, within: Duration) -> anyhow::Result<()> {
+    let started = tokio::time::Instant::now();
+    loop {
+        let left = shared::compact::backlog::uncompacted(storage).await?.len();
+        if left == 0 {
+            return Ok(());
+        }
+        ensure!(
+            started.elapsed() < within,
+            "{left} raw objects still not compacted after {within:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// Appends to the raw object at `key` a line that is not an event, which compaction quarantines.
@@ -1541,14 +1548,9 @@ async fn a_key_that_breaks_every_run_holds_back_only_itself_with_no_other_traffi
     ensure!(faulty.refused() > 0, "the quarantine was not refused");
 
     faulty.clear();
-    let cleared = tokio::time::Instant::now();
-    while !backlog::uncompacted(&*local).await?.is_empty() {
-        ensure!(
-            cleared.elapsed() < Duration::from_secs(30),
-            "the spoiled object is not compacted 30 s after the fault cleared"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    all_compacted_within(&*local, Duration::from_secs(30))
+        .await
+        .context("the spoiled object, once the fault cleared")?;
     check(
         &run,
         &stored_task_rows(&*local, &run.name).await?,
