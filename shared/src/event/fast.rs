@@ -480,6 +480,20 @@ fn plain_run(bytes: &[u8]) -> usize {
         .unwrap_or(bytes.len() - at)
 }
 
+/// The length of the string text `bytes` starts with, escapes as sent: up to its closing
+/// quote, or to what ends it wrongly (a control character, the end of `bytes`).
+fn quoted_length(bytes: &[u8]) -> usize {
+    let mut at = 0;
+    loop {
+        at += plain_run(bytes.get(at..).unwrap_or_default());
+        match bytes.get(at) {
+            // The escaped character cannot end the string.
+            Some(b'\\') => at += 2,
+            _ => return at.min(bytes.len()),
+        }
+    }
+}
+
 /// JSON text read front to back, in the grammar serde_json accepts.
 struct Reader<'a> {
     text: &'a str,
@@ -578,7 +592,11 @@ impl<'a> Reader<'a> {
     /// The rest of a string that has escapes, from `start`, where its text began.
     fn escaped(&mut self, start: usize) -> Option<String> {
         let bytes = self.bytes();
-        let mut text = String::from(self.text.get(start..self.at)?);
+        // Unescaped, the text is never longer than as sent: one allocation, where growing a
+        // character at a time reallocated every definition's runtime env and every traceback
+        // several times (callgrind, docs/performance.md).
+        let mut text = String::with_capacity(quoted_length(bytes.get(start..)?));
+        text.push_str(self.text.get(start..self.at)?);
         loop {
             match *bytes.get(self.at)? {
                 b'"' => {
@@ -905,6 +923,31 @@ mod tests {
             }
         }
         assert!(checked > 10_000);
+    }
+
+    #[test]
+    fn a_quoted_length_counts_escapes_as_sent_up_to_the_closing_quote()
+    -> Result<(), serde_json::Error> {
+        for (text, length) in [
+            (r#"plain" tail"#, 5),
+            (r#"a\"b" tail"#, 4),
+            (r#"a\\" tail"#, 3),
+            (r#"\u00e9\n" tail"#, 8),
+            (r#"{\"pip\": [\"x\"]}", "#, 18),
+            // No closing quote: the rest, even after a trailing backslash.
+            (r#"open"#, 4),
+            (r#"open\"#, 5),
+            ("cut\nhere\" tail", 3),
+        ] {
+            assert_eq!(quoted_length(text.as_bytes()), length, "{text}");
+            // What it bounds: the unescaped text is never longer.
+            let closed = text.get(..=length).filter(|sent| sent.ends_with('"'));
+            if let Some(sent) = closed {
+                let unescaped: String = serde_json::from_str(&format!("\"{sent}"))?;
+                assert!(unescaped.len() <= length, "{text}");
+            }
+        }
+        Ok(())
     }
 
     const LIFECYCLE: &str = r#"{"eventId": "tU1N9ZUwkGs7dHXM29US4+JeIERXNuvSoRF5Gg==", "sourceType": "CORE_WORKER", "eventType": "TASK_LIFECYCLE_EVENT", "timestamp": "2026-11-22T00:09:08.960354283Z", "severity": "INFO", "sessionName": "session_x", "taskLifecycleEvent": {"taskId": "1wjvfU407iv///////////////8IAAAA", "taskAttempt": 0, "stateTransitions": [{"state": "RUNNING", "timestamp": "2026-11-22T00:09:08.960283586Z"}], "nodeId": "", "workerId": "", "workerPid": 12, "jobId": "CAAAAA==", "taskLogInfo": {"stdoutFile": "/tmp/o", "stdoutStart": "123"}}, "nodeId": "Q3truZHedwQEhxjuBfa9JP5BpVK2XSve52JF3Q==", "message": ""}"#;
