@@ -451,7 +451,11 @@ impl Seen {
 
 /// The length of the run of plain string text `bytes` starts with: up to the first quote,
 /// backslash or control character. Eight bytes at a time, as serde_json scans: a byte at a
-/// time, scanning strings was a fifth of reading an event (perf).
+/// time, scanning strings was a fifth of reading an event (perf). Not inlined, and over the
+/// whole words split off first: inlined into the string reader, the loop had too few registers
+/// for its constants and loaded five of them again every word, 30 instructions a word against
+/// 19 (objdump, docs/performance.md "Stop 65").
+#[inline(never)]
 fn plain_run(bytes: &[u8]) -> usize {
     const ONES: u64 = u64::from_le_bytes([1; 8]);
     const HIGH: u64 = u64::from_le_bytes([0x80; 8]);
@@ -460,24 +464,22 @@ fn plain_run(bytes: &[u8]) -> usize {
     fn zero_bytes(word: u64) -> u64 {
         word.wrapping_sub(ONES) & !word & HIGH
     }
-    let mut at = 0;
-    while let Some(chunk) = bytes.get(at..).and_then(<[u8]>::first_chunk::<8>) {
-        let word = u64::from_le_bytes(*chunk);
+    let (words, tail) = bytes.as_chunks::<8>();
+    for (index, word) in words.iter().enumerate() {
+        let word = u64::from_le_bytes(*word);
         let ends = zero_bytes(word ^ (ONES * u64::from(b'"')))
             | zero_bytes(word ^ (ONES * u64::from(b'\\')))
             // Bytes below 0x20: the same borrow trick, against 0x20.
             | (word.wrapping_sub(ONES * 0x20) & !word & HIGH);
         if ends != 0 {
-            return at + (ends.trailing_zeros() / 8) as usize;
+            return index * 8 + (ends.trailing_zeros() / 8) as usize;
         }
-        at += 8;
     }
-    at + bytes
-        .get(at..)
-        .unwrap_or_default()
+    let at = words.len() * 8;
+    at + tail
         .iter()
         .position(|&byte| byte == b'"' || byte == b'\\' || byte < 0x20)
-        .unwrap_or(bytes.len() - at)
+        .unwrap_or(tail.len())
 }
 
 /// The length of the string text `bytes` starts with, escapes as sent, which bounds the
@@ -573,25 +575,28 @@ impl<'a> Reader<'a> {
     }
 
     /// A string, in place unless it has escapes.
+    ///
+    /// Inlined, with what follows an escape out of line: an event has about forty strings, keys
+    /// included, and one event in five has an escape. With the escape's decoding inlined into
+    /// it, the reader was a call that saved six registers and set up 184 bytes of stack for
+    /// every string (perf annotate, docs/performance.md "Stop 65").
+    #[inline]
     fn string(&mut self) -> Option<Cow<'a, str>> {
         self.take(b'"')?;
         let start = self.at;
         let end = start + plain_run(self.bytes().get(start..)?);
-        match *self.bytes().get(end)? {
-            b'"' => {
-                self.at = end + 1;
-                self.text.get(start..end).map(Cow::Borrowed)
-            }
-            b'\\' => {
-                self.at = end;
-                self.escaped(start).map(Cow::Owned)
-            }
-            // serde_json rejects control characters in strings.
-            _ => None,
+        self.at = end;
+        if *self.bytes().get(end)? == b'"' {
+            self.at += 1;
+            return self.text.get(start..end).map(Cow::Borrowed);
         }
+        self.escaped(start).map(Cow::Owned)
     }
 
-    /// The rest of a string that has escapes, from `start`, where its text began.
+    /// The rest of a string that has escapes (or that ends wrongly), from `start`, where its
+    /// text began; `self.at` is where the plain text ended.
+    #[cold]
+    #[inline(never)]
     fn escaped(&mut self, start: usize) -> Option<String> {
         let bytes = self.bytes();
         // Unescaped, the text is never longer than as sent: one allocation, where growing by
