@@ -11,8 +11,8 @@ use crate::event::encoding::EventId;
 /// The ids are kept in the order taken; the table holds only each one's place and a 32-bit
 /// fingerprint of it, and compares ids only where fingerprints match. A set of the ids
 /// themselves (40 bytes a slot, in a table twice the size of a run's million ids) missed the
-/// cache on nearly every insert: 4.5 % of a run's CPU, all on the thread that folds (perf).
-/// With 8-byte slots it takes half as many samples (docs/performance.md, "Stop 65").
+/// cache on nearly every insert: 4.5 % of compaction's CPU, all on the thread that folds (perf).
+/// With 8-byte slots it takes a third less, 2.9–3.0 % (docs/performance.md, "Stop 65").
 pub(super) struct SeenEvents<S = foldhash::fast::RandomState> {
     ids: Vec<EventId>,
     places: HashTable<Slot>,
