@@ -58,6 +58,12 @@ use crate::tables::{catalog, manifest};
 /// Raw objects fetched at once (parsed at most one per core).
 const READ_PARALLELISM: usize = 8;
 
+/// Raw objects parsed, or being parsed, that the fold has not taken yet, with `cores` cores:
+/// one per parsing thread and one parsed, waiting for the fold.
+const fn parsed_ahead(cores: usize) -> usize {
+    cores + 1
+}
+
 /// Most raw objects one compaction run takes: the compact function's SQS batch size
 /// (template.yaml's `BatchSize`), `serve`'s largest batch, and the bench's default. A run's
 /// costs that do not follow its events (locating stored versions, a delta's files and rollup,
@@ -574,9 +580,15 @@ impl Compactor {
     /// Reads and parses `keys`, several at a time (fetches overlap, parses use every core),
     /// and hands each object, or why it could not be read, to `take` with its position in
     /// `keys` as soon as it is parsed: in the order the reads finish, so that what `take` does
-    /// (the fold, one core's work) overlaps the parsing of the objects after it. Objects whose
-    /// turn `take` has not reached yet wait parsed; at worst (a fold slower than every parse)
-    /// that is every object, which is what a run held before it folded as it read.
+    /// (the fold, one core's work) overlaps the parsing of the objects after it.
+    ///
+    /// Objects are parsed at most [`parsed_ahead`] ahead of `take`. Parsed without a bound, a
+    /// fold slower than the parses (as it is on two cores) left objects waiting parsed, up to
+    /// every object of the run, and finished them alone on one core after the last parse.
+    /// Bounded, a run holds a few parsed objects whatever the fold's pace: the 1 M bench's
+    /// compaction peaked 17 % lower at the same speed, and the 10 M bench's took 9 % less CPU
+    /// (docs/performance.md, stop 66). Fetches are not held back: a parse waits for its turn
+    /// with its body fetched.
     async fn read_each(
         &self,
         keys: &[ObjectKey],
@@ -584,17 +596,18 @@ impl Compactor {
     ) -> Result<(), CompactError> {
         let mut reads = tokio::task::JoinSet::new();
         let slots = Arc::new(tokio::sync::Semaphore::new(READ_PARALLELISM));
-        let parsers = Arc::new(tokio::sync::Semaphore::new(
-            std::thread::available_parallelism().map_or(1, usize::from),
-        ));
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        let parsers = Arc::new(tokio::sync::Semaphore::new(cores));
+        let ahead = Arc::new(tokio::sync::Semaphore::new(parsed_ahead(cores)));
         for (index, key) in keys.iter().enumerate() {
             let storage = Arc::clone(&self.storage);
             let key = key.clone();
             let slots = Arc::clone(&slots);
             let parsers = Arc::clone(&parsers);
+            let ahead = Arc::clone(&ahead);
             reads.spawn(async move {
                 let _slot = slots.acquire_owned().await;
-                let read = read_raw(&*storage, &key, &parsers)
+                let read = read_raw(&*storage, &key, &parsers, &ahead)
                     .await
                     .map_err(|err| (key, err));
                 (index, read)
@@ -602,7 +615,10 @@ impl Compactor {
         }
         while let Some(joined) = reads.join_next().await {
             let (index, read) = joined.map_err(|err| CompactError::Worker(err.to_string()))?;
-            take(index, read);
+            match read {
+                Ok((object, _parsed_ahead)) => take(index, Ok(object)),
+                Err(failed) => take(index, Err(failed)),
+            }
         }
         Ok(())
     }
@@ -1378,4 +1394,106 @@ async fn run_blocking<T: Send + 'static>(
     tokio::task::spawn_blocking(work)
         .await
         .map_err(|err| CompactError::Worker(err.to_string()))?
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicUsize;
+    use std::time::Duration;
+
+    use async_trait::async_trait;
+    use bytes::Bytes;
+
+    use super::*;
+    use crate::storage::{ETag, LocalDirStorage, ObjectMeta, PutMode, StoredObject};
+
+    /// A local store that counts the objects read from it.
+    #[derive(Debug)]
+    struct CountsGets {
+        inner: LocalDirStorage,
+        gets: AtomicUsize,
+    }
+
+    #[async_trait]
+    impl Storage for CountsGets {
+        async fn put(
+            &self,
+            key: &ObjectKey,
+            body: Bytes,
+            mode: PutMode,
+        ) -> Result<ETag, StorageError> {
+            self.inner.put(key, body, mode).await
+        }
+
+        async fn get(&self, key: &ObjectKey) -> Result<StoredObject, StorageError> {
+            self.gets.fetch_add(1, Ordering::SeqCst);
+            self.inner.get(key).await
+        }
+
+        async fn list(&self, prefix: &str) -> Result<Vec<ObjectMeta>, StorageError> {
+            self.inner.list(prefix).await
+        }
+
+        async fn delete(&self, key: &ObjectKey) -> Result<(), StorageError> {
+            self.inner.delete(key).await
+        }
+
+        fn location(&self) -> String {
+            self.inner.location()
+        }
+    }
+
+    /// While the fold is busy with the first object, the objects after it are parsed only a
+    /// few ahead: at most [`parsed_ahead`] hold a turn, and the reads waiting for one at most
+    /// [`READ_PARALLELISM`]. Parsed without holding back, all forty would be read while the
+    /// fold sleeps.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn objects_are_parsed_only_a_few_ahead_of_the_fold()
+    -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let storage = Arc::new(CountsGets {
+            inner: LocalDirStorage::open(dir.path().join("store"))?,
+            gets: AtomicUsize::new(0),
+        });
+        // A body Ray 2.60 sent, as ingest stores it.
+        let body = std::fs::read(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../tests/fixtures/ray-2.60/basic-workload/bodies/0001.json"),
+        )?;
+        let events = crate::event::split_batch(&body)?;
+        let raw = Bytes::from(crate::ingest::encode_ndjson_gz(&events, body.len())?);
+        let cluster = ClusterName::new("ahead")?;
+        let mut keys = Vec::new();
+        for _ in 0..40 {
+            let key = layout::raw_object_key(&cluster, ulid::Ulid::new())?;
+            storage.put(&key, raw.clone(), PutMode::Overwrite).await?;
+            keys.push(key);
+        }
+        let compactor = Compactor::new(
+            Arc::clone(&storage) as Arc<dyn Storage>,
+            CompactSettings::default(),
+            dir.path().join("scratch"),
+        );
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        let mut read_while_folding = None;
+        let mut taken = 0;
+        compactor
+            .read_each(&keys, |_, read| {
+                assert!(read.is_ok_and(|object| !object.events.is_empty()));
+                taken += 1;
+                if read_while_folding.is_none() {
+                    // The fold of the first object, slow: everything that may run beside it does.
+                    std::thread::sleep(Duration::from_millis(500));
+                    read_while_folding = Some(storage.gets.load(Ordering::SeqCst));
+                }
+            })
+            .await?;
+        assert_eq!(taken, keys.len());
+        let read = read_while_folding.unwrap_or_default();
+        assert!(
+            read <= READ_PARALLELISM + parsed_ahead(cores),
+            "{read} objects read while the first was folded"
+        );
+        Ok(())
+    }
 }

@@ -3,8 +3,10 @@
 
 use std::cell::RefCell;
 use std::io::Read as _;
+use std::sync::Arc;
 
 use flate2::read::GzDecoder;
+use tokio::sync::OwnedSemaphorePermit;
 
 use crate::event::RayEvent;
 use crate::event::encoding::with_shared_ids;
@@ -60,26 +62,32 @@ pub enum RawError {
 const MAX_QUARANTINED_TEXT: usize = 64 * 1024;
 
 /// Reads and parses one raw object. The parse runs on a blocking thread (it is CPU work) once
-/// `parsers` has a permit for it: more parses at once than cores would only share the cores,
-/// and take them from the fold, which runs beside them.
-#[tracing::instrument(name = "read_raw", skip(storage, parsers), fields(key = %key))]
+/// `ahead` and then `parsers` have a permit for it: more parses at once than cores would only
+/// share the cores, and take them from the fold, which runs beside them. The `ahead` permit is
+/// returned with the object, for the caller to drop once it has folded it: objects are parsed
+/// only a few ahead of the fold (see `Compactor::read_each`). The fetch needs neither.
+#[tracing::instrument(name = "read_raw", skip(storage, parsers, ahead), fields(key = %key))]
 pub async fn read_raw(
     storage: &dyn Storage,
     key: &ObjectKey,
     parsers: &tokio::sync::Semaphore,
-) -> Result<RawObject, RawError> {
+    ahead: &Arc<tokio::sync::Semaphore>,
+) -> Result<(RawObject, Option<OwnedSemaphorePermit>), RawError> {
     let cluster = raw_object_cluster(key).ok_or_else(|| RawError::NotRaw(key.clone()))?;
     let stored = storage.get(key).await?;
-    // The semaphore is never closed; if it were, parsing without a permit is still correct.
+    // Neither semaphore is ever closed; if one were, parsing without its permit is still
+    // correct.
+    let folding = Arc::clone(ahead).acquire_owned().await.ok();
     let _parsing = parsers.acquire().await.ok();
     let key = key.clone();
     let parse_key = key.clone();
-    tokio::task::spawn_blocking(move || parse_raw(parse_key, cluster, &stored.body))
+    let object = tokio::task::spawn_blocking(move || parse_raw(parse_key, cluster, &stored.body))
         .await
         .map_err(|err| RawError::Corrupt {
             key,
             source: std::io::Error::other(err.to_string()),
-        })?
+        })??;
+    Ok((object, folding))
 }
 
 /// The largest body inflated in one piece: a gzip trailer states the size, and a corrupt one
