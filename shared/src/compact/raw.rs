@@ -62,22 +62,23 @@ pub enum RawError {
 const MAX_QUARANTINED_TEXT: usize = 64 * 1024;
 
 /// Reads and parses one raw object. The parse runs on a blocking thread (it is CPU work) once
-/// `ahead` and then `parsers` have a permit for it: more parses at once than cores would only
-/// share the cores, and take them from the fold, which runs beside them. The `ahead` permit is
-/// returned with the object, for the caller to drop once it has folded it: objects are parsed
-/// only a few ahead of the fold (see `Compactor::read_each`). The fetch needs neither.
-#[tracing::instrument(name = "read_raw", skip(storage, parsers, ahead), fields(key = %key))]
+/// it has one of `turns` and then a permit of `parsers`: more parses at once than cores would
+/// only share the cores, and take them from the fold, which runs beside them. The turn is
+/// returned with the object, for the caller to give back once it has folded it, so that
+/// objects are parsed only a few ahead of the fold (`Compactor::read_each`). The fetch needs
+/// neither.
+#[tracing::instrument(name = "read_raw", skip(storage, parsers, turns), fields(key = %key))]
 pub async fn read_raw(
     storage: &dyn Storage,
     key: &ObjectKey,
     parsers: &tokio::sync::Semaphore,
-    ahead: &Arc<tokio::sync::Semaphore>,
+    turns: &Arc<tokio::sync::Semaphore>,
 ) -> Result<(RawObject, Option<OwnedSemaphorePermit>), RawError> {
     let cluster = raw_object_cluster(key).ok_or_else(|| RawError::NotRaw(key.clone()))?;
     let stored = storage.get(key).await?;
     // Neither semaphore is ever closed; if one were, parsing without its permit is still
     // correct.
-    let folding = Arc::clone(ahead).acquire_owned().await.ok();
+    let turn = Arc::clone(turns).acquire_owned().await.ok();
     let _parsing = parsers.acquire().await.ok();
     let key = key.clone();
     let parse_key = key.clone();
@@ -87,7 +88,7 @@ pub async fn read_raw(
             key,
             source: std::io::Error::other(err.to_string()),
         })??;
-    Ok((object, folding))
+    Ok((object, turn))
 }
 
 /// The largest body inflated in one piece: a gzip trailer states the size, and a corrupt one
