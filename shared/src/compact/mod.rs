@@ -1446,9 +1446,10 @@ mod tests {
     }
 
     /// While the fold is busy with the first object, the objects after it are parsed only a
-    /// few ahead: at most [`parse_turns`] hold a turn, and the reads waiting for one at most
-    /// [`READ_PARALLELISM`]. Parsed without turns, every object would be read while the fold
-    /// sleeps: the run has twice as many as the bound, on any number of cores.
+    /// few ahead: [`parse_turns`] objects hold a turn (the one being folded among them) and
+    /// [`READ_PARALLELISM`] reads wait for one, so exactly that many are read, and no more
+    /// however long the fold takes. Parsed without turns, every object would be read: the run
+    /// has twice as many as the bound, on any number of cores.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn objects_are_parsed_only_a_few_ahead_of_the_fold()
     -> Result<(), Box<dyn std::error::Error>> {
@@ -1485,17 +1486,27 @@ mod tests {
                 assert!(read.is_ok_and(|object| !object.events.is_empty()));
                 taken += 1;
                 if read_while_folding.is_none() {
-                    // The fold of the first object, slow: everything that may run beside it does.
-                    std::thread::sleep(Duration::from_millis(500));
-                    read_while_folding = Some(storage.gets.load(Ordering::SeqCst));
+                    // The fold of the first object, slow: it lasts until the reads beside it
+                    // have reached the bound (or a deadline), then a while longer, for any
+                    // read past the bound to show.
+                    let reads = || storage.gets.load(Ordering::SeqCst);
+                    let deadline = Instant::now() + Duration::from_secs(10);
+                    while reads() < bound && Instant::now() < deadline {
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                    let settled = Instant::now() + Duration::from_millis(300);
+                    while reads() <= bound && Instant::now() < settled {
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                    read_while_folding = Some(reads());
                 }
             })
             .await?;
         assert_eq!(taken, keys.len());
-        let read = read_while_folding.unwrap_or_default();
-        assert!(
-            read <= bound,
-            "{read} of {} objects read while the first was folded",
+        assert_eq!(
+            read_while_folding,
+            Some(bound),
+            "objects read while the first of {} was folded",
             keys.len()
         );
         Ok(())
