@@ -7,7 +7,8 @@ use anyhow::ensure;
 use shared::event::RayEvent;
 use shared::merge::entities::SessionEntities;
 
-fn fold(events: &[String]) -> anyhow::Result<SessionEntities> {
+/// The entities `events` (JSON texts) describe, each event applied in the order given.
+fn collect(events: &[String]) -> anyhow::Result<SessionEntities> {
     let mut entities = SessionEntities::default();
     for text in events {
         let event = RayEvent::from_json(text)?;
@@ -31,7 +32,7 @@ fn entities_agree_with_rays_lists_in_any_order() -> anyhow::Result<()> {
     let mut compared = 0;
     for run in FixtureRun::all()? {
         let events = events_of(&run)?;
-        let in_order = fold(&events)?;
+        let in_order = collect(&events)?;
         let (count, problems) = compare(&run, &in_order)?;
         ensure!(
             problems.is_empty(),
@@ -43,7 +44,7 @@ fn entities_agree_with_rays_lists_in_any_order() -> anyhow::Result<()> {
         let mut scrambled = shuffled(&events, 9);
         scrambled.extend(shuffled(&events, 4));
         ensure!(
-            fold(&scrambled)? == in_order,
+            collect(&scrambled)? == in_order,
             "{}: order or duplicates changed a record",
             run.name
         );

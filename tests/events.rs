@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use afterglow_tests::ray::ray_transitions;
 use afterglow_tests::{FixtureRun, raw_events};
 use anyhow::{Context as _, ensure};
 use shared::event::common::FunctionDescriptor;
@@ -247,13 +248,6 @@ fn read_run(run: &FixtureRun) -> anyhow::Result<(Definitions, Transitions)> {
     Ok((definitions, transitions))
 }
 
-/// Ray prints `created_ms` as a UTC date (`2026-11-22 06:11:47.258000`); back to epoch ms.
-fn ground_truth_millis(text: &str) -> anyhow::Result<i64> {
-    let (date, time) = text.split_once(' ').context("date and time")?;
-    let stamp = format!("{date}T{time}Z");
-    Ok(shared::event::encoding::Timestamp::parse_rfc3339(&stamp)?.millis())
-}
-
 /// For every task attempt in Ray's `ray list tasks --detail` whose definition was exported, the
 /// definition event decodes to the same IDs, name, function, type, language and resources; and
 /// every lifecycle transition decodes to a state and millisecond time Ray also reports.
@@ -292,17 +286,7 @@ fn task_events_agree_with_rays_state_api() -> anyhow::Result<()> {
                 );
                 compared_definitions += 1;
             }
-            let ray_events: BTreeSet<(String, i64)> = task["events"]
-                .as_array()
-                .context("events")?
-                .iter()
-                .map(|event| {
-                    Ok((
-                        event["state"].as_str().context("state")?.to_owned(),
-                        ground_truth_millis(event["created_ms"].as_str().context("created_ms")?)?,
-                    ))
-                })
-                .collect::<anyhow::Result<_>>()?;
+            let ray_events: BTreeSet<(String, i64)> = ray_transitions(task)?.into_iter().collect();
             for (state, millis) in transitions.get(&key).into_iter().flatten() {
                 let ray_has_state = ray_events.iter().any(|(ray_state, _)| ray_state == state);
                 // Ray keeps one time per state (the last written); an attempt re-reporting a

@@ -199,6 +199,8 @@ async fn deeply_nested_events_are_stored_without_recursion() -> anyhow::Result<(
     server.stop().await
 }
 
+/// A body past its byte limit is refused with a 413 that names the Ray variable bounding a
+/// batch, and nothing is stored.
 #[tokio::test]
 async fn oversized_bodies_answer_413_naming_the_ray_variable() -> anyhow::Result<()> {
     let body = body_of("basic-workload").await?;
@@ -206,20 +208,10 @@ async fn oversized_bodies_answer_413_naming_the_ray_variable() -> anyhow::Result
         max_body_bytes: body.len() - 1,
         max_events: 10_000,
     };
-    let (_guard, storage, server) = local_server(|settings| {
-        Ok(ServeSettings {
-            ingest_limits: limits,
-            ..settings
-        })
-    })
-    .await?;
-    let (status, text) = post(&format!("{}/v1/events/c", server.url), body).await?;
-    ensure!(status == 413, "{status} {text}");
-    ensure!(text.contains(RAY_BATCH_SIZE_VARIABLE), "{text}");
-    ensure!(storage.list("raw/").await?.is_empty());
-    server.stop().await
+    ensure_too_large(body, limits).await
 }
 
+/// A body past its event limit is refused the same way.
 #[tokio::test]
 async fn batches_with_too_many_events_answer_413_naming_the_ray_variable() -> anyhow::Result<()> {
     let body = body_of("basic-workload").await?;
@@ -229,6 +221,12 @@ async fn batches_with_too_many_events_answer_413_naming_the_ray_variable() -> an
         max_body_bytes: 5 * 1024 * 1024,
         max_events: events - 1,
     };
+    ensure_too_large(body, limits).await
+}
+
+/// Posts `body` to a server with ingest `limits` and insists on a 413 naming
+/// [`RAY_BATCH_SIZE_VARIABLE`], with nothing stored.
+async fn ensure_too_large(body: Vec<u8>, limits: IngestLimits) -> anyhow::Result<()> {
     let (_guard, storage, server) = local_server(|settings| {
         Ok(ServeSettings {
             ingest_limits: limits,
@@ -334,34 +332,18 @@ fn api_gateway_event(cluster: &str, token: &str, body: &[u8], base64: bool) -> S
     } else {
         String::from_utf8_lossy(body).into_owned()
     };
-    let mut event = serde_json::json!({
-        "version": "2.0",
-        "routeKey": "POST /v1/events/{cluster}",
-        "rawPath": format!("/v1/events/{cluster}"),
-        "rawQueryString": format!("token={token}"),
-        "headers": {"content-type": "application/json", "user-agent": "Python/3.11 aiohttp/3.14.5"},
-        "queryStringParameters": {"token": token},
-        "pathParameters": {"cluster": cluster},
-        "requestContext": {
-            "accountId": "123456789012",
-            "apiId": "afterglow",
-            "domainName": "afterglow.execute-api.us-east-1.amazonaws.com",
-            "domainPrefix": "afterglow",
-            "http": {
-                "method": "POST",
-                "path": format!("/v1/events/{cluster}"),
-                "protocol": "HTTP/1.1",
-                "sourceIp": "127.0.0.1",
-                "userAgent": "Python/3.11 aiohttp/3.14.5"
-            },
-            "requestId": "lambda-request-1",
-            "routeKey": "POST /v1/events/{cluster}",
-            "stage": "$default",
-            "time": "22/Nov/2026:06:11:37 +0000",
-            "timeEpoch": 1_795_327_897_845_u64
-        },
-        "isBase64Encoded": base64
-    });
+    let headers = serde_json::json!({"content-type": "application/json",
+        "user-agent": "Python/3.11 aiohttp/3.14.5"});
+    let mut event = afterglow_tests::api::api_gateway_event(
+        "POST",
+        "POST /v1/events/{cluster}",
+        &format!("/v1/events/{cluster}"),
+        &format!("token={token}"),
+        headers,
+        "lambda-request-1",
+    );
+    event["pathParameters"] = serde_json::json!({ "cluster": cluster });
+    event["isBase64Encoded"] = serde_json::Value::Bool(base64);
     event["body"] = serde_json::Value::String(encoded);
     let mut text = String::new();
     let _ = write!(text, "{event}");

@@ -1,6 +1,7 @@
-//! Node logs (DESIGN §4c): pieces stored by offset on both backends, re-sends and lost
-//! responses recognised, rewritten files refused; `POST /v1/logs/{cluster}` checking what it
-//! is sent; and `afterglow ship-logs`' shipper sending a Ray session folder through `serve`.
+//! Node logs (docs/architecture.md, "Logs"): pieces stored by offset on both backends,
+//! re-sends and lost responses recognised, rewritten files refused; `POST /v1/logs/{cluster}`
+//! checking what it is sent; and `afterglow ship-logs`' shipper sending a Ray session folder
+//! through `serve`.
 
 use std::sync::Arc;
 
@@ -10,7 +11,7 @@ use afterglow_tests::{
     TestServer, cluster_token, for_each_backend, ingest_keys, local_storage, open_settings,
 };
 use anyhow::{Context as _, ensure};
-use shared::layout::{ClusterName, LogFile, LogFileName, NodeId, SessionName};
+use shared::keys::{ClusterName, LogFile, LogFileName, NodeId, SessionName};
 use shared::logs::ship::{ShipError, ShipSettings, Shipper};
 use shared::logs::store::{LogError, LogRange, MAX_CHUNK_BYTES, put_chunk, read_range};
 use shared::storage::Storage;
@@ -427,6 +428,29 @@ async fn a_tasks_logs_are_exactly_its_bytes_of_its_workers_file() -> anyhow::Res
     ensure!(
         status == 404 && said.contains("taskLogInfo"),
         "{status} {said}"
+    );
+
+    // The same traffic from a second cluster: the task id now names two attempts, so a request
+    // that does not say which is refused with both places, and one that does gets its bytes.
+    afterglow_tests::post_all(&format!("{}/v1/events/other", served.server.url), &bodies).await?;
+    served.queue.idle().await;
+    let (status, _, said) = api(format!("/api/tasks/{task_id}/logs?attempt=0")).await?;
+    let said = String::from_utf8_lossy(&said);
+    let session = file.session.as_str();
+    ensure!(
+        status == 409
+            && said.contains(&format!("cluster=logs session={session}"))
+            && said.contains(&format!("cluster=other session={session}")),
+        "{status} {said}"
+    );
+    let (status, _, bytes) = api(format!(
+        "/api/tasks/{task_id}/logs?attempt=0&cluster=logs&session={session}"
+    ))
+    .await?;
+    ensure!(
+        status == 200 && bytes == mine.as_bytes(),
+        "{status} {:?}",
+        String::from_utf8_lossy(&bytes)
     );
     Ok(())
 }

@@ -1,4 +1,4 @@
-//! The merge rules against Ray's own answers: every captured run's events, folded into task
+//! The merge rules against Ray's own answers: every captured run's events, applied to task
 //! attempts in arrival order, in shuffled orders and with every body delivered twice, must give
 //! each attempt Ray's `ray list tasks --detail` lists with the same fields.
 
@@ -11,8 +11,8 @@ use shared::event::RayEvent;
 use shared::event::encoding::Id;
 use shared::merge::{SessionTasks, TaskView};
 
-/// Folds events (JSON texts) into per-attempt views, keyed as Ray's rows are.
-fn fold(events: &[String]) -> anyhow::Result<BTreeMap<(String, i64), TaskView>> {
+/// Applies events (JSON texts) to per-attempt views, keyed as Ray's rows are.
+fn collect(events: &[String]) -> anyhow::Result<BTreeMap<(String, i64), TaskView>> {
     let mut session = SessionTasks::default();
     for text in events {
         session.apply(RayEvent::from_json(text)?);
@@ -61,7 +61,7 @@ fn our_row(view: &TaskView) -> OurRow {
 }
 
 fn rows(events: &[String]) -> anyhow::Result<OurRows> {
-    Ok(fold(events)?
+    Ok(collect(events)?
         .into_iter()
         .map(|(key, view)| (key, our_row(&view)))
         .collect())

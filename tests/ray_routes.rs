@@ -1,8 +1,8 @@
-//! Ray's own routes (`/ray/{cluster}/{session|latest}/…`, DESIGN §4b) over Ray's captured
-//! traffic: the task list held to Ray's own `ray list tasks --detail` for the same runs, the
-//! summaries to Ray's `summarize_tasks` and to Ray's own summary code, and every data route the
-//! 2.60 dashboard requests to the shape the live dashboard answered
-//! (`fixtures/ray-routes-2.60/`).
+//! Ray's own routes (`/ray/{cluster}/{session|latest}/…`; docs/architecture.md, "Ray's own
+//! tools") over Ray's captured traffic: the task list held to Ray's own `ray list tasks
+//! --detail` for the same runs, the summaries to Ray's `summarize_tasks` and to Ray's own
+//! summary code, and every data route the 2.60 dashboard requests to the shape the live
+//! dashboard answered (`fixtures/ray-routes-2.60/`).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -112,7 +112,7 @@ async fn ray_list_tasks_over_the_history_equals_rays_own() -> anyhow::Result<()>
         );
         if run.name == LOSSY_RUN {
             // Ray's own store kept events the export dropped: the rows are compared through
-            // `/api/tasks`, which says which failures were synthesized (tests/query.rs).
+            // `/api/tasks`, which says which failures were synthesized (tests/query/).
             continue;
         }
         ensure!(
@@ -278,6 +278,19 @@ async fn bad_requests_get_rays_error_shape_and_what_is_not_a_route_is_left_to_ra
             "/ray/basic-workload/latest/api/v0/tasks?limit=abc".to_owned(),
             400,
             "invalid literal for int()",
+        ),
+        (
+            "/ray/basic-workload/latest/api/v0/tasks?limit=18446744073709551615".to_owned(),
+            400,
+            "Given limit 18446744073709551615 exceeds the supported limit",
+        ),
+        (
+            format!(
+                "/ray/basic-workload/latest/api/v0/tasks?{}",
+                "filter_keys=state&filter_predicates=%3D&filter_values=FAILED&".repeat(40)
+            ),
+            400,
+            "40 filters were given",
         ),
         (
             "/ray/no-such-cluster/latest/api/v0/tasks".to_owned(),
@@ -593,7 +606,7 @@ async fn ray_summary_tasks_over_the_history_equals_rays_own() -> anyhow::Result<
 
 /// Ray's own `TaskSummaries` code, run by `fixtures/ray-summaries-2.60/make.py` on one input.
 #[test]
-fn the_summaries_fold_exactly_as_rays_code_does() -> anyhow::Result<()> {
+fn the_summaries_group_exactly_as_rays_code_does() -> anyhow::Result<()> {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/ray-summaries-2.60");
     let read = |name: &str| -> anyhow::Result<Json> {
         Ok(serde_json::from_str(&std::fs::read_to_string(
@@ -690,8 +703,8 @@ async fn a_list_larger_than_the_response_limit_is_cut_and_says_so() -> anyhow::R
     Ok(())
 }
 
-/// A client that takes gzip gets up to six times more rows, compressed into the same limit:
-/// on Lambda (a 6 MB answer) the stock dashboard's job page is whole where it used to be cut.
+/// A client that takes gzip gets up to six times more rows, compressed into the same limit, so
+/// that on Lambda (a 6 MB answer) the stock dashboard's job page is whole.
 /// When even the compressed answer would not fit, it is the plain answer, compressed.
 #[tokio::test]
 async fn gzip_carries_lists_six_times_the_response_limit() -> anyhow::Result<()> {

@@ -9,7 +9,7 @@ use afterglow_tests::cluster_token;
 use afterglow_tests::moto::Moto;
 use anyhow::ensure;
 use shared::auth::ingest::{IngestKeys, RefreshPolicy};
-use shared::layout::ClusterName;
+use shared::keys::ClusterName;
 
 const V1: &str = "first-secret-0123456789";
 const V2: &str = "second-secret-0123456789";

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use anyhow::{Context as _, bail, ensure};
 use serde_yaml_ng::Value;
-use shared::compact::batch::BatchLimits;
+use shared::compact::schedule::batch::BatchLimits;
 
 /// The template, parsed (CloudFormation's short-form tags kept as YAML tags).
 fn template() -> anyhow::Result<Value> {
@@ -65,7 +65,7 @@ const DAY_S: i64 = 86_400;
 
 /// Lambda's SQS poller hands a function more batches than its reserved concurrency runs unless
 /// the source's maximum concurrency caps it; each throttled batch counts as a receive, so good
-/// objects reached the dead-letter queue without ever running. Messages and raw objects must
+/// objects would reach the dead-letter queue without ever running. Messages and raw objects must
 /// also outlive every retry path.
 #[test]
 fn compaction_is_never_dead_lettered_by_throttling_or_expiry() -> anyhow::Result<()> {
@@ -114,10 +114,9 @@ fn compaction_is_never_dead_lettered_by_throttling_or_expiry() -> anyhow::Result
 }
 
 /// The compact function's SQS batch is the run compaction is tuned and benchmarked at
-/// (`RUN_OBJECTS`: half as many runs as 500 cut 11 % of the 10 M bench's CPU), and the byte cap
-/// for its memory must take that many of the bench's bodies: messages past the cap are sent
-/// back to the queue, a run of their own each time. Lambda takes a batch above 10 only with a
-/// batching window.
+/// (`RUN_OBJECTS`: fewer, larger runs cost less CPU), and the byte cap for its memory must take
+/// that many of the bench's bodies: messages past the cap are sent back to the queue, a run of
+/// their own each time. Lambda takes a batch above 10 only with a batching window.
 #[test]
 fn the_compact_batch_is_the_run_compaction_is_measured_at() -> anyhow::Result<()> {
     let template = template()?;
@@ -131,7 +130,7 @@ fn the_compact_batch_is_the_run_compaction_is_measured_at() -> anyhow::Result<()
     );
     let window = number(&template, at(source, &["MaximumBatchingWindowInSeconds"])?)?;
     ensure!(window >= 1, "a batch of {batch} needs a batching window");
-    // The bench's raw bodies, 1 000 events each: 116 411 bytes on average (4 031 of them).
+    // The average size of the bench's raw bodies (1 000 events each).
     const BENCH_BODY_BYTES: u64 = 116_411;
     let memory = number(&template, at(compact, &["MemorySize"])?)?;
     let cap = BatchLimits::max_bytes_for_memory(u64::try_from(memory)?);
@@ -143,8 +142,9 @@ fn the_compact_batch_is_the_run_compaction_is_measured_at() -> anyhow::Result<()
     Ok(())
 }
 
-/// CloudWatch cannot use the AWS-managed SNS key, so alarms on an `alias/aws/sns` topic were
-/// never delivered; without an e-mail address there was no topic and alarms had no action.
+/// CloudWatch cannot use the AWS-managed SNS key, so alarms on an `alias/aws/sns` topic would
+/// never be delivered; and without a topic (no e-mail address given) alarms would have no
+/// action.
 #[test]
 fn every_alarm_notifies_a_topic_cloudwatch_can_publish_to() -> anyhow::Result<()> {
     let template = template()?;
@@ -198,6 +198,70 @@ fn every_alarm_notifies_a_topic_cloudwatch_can_publish_to() -> anyhow::Result<()
         text.contains("Throttles") && text.contains("IngestFunction")
     });
     ensure!(ingest_throttles, "no alarm on ingest throttles");
+    Ok(())
+}
+
+/// API Gateway's throttle is shared by every caller and answers 429 before any function runs,
+/// so a flood without a token makes it refuse Ray's clusters too while no function metric
+/// moves. The access log is where a 429 shows: a metric filter must count them into a metric
+/// an alarm watches, and the API's share of 4xx answers must be watched as well.
+#[test]
+fn a_flood_on_the_api_raises_an_alarm() -> anyhow::Result<()> {
+    let template = template()?;
+    let filters = resources(&template, "AWS::Logs::MetricFilter")?;
+    let throttled: Vec<(String, String)> = filters
+        .iter()
+        .filter(|(_, filter)| {
+            at(filter, &["Properties", "LogGroupName"])
+                .map(|group| ref_name(group) == Some("ApiAccessLogs"))
+                .unwrap_or(false)
+        })
+        .filter(|(_, filter)| {
+            at(filter, &["Properties", "FilterPattern"])
+                .ok()
+                .and_then(Value::as_str)
+                .is_some_and(|pattern| pattern.replace(' ', "").contains("$.status=\"429\""))
+        })
+        .filter_map(|(_, filter)| {
+            let metric = at(filter, &["Properties", "MetricTransformations"])
+                .ok()?
+                .as_sequence()?
+                .first()?;
+            Some((
+                serde_yaml_ng::to_string(metric.get("MetricNamespace")?).ok()?,
+                metric.get("MetricName")?.as_str()?.to_owned(),
+            ))
+        })
+        .collect();
+    ensure!(
+        !throttled.is_empty(),
+        "no metric filter counts the access log's 429 answers"
+    );
+    let alarms = resources(&template, "AWS::CloudWatch::Alarm")?;
+    let watches_throttled = alarms.iter().any(|(_, alarm)| {
+        let Some(properties) = alarm.get("Properties") else {
+            return false;
+        };
+        throttled.iter().any(|(namespace, name)| {
+            properties.get("MetricName").and_then(Value::as_str) == Some(name.as_str())
+                && properties
+                    .get("Namespace")
+                    .and_then(|value| serde_yaml_ng::to_string(value).ok())
+                    .as_deref()
+                    == Some(namespace.as_str())
+        })
+    });
+    ensure!(watches_throttled, "no alarm watches the API's 429 count");
+    let watches_client_errors = alarms.iter().any(|(_, alarm)| {
+        let text = serde_yaml_ng::to_string(alarm).unwrap_or_default();
+        text.contains("AWS/ApiGateway")
+            && text.contains("MetricName: 4xx")
+            && text.contains("HttpApi")
+    });
+    ensure!(
+        watches_client_errors,
+        "no alarm watches the API's 4xx answers"
+    );
     Ok(())
 }
 
@@ -459,8 +523,8 @@ fn the_ingest_secret_is_read_at_run_time_and_outlives_the_stack() -> anyhow::Res
 }
 
 /// The compact function queues each session's quiet check on the queue it reads (a delayed
-/// message; see `shared::compact::fold`): without the variable the function does not start,
-/// without the permission every check is refused and no quiet session is ever folded.
+/// message; see `shared::compact::schedule::quiet`): without the variable the function does not
+/// start, without the permission every check is refused and no quiet session is ever folded.
 #[test]
 fn the_compact_function_may_queue_quiet_checks_on_its_own_queue() -> anyhow::Result<()> {
     let template = template()?;
@@ -493,8 +557,8 @@ fn the_compact_function_may_queue_quiet_checks_on_its_own_queue() -> anyhow::Res
 }
 
 /// jemalloc keeps freed pages longer for compaction only: a run reuses its pages phase after
-/// phase instead of faulting them back in, while the query function's peak memory (with the
-/// same settings, ~290 → ~480 MiB in a 1 M bench) stays with the binary's own settings.
+/// phase instead of faulting them back in, while the query function, whose peak memory the same
+/// settings would raise, stays with the binary's own settings.
 #[test]
 fn only_the_compact_function_keeps_freed_pages_longer() -> anyhow::Result<()> {
     let template = template()?;

@@ -3,7 +3,8 @@
 //! bad message is retried (and eventually dead-lettered) without failing the others.
 //!
 //! The same queue carries the quiet checks this function queues for itself after each commit
-//! (delayed messages, see `shared::compact::fold`): it runs them, and queues the next ones.
+//! (delayed messages, see `shared::compact::schedule::quiet`): it runs them, and queues the
+//! next ones.
 
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -12,10 +13,10 @@ use aws_lambda_events::event::s3::{S3Event, S3EventRecord};
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
 use lambda_runtime::{Context, Error, LambdaEvent};
 use shared::compact::Compactor;
-use shared::compact::batch::{BatchLimits, Message};
-use shared::compact::check_queue::CheckQueue;
-use shared::compact::fold::QuietCheck;
 use shared::compact::notification::raw_key_from_notification;
+use shared::compact::schedule::batch::{BatchLimits, Message};
+use shared::compact::schedule::check_queue::CheckQueue;
+use shared::compact::schedule::quiet::QuietCheck;
 use shared::storage::ObjectKey;
 use tracing::Instrument as _;
 

@@ -2,9 +2,18 @@
 
 use anyhow::Context as _;
 use shared::config::Config;
-use shared::layout::ClusterName;
+use shared::keys::ClusterName;
 
-use crate::cli::ExportUrlArgs;
+/// Flags of `afterglow export-url`.
+#[derive(Debug, clap::Args)]
+pub struct ExportUrlArgs {
+    /// The cluster's name, as it will appear in the history.
+    #[arg(long, value_name = "NAME")]
+    pub cluster: String,
+    /// Base URL of ingest: the stack's IngestBaseUrl output, or `serve`'s address.
+    #[arg(long, value_name = "URL", default_value = "http://127.0.0.1:8700")]
+    pub endpoint: String,
+}
 
 /// `afterglow export-url`: the URL a cluster exports to, with its own token.
 pub async fn run(args: ExportUrlArgs, config: Config) -> anyhow::Result<()> {

@@ -1,13 +1,70 @@
 //! `afterglow generate`: synthetic Ray traffic, written as POST bodies or sent to an ingest URL.
+//! Its traffic flags ([`SynthArgs`]) are `afterglow bench`'s too.
 
 use std::io::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use synth::Generator;
 
-use crate::cli::GenerateArgs;
 use crate::progress;
+
+/// The shape of synthetic traffic.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SynthArgs {
+    /// Task attempts to generate.
+    #[arg(long, value_name = "N", default_value_t = 100_000)]
+    pub tasks: u64,
+    /// Jobs (drivers).
+    #[arg(long, value_name = "J", default_value_t = 8)]
+    pub jobs: u32,
+    /// Nodes, each sending its own bodies.
+    #[arg(long, value_name = "K", default_value_t = 16)]
+    pub nodes: u32,
+    /// Share of tasks whose first attempt fails (some are retried).
+    #[arg(long, value_name = "RATE", default_value_t = 0.02)]
+    pub failure_rate: f64,
+    /// Share of bodies delivered twice.
+    #[arg(long, value_name = "RATE", default_value_t = 0.005)]
+    pub duplicate_rate: f64,
+    /// Also emit TASK_PROFILE_EVENTs (Ray sends them only when asked to).
+    #[arg(long)]
+    pub profile: bool,
+    /// Seed: the same flags and seed give the same bytes.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+}
+
+impl SynthArgs {
+    /// The generator's settings.
+    pub fn settings(&self) -> synth::SynthSettings {
+        synth::SynthSettings {
+            attempts: self.tasks,
+            jobs: self.jobs,
+            nodes: self.nodes,
+            failure_rate: self.failure_rate,
+            duplicate_rate: self.duplicate_rate,
+            profile: self.profile,
+            seed: self.seed,
+            ..synth::SynthSettings::default()
+        }
+    }
+}
+
+/// Flags of `afterglow generate`.
+#[derive(Debug, clap::Args)]
+#[command(group(clap::ArgGroup::new("target").required(true).args(["out", "post"])))]
+pub struct GenerateArgs {
+    /// What to generate.
+    #[command(flatten)]
+    pub synth: SynthArgs,
+    /// Write the bodies as files under this directory.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// POST the bodies to this ingest URL, e.g. http://127.0.0.1:8700/v1/events/local.
+    #[arg(long, value_name = "URL")]
+    pub post: Option<String>,
+}
 
 /// Generates the bodies and delivers them where the flags say.
 pub async fn run(args: GenerateArgs) -> anyhow::Result<()> {

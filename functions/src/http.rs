@@ -1,8 +1,8 @@
 //! The HTTP surface: one axum [`Router`] for every route, served by `serve` locally and by
 //! `lambda_http` behind API Gateway, plus the per-request tracing span and gzip for clients
-//! that take it (browsers, Ray's dashboard and CLI, `afterglow proxy`): a page of 1 000 task
-//! rows is ~720 KB of JSON, and over API Gateway every byte also counts against Lambda's 6 MB
-//! answer (`lambda_http` sends a gzipped body base64-encoded).
+//! that take it (browsers, Ray's dashboard and CLI, `afterglow proxy`): a page of task rows is
+//! large JSON that compresses well, and over API Gateway every byte also counts against
+//! Lambda's 6 MB answer (`lambda_http` sends a gzipped body base64-encoded).
 
 use std::sync::Arc;
 

@@ -11,8 +11,9 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use shared::ingest::{IngestError, IngestReceipt, Ingestor};
-use shared::layout::{ClusterName, LogFile, LogFileName, NodeId, SessionName};
+use shared::keys::{ClusterName, LogFile, LogFileName, NodeId, SessionName};
 use shared::logs::store::{LogError, MAX_CHUNK_BYTES};
+use shared::raw::write::WriteError;
 
 use crate::state::{AppState, error_response};
 
@@ -91,8 +92,8 @@ fn ingest_error_response(err: &IngestError) -> Response {
             StatusCode::PAYLOAD_TOO_LARGE
         }
         IngestError::NotABatch(_) => StatusCode::BAD_REQUEST,
-        IngestError::Storage(_) => StatusCode::SERVICE_UNAVAILABLE,
-        IngestError::Key(_) | IngestError::Encode(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        IngestError::Write(WriteError::Storage(_)) => StatusCode::SERVICE_UNAVAILABLE,
+        IngestError::Write(_) => StatusCode::INTERNAL_SERVER_ERROR,
     };
     if status.is_server_error() {
         tracing::error!(error = %err, "ingest failed; Ray will retry");

@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use shared::auth::ingest::{IngestKeys, RefreshPolicy};
-use shared::compact::batch::BatchLimits;
-use shared::compact::check_queue::CheckQueue;
 use shared::compact::fold::FoldPolicy;
+use shared::compact::schedule::batch::BatchLimits;
+use shared::compact::schedule::check_queue::CheckQueue;
 use shared::compact::{CompactSettings, Compactor};
 use shared::config::{Config, ConfigError, LambdaFunction};
 use shared::ingest::{IngestAccess, Ingestor};
@@ -66,7 +66,7 @@ pub async fn run(function: LambdaFunction, config: Config) -> anyhow::Result<()>
             let storage = Arc::new(S3Storage::connect(settings).await);
             let scratch = std::env::temp_dir().join("afterglow-compact");
             std::fs::create_dir_all(&scratch).context("cannot create the scratch directory")?;
-            // DuckDB's merges get 60 % of the function's memory and spill the rest to /tmp.
+            // DuckDB gets 60 % of the function's memory and spills the rest to /tmp.
             let settings = CompactSettings {
                 memory_limit_mib: config.lambda_memory_mib.map(|memory| memory * 6 / 10),
                 retention: config.tables_retention,

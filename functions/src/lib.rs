@@ -1,7 +1,8 @@
 //! The `afterglow` binary's pieces: thin adapters from Lambda events, HTTP requests and command
 //! lines onto the `shared` library. No merge rules, SQL or storage keys live here.
 //!
-//! - [`cli`]: the command line (`serve`, …).
+//! - [`cli`]: the command line, parsed and dispatched; each command's module below owns its
+//!   flags (a clap `Args` struct) and its `run`.
 //! - [`lambda`]: the Lambda entry point, chosen by `_HANDLER`.
 //! - [`compact`]: S3/SQS notifications onto `shared::compact`.
 //! - [`http`]: the one axum router that `serve` and API Gateway both drive; [`state`]: what

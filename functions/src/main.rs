@@ -8,7 +8,7 @@ use shared::config::Config;
 /// jemalloc, for Rust and (unprefixed) for DuckDB's C++ alike, configured as DuckDB's own builds
 /// configure theirs (`.cargo/config.toml`). With glibc's malloc, DuckDB trims every arena
 /// whenever a connection closes or a worker idles, and compaction faults the pages back in;
-/// jemalloc frees a run's events faster and keeps a query's peak memory about half as high
+/// jemalloc frees a run's events faster and keeps a query's peak memory lower
 /// (docs/performance.md).
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;

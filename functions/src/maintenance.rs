@@ -1,18 +1,74 @@
 //! `afterglow compact` and `afterglow rebuild`: compaction from the command line.
 
 use std::collections::BTreeMap;
+use std::num::NonZeroUsize;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use shared::compact::check_queue::CheckQueue;
-use shared::compact::fold::QuietCheck;
+use shared::compact::schedule::check_queue::CheckQueue;
+use shared::compact::schedule::quiet::QuietCheck;
 use shared::compact::{CompactError, CompactReport, Compactor};
 use shared::config::{Config, StorageConfig};
 use shared::storage::ObjectKey;
 
-use crate::cli::{CompactArgs, RebuildArgs, RunArgs, StoreArgs};
 use crate::progress;
 use crate::setup::{compactor_with_scratch, open_storage};
+
+/// Which store a maintenance command works on.
+#[derive(Debug, clap::Args)]
+pub struct StoreArgs {
+    /// A local data directory. Overrides AFTERGLOW_DATA_DIR and AFTERGLOW_BUCKET.
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+}
+
+/// Flags of `afterglow rebuild`.
+#[derive(Debug, clap::Args)]
+pub struct RebuildArgs {
+    /// The store.
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Rebuild even when raw objects the tables were built from are gone: the history only
+    /// the tables still hold is dropped.
+    #[arg(long)]
+    pub force: bool,
+    /// How many raw objects are compacted per run.
+    #[command(flatten)]
+    pub runs: RunArgs,
+}
+
+/// How `compact` and `rebuild` split their raw objects into runs.
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// Raw objects per compaction run, as the compact function's batch: a run holds its
+    /// objects' attempts in memory until it commits, so a larger run needs more memory.
+    #[arg(long, value_name = "N", default_value_t = run_objects())]
+    pub objects_per_run: NonZeroUsize,
+}
+
+/// [`shared::compact::RUN_OBJECTS`], which is not zero.
+fn run_objects() -> NonZeroUsize {
+    NonZeroUsize::new(shared::compact::RUN_OBJECTS).unwrap_or(NonZeroUsize::MIN)
+}
+
+/// Flags of `afterglow compact`.
+#[derive(Debug, clap::Args)]
+pub struct CompactArgs {
+    /// The store.
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Raw object keys (`raw/{cluster}/…ndjson.gz`); all raw objects when none are given.
+    #[arg(value_name = "KEY")]
+    pub keys: Vec<String>,
+    /// Only fold every session's delta files into its base now (compaction also does it on
+    /// its own, once a session has gone quiet); no raw object is read.
+    #[arg(long, conflicts_with = "keys")]
+    pub fold: bool,
+    /// How many raw objects are compacted per run.
+    #[command(flatten)]
+    pub runs: RunArgs,
+}
 
 async fn compactor(
     store: &StoreArgs,

@@ -22,8 +22,34 @@ use shared::auth::AccessToken;
 use shared::config::Config;
 use tokio::net::TcpListener;
 
-use crate::cli::{ProxyArgs, ProxyAuth};
 use crate::state::error_response;
+
+/// How `afterglow proxy` authenticates upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ProxyAuth {
+    /// SigV4 (the template's default, QueryAuth=iam).
+    Iam,
+    /// `Authorization: Bearer $AFTERGLOW_QUERY_TOKEN` (QueryAuth=bearer).
+    Bearer,
+}
+
+/// Flags of `afterglow proxy`.
+#[derive(Debug, clap::Args)]
+pub struct ProxyArgs {
+    /// Base URL of the deployed query API (the stack's QueryApiUrl output), such as
+    /// https://abc123.execute-api.eu-west-1.amazonaws.com.
+    #[arg(long, value_name = "URL")]
+    pub url: String,
+    /// Loopback address to listen on. Port 0 picks a free port.
+    #[arg(long, value_name = "IP:PORT", default_value = "127.0.0.1:8701")]
+    pub addr: SocketAddr,
+    /// How to authenticate: bearer when AFTERGLOW_QUERY_TOKEN is set, else iam.
+    #[arg(long, value_enum)]
+    pub auth: Option<ProxyAuth>,
+    /// The API's AWS region, when --url does not name it (a custom domain).
+    #[arg(long, value_name = "REGION")]
+    pub region: Option<String>,
+}
 
 /// Largest request body forwarded (Ray's dashboard sends small JSON at most).
 const MAX_BODY: usize = 1024 * 1024;

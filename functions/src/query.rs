@@ -1,6 +1,8 @@
-//! `GET /api/...`: the dashboard API onto [`QueryEngine::answer`], and Ray's own routes under
-//! `/ray/...` onto [`QueryEngine::answer_ray`], behind an optional bearer token. On AWS, API Gateway's IAM authorizer guards these routes; the token is for `serve`
-//! off loopback and for deployments that choose bearer mode.
+//! `GET /api/...`: the dashboard API onto
+//! [`QueryEngine::answer`](shared::query::QueryEngine::answer), and Ray's own routes under
+//! `/ray/...` onto [`QueryEngine::answer_ray`](shared::query::QueryEngine::answer_ray), behind
+//! an optional bearer token. On AWS, API Gateway's IAM authorizer guards these routes; the
+//! token is for `serve` off loopback and for deployments that choose bearer mode.
 
 use std::sync::Arc;
 
@@ -147,9 +149,10 @@ fn text_response(bytes: Vec<u8>, complete: bool) -> Response {
         .into_response()
 }
 
-/// `/ray/{cluster}/{session|latest}/…`: Ray's own routes (DESIGN §4b), for Ray's dashboard
-/// (`--proxy-server-url`) and state CLI (`--address`). Errors come in Ray's envelope; a path
-/// that is not a data route is a bare 404, so Ray's dashboard serves its own UI files.
+/// `/ray/{cluster}/{session|latest}/…`: Ray's own routes (docs/architecture.md, "Ray's own
+/// tools"), for Ray's dashboard (`--proxy-server-url`) and state CLI (`--address`). Errors come
+/// in Ray's envelope; a path that is not a data route is a bare 404, so Ray's dashboard serves
+/// its own UI files.
 async fn answer_ray(
     State(state): State<Arc<AppState>>,
     method: Method,
@@ -253,6 +256,7 @@ fn status_of(err: &QueryError) -> StatusCode {
     let status = match err {
         QueryError::BadRequest(_) => StatusCode::BAD_REQUEST,
         QueryError::NotFound(_) => StatusCode::NOT_FOUND,
+        QueryError::Ambiguous(_) => StatusCode::CONFLICT,
         QueryError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
         QueryError::Storage(_) | QueryError::Manifest(_) => StatusCode::BAD_GATEWAY,
         QueryError::DuckDb(_) | QueryError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,

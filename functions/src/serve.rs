@@ -4,22 +4,37 @@
 use std::future::Future;
 use std::io::Write as _;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context as _;
 use shared::auth::AccessToken;
 use shared::auth::ingest::IngestKeys;
-use shared::compact::queue::CompactionQueue;
+use shared::compact::schedule::queue::CompactionQueue;
 use shared::config::{Config, GrafanaUrl};
 use shared::ingest::{IngestAccess, IngestLimits, Ingestor};
 use shared::query::{QueryEngine, QuerySettings};
 use shared::storage::Storage;
 use tokio::net::TcpListener;
 
-use crate::cli::ServeArgs;
 use crate::http::router;
 use crate::setup::{compactor_with_scratch, ingest_keys, open_storage};
 use crate::state::{AppState, QueryService};
+
+/// Flags of `afterglow serve`.
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// Directory to keep the history in (created if missing). Overrides AFTERGLOW_DATA_DIR and
+    /// AFTERGLOW_BUCKET.
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Address to listen on. Port 0 picks a free port.
+    #[arg(long, value_name = "IP:PORT", default_value = "127.0.0.1:8700")]
+    pub addr: SocketAddr,
+    /// Cluster name used in the printed export URL (each Ray cluster gets its own URL).
+    #[arg(long, value_name = "NAME", default_value = "local")]
+    pub cluster: String,
+}
 
 /// What a running server needs, resolved from configuration and flags.
 #[derive(Debug)]

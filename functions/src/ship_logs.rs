@@ -2,16 +2,62 @@
 //! files, as they grow, to `POST /v1/logs/{cluster}` ([`shared::logs::ship`] decides what to
 //! send; this module is the loop, the signals and the HTTP client).
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use async_trait::async_trait;
-use shared::layout::NodeId;
+use shared::keys::NodeId;
 use shared::logs::ship::{LogChunk, LogSink, SendError, ShipSettings, Shipper, backoff};
 use shared::logs::store::MAX_CHUNK_BYTES;
 use tokio::signal::unix::{SignalKind, signal};
 
-use crate::cli::ShipLogsArgs;
+/// Flags of `afterglow ship-logs`.
+#[derive(Debug, clap::Args)]
+pub struct ShipLogsArgs {
+    /// The export URL the cluster's events go to (…/v1/events/CLUSTER?token=…), or the logs URL
+    /// (…/v1/logs/CLUSTER?token=…).
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "RAY_DASHBOARD_AGGREGATOR_AGENT_EVENTS_EXPORT_ADDR",
+        hide_env_values = true
+    )]
+    pub to: String,
+    /// Ray's temporary directory (ray start --temp-dir).
+    #[arg(long, value_name = "DIR", default_value = "/tmp/ray")]
+    pub ray_dir: PathBuf,
+    /// This node's id (56 hex digits); read from each session's port files when not given.
+    #[arg(long, value_name = "HEX")]
+    pub node_id: Option<String>,
+    /// Where sent offsets are kept across restarts [default: RAY_DIR/afterglow-ship-logs.json].
+    #[arg(long, value_name = "FILE")]
+    pub state_file: Option<PathBuf>,
+    /// Time between passes.
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
+    pub interval: Duration,
+    /// Most bytes per request.
+    #[arg(long, value_name = "BYTES", default_value_t = 1024 * 1024)]
+    pub chunk_bytes: usize,
+}
+
+/// `250ms`, `1s`, `2m`, or plain seconds.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let (number, unit) = text
+        .find(|c: char| !c.is_ascii_digit())
+        .map_or((text, "s"), |at| text.split_at(at));
+    let value: u64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration such as 500ms, 1s or 2m"))?;
+    match unit {
+        "ms" => Ok(Duration::from_millis(value)),
+        "s" => Ok(Duration::from_secs(value)),
+        "m" => Ok(Duration::from_secs(value.saturating_mul(60))),
+        _ => Err(format!(
+            "{text:?} is not a duration such as 500ms, 1s or 2m"
+        )),
+    }
+}
 
 /// Longest one chunk's request may take.
 const SEND_TIMEOUT: Duration = Duration::from_secs(30);

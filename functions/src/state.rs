@@ -4,7 +4,7 @@
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use shared::auth::AccessToken;
-use shared::compact::queue::CompactionQueue;
+use shared::compact::schedule::queue::CompactionQueue;
 use shared::config::GrafanaUrl;
 use shared::ingest::Ingestor;
 use shared::query::QueryEngine;

@@ -1,25 +1,19 @@
-//! The ingest function's logic: check a POST from Ray, and store its events as one raw object;
-//! and store a piece of a node's log file from `afterglow ship-logs`.
+//! The ingest function's logic: check a POST from Ray, and store its events as one raw object
+//! ([`crate::raw::write`]); and store a piece of a node's log file from `afterglow ship-logs`.
 //!
 //! Ray re-sends a batch on any status ≥ 400, on a connection error, or after 3 s, forever. So a
 //! batch is answered `Ok` only once its object is durable, and refused (4xx) only when it is not
 //! Ray traffic at all or exceeds the configured size: an array of unknown or malformed events is
 //! stored as received, for compaction to quarantine what it cannot read.
 
-use std::io::Write;
 use std::sync::Arc;
-
-use bytes::Bytes;
-use flate2::Compression;
-use flate2::write::GzEncoder;
-use serde_json::value::RawValue;
-use ulid::Ulid;
 
 use crate::auth::ingest::IngestKeys;
 use crate::event::{BatchError, split_batch};
-use crate::layout::{ClusterName, LogFile, raw_object_key};
+use crate::keys::{ClusterName, LogFile};
 use crate::logs::store::{ChunkReceipt, LogError, put_chunk};
-use crate::storage::{InvalidKey, ObjectKey, PutMode, Storage, StorageError};
+use crate::raw::write::{self, WriteError};
+use crate::storage::{ObjectKey, Storage};
 
 /// The Ray setting that bounds events per POST, named in every size refusal.
 pub const RAY_BATCH_SIZE_VARIABLE: &str =
@@ -92,15 +86,10 @@ pub enum IngestError {
     /// Not a JSON array: not Ray's export traffic.
     #[error(transparent)]
     NotABatch(#[from] BatchError),
-    /// The object key could not be formed (a bug, never the caller's fault).
+    /// The raw object could not be written ([`WriteError::Storage`]: the request should be
+    /// retried; otherwise a bug, never the caller's fault).
     #[error(transparent)]
-    Key(#[from] InvalidKey),
-    /// Compression failed (out of memory; never the caller's fault).
-    #[error("could not compress the batch: {0}")]
-    Encode(#[source] std::io::Error),
-    /// Storage refused or failed the write; the request should be retried.
-    #[error(transparent)]
-    Storage(#[from] StorageError),
+    Write(#[from] WriteError),
 }
 
 /// What was stored for one accepted request.
@@ -185,13 +174,10 @@ impl Ingestor {
                 stored_bytes: 0,
             });
         }
-        let object = encode_ndjson_gz(&events, body.len()).map_err(IngestError::Encode)?;
-        let stored_bytes = object.len();
-        let key = raw_object_key(cluster, Ulid::new())?;
-        // A fresh ULID never collides; `Create` makes sure a clash could never overwrite data.
-        self.storage
-            .put(&key, Bytes::from(object), PutMode::Create)
-            .await?;
+        let write::Stored {
+            key,
+            bytes: stored_bytes,
+        } = write::store(&*self.storage, cluster, &events, body.len()).await?;
         tracing::info!(key = %key, stored_bytes, "stored raw batch");
         Ok(IngestReceipt {
             key: Some(key),
@@ -209,60 +195,5 @@ impl Ingestor {
         bytes: &[u8],
     ) -> Result<ChunkReceipt, LogError> {
         put_chunk(&*self.storage, file, offset, bytes).await
-    }
-}
-
-/// Encodes events as gzip-compressed NDJSON: one event per line, each exactly as received.
-///
-/// A raw newline can only be insignificant whitespace in valid JSON (inside strings it must be
-/// escaped), so replacing one with a space keeps every event byte-for-byte equivalent while
-/// keeping one event per line.
-pub fn encode_ndjson_gz(events: &[&RawValue], size_hint: usize) -> std::io::Result<Vec<u8>> {
-    let mut encoder = GzEncoder::new(Vec::with_capacity(size_hint / 6), Compression::fast());
-    let mut line = Vec::new();
-    for event in events {
-        let text = event.get().as_bytes();
-        if text.contains(&b'\n') || text.contains(&b'\r') {
-            line.clear();
-            line.extend(text.iter().map(|&byte| match byte {
-                b'\n' | b'\r' => b' ',
-                other => other,
-            }));
-            encoder.write_all(&line)?;
-        } else {
-            encoder.write_all(text)?;
-        }
-        encoder.write_all(b"\n")?;
-    }
-    encoder.finish()
-}
-
-#[cfg(test)]
-mod tests {
-    use std::io::Read;
-
-    use super::*;
-
-    fn gunzip(bytes: &[u8]) -> std::io::Result<String> {
-        let mut text = String::new();
-        flate2::read::GzDecoder::new(bytes).read_to_string(&mut text)?;
-        Ok(text)
-    }
-
-    #[test]
-    fn ndjson_keeps_each_event_verbatim_on_its_own_line() -> Result<(), Box<dyn std::error::Error>>
-    {
-        let body = br#"[{"a": "x\ny", "b": 1},
-            {"c":
-              [2]}]"#;
-        let events = split_batch(body)?;
-        let text = gunzip(&encode_ndjson_gz(&events, body.len())?)?;
-        let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines.len(), 2);
-        assert_eq!(lines[0], r#"{"a": "x\ny", "b": 1}"#);
-        let second: serde_json::Value = serde_json::from_str(lines[1])?;
-        assert_eq!(second, serde_json::json!({"c": [2]}));
-        assert!(text.ends_with('\n'));
-        Ok(())
     }
 }

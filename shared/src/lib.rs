@@ -5,18 +5,28 @@
 //! stages roll those into Parquet tables and serve them to a dashboard. This crate knows nothing
 //! about Lambda or HTTP: the `afterglow` binary translates requests into calls on it.
 //!
-//! # Layout
+//! # Modules
+//!
+//! The pipeline's stages, in the order data goes through them:
+//!
+//! - [`ingest`]: checking a Ray POST (token, size, shape) before [`raw`] stores it.
+//! - [`raw`]: the raw stage: each accepted batch as one gzip NDJSON object, its key, its
+//!   encoding both ways, and listing.
+//! - [`compact`]: raw objects → Parquet tables, per session: the run, the commit protocol, the
+//!   folds of deltas into a base, and the schedulers that decide when each happens.
+//! - [`tables`]: the tables' schemas, their manifests and catalog (the commit protocol both
+//!   sides share), and the Parquet mechanics; most files are written with the parquet crate,
+//!   read with DuckDB.
+//! - [`query`]: the dashboard API and Ray's own routes, answered by DuckDB over those tables.
+//! - [`logs`]: Ray's log files, shipped from each node and read back by byte range.
+//!
+//! And what the stages share:
 //!
 //! - [`event`]: the Ray event model, every exported event type in both key forms.
+//! - [`merge`]: Ray's rules for merging a task attempt's or entity's events into one row (pure).
+//! - [`keys`]: where things live in storage, and the validated names that become key segments.
 //! - [`storage`]: the object-store trait with its S3 and local-directory backends.
-//! - [`ingest`]: checking a Ray POST and storing it durably as NDJSON.
-//! - [`compact`]: raw NDJSON → merged Parquet tables, with a conditionally replaced manifest.
-//! - [`tables`]: the Parquet tables' schemas, written and read with DuckDB.
-//! - [`query`]: the dashboard API, answered by DuckDB over those tables.
-//! - [`logs`]: Ray's log files, shipped from each node and read back by byte range.
-//! - [`layout`]: the storage key layout.
 //! - [`gzip`]: compressing whole buffers (log chunks, answers).
-//! - [`merge`]: Ray's rules for merging a task attempt's events into one row (pure).
 //! - [`auth`]: the ingest token.
 //! - [`config`]: the environment variables, read in one place.
 
@@ -28,9 +38,10 @@ pub mod config;
 pub mod event;
 pub mod gzip;
 pub mod ingest;
-pub mod layout;
+pub mod keys;
 pub mod logs;
 pub mod merge;
 pub mod query;
+pub mod raw;
 pub mod storage;
 pub mod tables;

@@ -320,7 +320,7 @@ impl TaskAttempt {
         }
     }
 
-    /// Folds in one task event reported at `at` (the event's timestamp, ns). Events about other
+    /// Applies one task event reported at `at` (the event's timestamp, ns). Events about other
     /// entities are ignored.
     pub fn apply(&mut self, at: i64, payload: EventPayload) {
         match payload {
@@ -410,7 +410,7 @@ impl TaskAttempt {
         *time = (*time).max(at);
     }
 
-    /// Folds another partial view of the same attempt into this one.
+    /// Merges another partial view of the same attempt into this one.
     pub fn merge(&mut self, other: Self) {
         if self.task_id.is_none() {
             self.task_id = other.task_id;
@@ -583,22 +583,22 @@ impl TaskAttempt {
 }
 
 /// The tasks of one session: every attempt, and the job ends and worker deaths that failure
-/// synthesis needs, folded from events in any order.
+/// synthesis needs, collected from events in any order.
 #[derive(Clone, Debug, Default)]
 pub struct SessionTasks {
     /// Attempts by key, in the order first seen. Not a sorted map: one moves its (large)
-    /// values around on every insert and compares ids all the way down, which was most of
-    /// folding's cost.
+    /// values around on every insert and compares ids all the way down, which would be most of
+    /// the cost of applying events.
     pub attempts: AttemptMap,
     /// Job ends and worker deaths seen so far.
     pub failures: FailureContext,
 }
 
 impl SessionTasks {
-    /// Folds in one event of the session; events about other entities only feed failure
+    /// Applies one event of the session; events about other entities only feed failure
     /// synthesis or are ignored.
     ///
-    /// Takes the event: what the attempt keeps of it is moved, not copied, and a run folds
+    /// Takes the event: what the attempt keeps of it is moved, not copied, and a run applies
     /// hundreds of thousands of them.
     pub fn apply(&mut self, event: RayEvent) {
         let at = event.timestamp.map_or(0, |timestamp| timestamp.nanos());
@@ -620,9 +620,9 @@ impl SessionTasks {
     }
 }
 
-/// Merges partial views of attempts (stored rows, new folds) into one per attempt, in the order
-/// each attempt was first seen (writers sort rows themselves). Views without a task id are
-/// dropped: they cannot be keyed.
+/// Merges partial views of attempts (stored rows, a run's new attempts) into one per attempt, in
+/// the order each attempt was first seen (writers sort rows themselves). Views without a task
+/// id are dropped: they cannot be keyed.
 pub fn merge_all(attempts: impl IntoIterator<Item = TaskAttempt>) -> Vec<TaskAttempt> {
     let attempts = attempts.into_iter();
     let mut merged = AttemptMap::with_capacity(attempts.size_hint().0);
@@ -639,12 +639,12 @@ pub fn merge_all(attempts: impl IntoIterator<Item = TaskAttempt>) -> Vec<TaskAtt
     merged.into_values()
 }
 
-/// Stored versions of attempts merged with a fold's attempts, without copying the fold.
+/// Stored versions of attempts merged with a run's attempts, without copying the run's.
 #[derive(Debug, Default)]
 pub struct Merged<'a> {
-    /// Attempts with stored versions, each merged with the fold's version if it has one.
+    /// Attempts with stored versions, each merged with the run's version if it has one.
     pub stored: Vec<TaskAttempt>,
-    /// Attempts only the fold knows: new to the table.
+    /// Attempts only the run knows: new to the table.
     pub new: Vec<&'a TaskAttempt>,
 }
 
@@ -655,9 +655,9 @@ impl Merged<'_> {
     }
 }
 
-/// Merges `stored` versions (any number per attempt) with the attempts of `fold`, copying a
-/// fold attempt only when it has stored versions to merge with.
-pub fn merge_stored(stored: Vec<TaskAttempt>, fold: &SessionTasks) -> Merged<'_> {
+/// Merges `stored` versions (any number per attempt) with the attempts of `tasks`, copying an
+/// attempt of `tasks` only when it has stored versions to merge with.
+pub fn merge_stored(stored: Vec<TaskAttempt>, tasks: &SessionTasks) -> Merged<'_> {
     let mut stored = merge_all(stored);
     let mut updated: HashSet<&AttemptKey, foldhash::fast::RandomState> = HashSet::default();
     for attempt in &mut stored {
@@ -668,12 +668,12 @@ pub fn merge_stored(stored: Vec<TaskAttempt>, fold: &SessionTasks) -> Merged<'_>
             task_id,
             attempt_number: attempt.attempt_number,
         };
-        if let Some((key, newer)) = fold.attempts.get_key_value(&key) {
+        if let Some((key, newer)) = tasks.attempts.get_key_value(&key) {
             attempt.merge(newer.clone());
             updated.insert(key);
         }
     }
-    let new = fold
+    let new = tasks
         .attempts
         .iter()
         .filter(|(key, _)| !updated.contains(key))
@@ -711,7 +711,7 @@ pub struct FailureContext {
 }
 
 impl FailureContext {
-    /// Folds in what another context knows (the same rules as [`FailureContext::apply`]).
+    /// Merges in what another context knows (the same rules as [`FailureContext::apply`]).
     pub fn merge(&mut self, other: &Self) {
         for (job, &end) in &other.job_ends {
             self.record_job_end(job, end);
@@ -736,7 +736,7 @@ impl FailureContext {
         }
     }
 
-    /// Folds in a job or worker lifecycle event; other events are ignored. Like every merge
+    /// Applies a job or worker lifecycle event; other events are ignored. Like every merge
     /// here, the result does not depend on order or repetition.
     pub fn apply(&mut self, payload: &EventPayload) {
         match payload {
@@ -948,7 +948,7 @@ mod tests {
         orders
     }
 
-    /// Folds events into attempts and views them, checking that every order agrees.
+    /// Applies events to attempts and views them, checking that every order agrees.
     fn views(events: &[String]) -> Vec<TaskView> {
         let mut results: Vec<Vec<TaskView>> = Vec::new();
         for order in orders(events) {

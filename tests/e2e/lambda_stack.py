@@ -1,13 +1,14 @@
-"""The AWS deployment, on 127.0.0.1: the three Lambda functions under `cargo lambda watch`'s
-emulator against SeaweedFS, with S3 → SQS → compact played by a relay.
+"""The AWS deployment, on 127.0.0.1: the three Lambda functions under our own Lambda emulator
+(lambda_emulator.py) against SeaweedFS, with S3 → SQS → compact played by a relay.
 
 What each part stands in for:
 
-* `cargo lambda watch --only-lambda-apis` is Lambda itself: its runtime API serves the given
-  binary (scripts/test passes the built `bootstrap`, the file `sam deploy` uploads) started as
-  a Lambda runtime (`AWS_LAMBDA_RUNTIME_API`), one emulator and one process per function, with
-  the `_HANDLER` the template gives it; it turns HTTP requests into API Gateway v2 events (what
-  the HTTP API sends). Nothing is compiled here: the binary is the one under test.
+* `lambda_emulator.Emulator` is Lambda itself: its Runtime API serves the given binary
+  (scripts/test passes the built `bootstrap`, the file `sam deploy` uploads) started as a Lambda
+  runtime (`AWS_LAMBDA_RUNTIME_API`), one emulator and one process per function, with the
+  `_HANDLER`, MemorySize and Timeout the template gives it; its function URL turns HTTP
+  requests into API Gateway v2 events (what the HTTP API sends), and its Invoke API is what
+  event sources call.
 * SeaweedFS (`weed mini`) is S3: SigV4, conditional writes, the bucket and prefix.
 * `NotificationRelay` is S3 event notifications + SQS + Lambda's event source mapping, which
   SeaweedFS does not have: it lists `raw/` for new objects, wraps each in an S3
@@ -39,13 +40,16 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
+from lambda_emulator import Emulator
+
 TEMPLATE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "template.yaml")
 
 
 def template_settings(path=TEMPLATE):
     """What the relay and the emulators copy from template.yaml: the compact function's SQS
-    batch size, the queue's maxReceiveCount, and each handler's MemorySize (a `!Ref` to a
-    parameter read as that parameter's default). Read, not restated, so they cannot drift."""
+    batch size, the queue's maxReceiveCount, and each handler's MemorySize and Timeout (a
+    `!Ref` to a parameter read as that parameter's default). Read, not restated, so they cannot
+    drift."""
     import yaml  # PyYAML, which Ray depends on
 
     class Loader(yaml.SafeLoader):
@@ -72,12 +76,13 @@ def template_settings(path=TEMPLATE):
         return raw
 
     resources = template["Resources"]
-    memory, batch_sizes = {}, []
+    memory, timeouts, batch_sizes = {}, {}, []
     for resource in resources.values():
         if resource.get("Type") != "AWS::Serverless::Function":
             continue
         properties = resource["Properties"]
         memory[properties["Handler"]] = int(value(properties["MemorySize"]))
+        timeouts[properties["Handler"]] = int(value(properties["Timeout"]))
         for source in properties.get("Events", {}).values():
             if source.get("Type") == "SQS":
                 batch_sizes.append(int(source["Properties"]["BatchSize"]))
@@ -90,7 +95,8 @@ def template_settings(path=TEMPLATE):
     if len(batch_sizes) != 1 or len(receives) != 1:
         raise ValueError(f"{path}: expected one SQS event source and one redrive policy, "
                          f"found {len(batch_sizes)} and {len(receives)}")
-    return {"batch_size": batch_sizes[0], "max_receives": receives[0], "memory_mb": memory}
+    return {"batch_size": batch_sizes[0], "max_receives": receives[0], "memory_mb": memory,
+            "timeout_s": timeouts}
 
 
 SETTINGS = template_settings()
@@ -104,8 +110,9 @@ QUIET_SECONDS = 5
 # MemorySize per function; the binary sizes DuckDB from AWS_LAMBDA_FUNCTION_MEMORY_SIZE as on
 # Lambda.
 MEMORY_MB = SETTINGS["memory_mb"]
-# With --only-lambda-apis the emulator serves one function under its default name, "_", on the
-# bare runtime routes (`/.rt/2018-06-01/...`).
+# Timeout per function: the deadline each invocation carries, as on Lambda.
+TIMEOUT_S = SETTINGS["timeout_s"]
+# The name each emulator serves its one function under.
 FUNCTION = "_"
 
 
@@ -256,6 +263,7 @@ class LambdaFunction:
         self.handler, self.binary, self.env, self.repo = handler, binary, env, repo
         self.port = free_port()
         self.log_path = os.path.join(work, f"lambda-{handler}.log")
+        self.log_file = None
         self.emulator = None
         self.process = None
 
@@ -270,40 +278,33 @@ class LambdaFunction:
         return f"http://127.0.0.1:{self.port}/2015-03-31/functions/{FUNCTION}/invocations"
 
     def start(self):
-        log = open(self.log_path, "a")
-        self.emulator = subprocess.Popen(
-            ["cargo", "lambda", "watch", "--only-lambda-apis", "-v", "--invoke-address",
-             "127.0.0.1", "--invoke-port", str(self.port), "--timeout", "120"],
-            cwd=self.repo, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        # The runtime gives up at once when the runtime API refuses its first connection.
-        wait_until(self.emulator_listens, f"the {self.handler} emulator", 60, self.emulator,
-                   self.log_path)
+        self.log_file = open(self.log_path, "a")
+        self.emulator = Emulator(FUNCTION, self.port, TIMEOUT_S[self.handler], self.log_file)
+        self.emulator.start()
         # What Lambda sets for a function.
         env = dict(os.environ, **self.env, _HANDLER=self.handler,
-                   AWS_LAMBDA_RUNTIME_API=f"http://127.0.0.1:{self.port}/.rt",
+                   AWS_LAMBDA_RUNTIME_API=self.emulator.runtime_api,
                    AWS_LAMBDA_FUNCTION_NAME=FUNCTION, AWS_LAMBDA_FUNCTION_VERSION="1",
                    AWS_LAMBDA_FUNCTION_MEMORY_SIZE=str(MEMORY_MB[self.handler]))
-        self.process = subprocess.Popen([self.binary], cwd=self.repo, env=env, stdout=log,
-                                        stderr=subprocess.STDOUT, start_new_session=True)
-
-    def emulator_listens(self):
-        with socket.create_connection(("127.0.0.1", self.port), timeout=1):
-            return True
+        self.process = subprocess.Popen([self.binary], cwd=self.repo, env=env,
+                                        stdout=self.log_file, stderr=subprocess.STDOUT,
+                                        start_new_session=True)
 
     def wait_ready(self, probe, timeout):
         wait_until(probe, f"the {self.handler} function", timeout, self.process, self.log_path)
-        if self.emulator.poll() is not None:
-            raise RuntimeError(f"the {self.handler} emulator exited; see {self.log_path}")
 
     def stop(self):
-        for process in (self.process, self.emulator):
-            if process and process.poll() is None:
-                os.killpg(process.pid, 15)
-                try:
-                    process.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    os.killpg(process.pid, 9)
-                    process.wait()
+        if self.process and self.process.poll() is None:
+            os.killpg(self.process.pid, 15)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, 9)
+                self.process.wait()
+        if self.emulator:
+            self.emulator.stop()
+        if self.log_file:
+            self.log_file.close()
 
 
 def s3_record(bucket, key, size, etag):

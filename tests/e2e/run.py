@@ -5,8 +5,8 @@ One run of this script:
 1. starts Afterglow behind a small proxy that can answer 503 for a while: `afterglow serve` on
    a fresh data directory (variants `serve` and `faults`; in `faults` the proxy refuses for
    15 s and Afterglow is restarted mid-run), or the three Lambda functions (the given
-   binary, normally the built `bootstrap`, as a Lambda runtime under `cargo lambda watch`'s
-   emulator) against SeaweedFS, with S3 notifications relayed to the compact function as SQS
+   binary, normally the built `bootstrap`, as a Lambda runtime under lambda_emulator.py)
+   against SeaweedFS, with S3 notifications relayed to the compact function as SQS
    batches (variant `lambda`; see lambda_stack.py);
 2. starts a single-node Ray head on 127.0.0.1 exporting every event type to the proxy, and runs
    `workload.py` as a driver;
@@ -72,58 +72,20 @@ def http_json(url, timeout=30, headers=None):
         return json.loads(body)
 
 
-def emulator_error(status, body):
-    """True for an error `cargo lambda watch` itself answers (RFC 7807 problem JSON with an
-    httpstatuses.com type), never one of Afterglow's (`{"error": ...}`)."""
-    try:
-        problem = json.loads(body)
-    except ValueError:
-        return False
-    return (status >= 500 and isinstance(problem, dict)
-            and str(problem.get("type", "")).startswith("https://httpstatuses.com/"))
-
-
 class Api:
     """Afterglow's query API at `base`, with the bearer token when the deployment wants one.
+    A GET gets one try: every variant's server answers whole or the run fails."""
 
-    With `retry_lost`, a GET that gets no answer at all, or the emulator's own 500 (its
-    problem+json body, which the function never writes), is sent again (at most twice):
-    `cargo lambda watch`'s emulator (1.9.2) loses an invocation's answer about one run in
-    seven. It replies to the runtime's POST of the answer before reading its body and hands
-    the unread body to the waiting caller; the runtime's HTTP client then asks for its next invocation on a new
-    connection, so the rest of the body never moves (the caller waits) or its connection
-    closes (the emulator answers 500). Reproduced without Afterglow by a fake runtime that
-    follows the Runtime API; real Lambda reads the whole answer first. Every retry is
-    printed, with what the emulator said, and counted in `lost`."""
-
-    def __init__(self, base, token=None, retry_lost=False):
+    def __init__(self, base, token=None):
         self.base = base
         self.headers = {"authorization": f"Bearer {token}"} if token else {}
-        self.retry_lost = retry_lost
-        self.lost = 0
-
-    # Sends after the first: a retry's answer can be lost the same way (CI at 4ba0405 lost
-    # a page and then its retry).
-    RETRIES = 2
 
     def get(self, path, timeout=30):
-        for attempt in range(self.RETRIES + 1):
-            last = attempt == self.RETRIES
-            try:
-                return http_json(self.base + path, timeout, self.headers)
-            except TimeoutError:
-                if not self.retry_lost or last:
-                    raise
-                what = f"no answer in {timeout} s"
-            except urllib.error.HTTPError as err:
-                body = err.read()
-                print(f"GET {path[:120]} answered {err.code}: {body[:500]!r}")
-                if not (self.retry_lost and emulator_error(err.code, body)) or last:
-                    raise
-                what = f"the emulator's {err.code} ({body[:300]!r})"
-            self.lost += 1
-            log(f"{what} to GET {path[:80]}; the emulator lost it, sending it again")
-            timeout *= 2
+        try:
+            return http_json(self.base + path, timeout, self.headers)
+        except urllib.error.HTTPError as err:
+            print(f"GET {path[:120]} answered {err.code}: {err.read()[:500]!r}")
+            raise
 
     def get_bytes(self, path, timeout=30):
         """(status, body) of a GET, errors included."""
@@ -301,8 +263,6 @@ class AfterglowProxy:
         while time.time() < deadline:
             try:
                 proxied.get("/api/clusters", timeout=5)
-                # Behind the proxy is the same emulator, losing the same large responses.
-                proxied.retry_lost = self.api.retry_lost
                 return proxied
             except (urllib.error.URLError, ConnectionError, OSError):
                 time.sleep(0.2)
@@ -432,36 +392,19 @@ def ray_env(export_addr, temp_dir):
     return env
 
 
-def ray_cli(env, *args, capture=True, lost_to=None):
-    """Runs Ray's CLI; its output. With `lost_to` (an `Api` with `retry_lost`), a command that
-    got no answer from the server at all (Ray's "Failed to connect to API server" with no
-    response) or a 500 is run once more and counted in `lost_to.lost`, as `Api.get` does for
-    the emulator's lost responses. Ray's CLI does not show the body, so the emulator's
-    problem+json 500 (the function's answer lost, see `Api`) cannot be told from one of ours
-    here; one of ours would come back on the second run, which then fails."""
+def ray_cli(env, *args, capture=True):
+    """Runs Ray's CLI; its output."""
     ray = os.path.join(os.path.dirname(sys.executable), "ray")
-    started = time.time()
     result = subprocess.run([ray, *args], env=env, capture_output=capture, text=True, timeout=300)
-    failed_to_connect = "Failed to connect to API server" in (result.stderr or "")
-    no_answer = failed_to_connect and "Response(url=" not in result.stderr
-    answered_500 = failed_to_connect and "status=500)" in result.stderr
-    if (result.returncode != 0 and lost_to is not None and lost_to.retry_lost and capture
-            and (no_answer or answered_500)):
-        lost_to.lost += 1
-        what = "no answer" if no_answer else "a 500"
-        log(f"ray {' '.join(args[:2])}: {what} after {time.time() - started:.1f} s; the "
-            "emulator lost the function's answer, running it once more")
-        result = subprocess.run([ray, *args], env=env, capture_output=capture, text=True,
-                                timeout=300)
     if result.returncode != 0:
         raise RuntimeError(f"ray {' '.join(args)} failed: {result.stderr[-2000:]}")
     return result.stdout
 
 
-def ray_answers(env, address, detail=True, lost_to=None):
+def ray_answers(env, address, detail=True):
     """Ray's own view, before the cluster stops (and the same commands pointed at Afterglow)."""
     def cli(*args):
-        return json.loads(ray_cli(env, *args, "--address", address, lost_to=lost_to))
+        return json.loads(ray_cli(env, *args, "--address", address))
     tasks = cli("list", "tasks", *(["--detail"] if detail else []), "--format", "json",
                 "--limit", "10000")
     actors = cli("list", "actors", "--format", "json", "--limit", "10000")
@@ -628,7 +571,7 @@ def compare_ray_tools(env, ray, api, detail=True):
     session = api.get(f"/api/clusters?cluster={CLUSTER}")["clusters"][0]["sessions"][-1][
         "session_name"]
     address = f"{api.base}/ray/{CLUSTER}/{session}"
-    ours = ray_answers(env, address, detail, lost_to=api)
+    ours = ray_answers(env, address, detail)
     problems = 0
     theirs_tasks = {(t["task_id"], t["attempt_number"]): t for t in ray["tasks"]}
     mine_tasks = {(t["task_id"], t["attempt_number"]): t for t in ours["tasks"]}
@@ -674,7 +617,7 @@ def compare_ray_tools(env, ray, api, detail=True):
     failed = next(t for t in ray["tasks"] if t["state"] == "FAILED")
     import yaml  # Ray depends on PyYAML
     got = yaml.safe_load(ray_cli(env, "get", "tasks", failed["task_id"], "--address",
-                                 f"{api.base}/ray/{CLUSTER}/latest", lost_to=api))
+                                 f"{api.base}/ray/{CLUSTER}/latest"))
     got = got if isinstance(got, list) else [got]
     attempts = sorted(row["attempt_number"] for row in got)
     expected = sorted(t["attempt_number"] for t in ray["tasks"]
@@ -714,7 +657,7 @@ def list_synthetic_session(binary, deployment, api, env, attempts):
     started = time.time()
     rows = json.loads(ray_cli(dict(env, RAY_MAX_LIMIT_FROM_API_SERVER=str(attempts * 2)),
                               "list", "tasks", "--limit", str(attempts), "--format", "json",
-                              "--address", f"{api.base}/ray/synthetic/latest", lost_to=api))
+                              "--address", f"{api.base}/ray/synthetic/latest"))
     keys = {(row["task_id"], row["attempt_number"]) for row in rows}
     print(f"ray list tasks --limit {attempts} over a synthetic session: {len(rows)} rows, "
           f"{len(keys)} distinct attempts ({time.time() - started:.1f} s, the CLI's parsing "
@@ -788,7 +731,7 @@ def main():
     parser.add_argument("--variant", choices=["serve", "faults", "lambda"], default="serve",
                         help="serve: `afterglow serve`; faults: the same with 503s and a "
                         "restart; lambda: the three functions as Lambda runtimes under "
-                        "`cargo lambda watch --only-lambda-apis`, against SeaweedFS")
+                        "tests/e2e/lambda_emulator.py, against SeaweedFS")
     parser.add_argument("--tasks", type=int, default=2000, help="short tasks in the workload")
     parser.add_argument("--keep", help="keep the work directory here")
     parser.add_argument("--versus-ray", type=int, default=0, metavar="R",
@@ -798,7 +741,7 @@ def main():
     work = args.keep or tempfile.mkdtemp(prefix="afterglow-e2e-")
     os.makedirs(work, exist_ok=True)
     deployment = start_deployment(args, work)
-    api = Api(deployment.query_base, deployment.query_token, retry_lost=args.variant == "lambda")
+    api = Api(deployment.query_base, deployment.query_token)
     proxy = FaultyProxy(free_port(), deployment.ingest_base)
     threading.Thread(target=proxy.serve_forever, daemon=True).start()
     # Ray cannot send headers: the ingest token travels in the export URL.
@@ -890,7 +833,6 @@ def main():
                 # carries as JSON, but `afterglow proxy` takes gzip, which carries it whole.
                 problems += compare_ray_tools(env, ray, proxied)
                 problems += compare_logs_through_rays_route(proxied, ray_logs)
-            api.lost += proxied.lost
             problems += rebuild_over_the_bucket(deployment, ray, api)
         else:
             problems += compare_ray_tools(env, ray, api)
@@ -906,8 +848,7 @@ def main():
             counts = deployment.relay.counts
             print(f"notifications: {counts['objects']} raw objects, {counts['invocations']} "
                   f"compact invocations, {counts['redelivered']} redelivered, "
-                  f"{counts['dead_lettered']} dead-lettered; {api.lost} query answers lost by "
-                  "the emulator and asked again")
+                  f"{counts['dead_lettered']} dead-lettered")
             problems += counts["dead_lettered"]
         status = 0 if problems == 0 and after["total"] > 0 else 1
     finally:

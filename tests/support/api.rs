@@ -122,20 +122,37 @@ fn api_gateway_get(path_and_query: &str, authorization: Option<&str>) -> Json {
     let (path, query) = path_and_query
         .split_once('?')
         .unwrap_or((path_and_query, ""));
-    let mut parameters = serde_json::Map::new();
-    for pair in query.split('&').filter(|pair| !pair.is_empty()) {
-        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-        parameters.insert(name.to_owned(), Json::String(value.to_owned()));
-    }
     // As `afterglow proxy` (and every browser) asks: gzip taken.
     let mut headers = serde_json::json!({"accept": "application/json",
         "accept-encoding": "gzip", "user-agent": "dashboard-proxy"});
     if let Some(value) = authorization {
         headers["authorization"] = Json::String(value.to_owned());
     }
+    let mut event = api_gateway_event("GET", "$default", path, query, headers, "lambda-query-1");
+    event["isBase64Encoded"] = Json::Bool(false);
+    event
+}
+
+/// An API Gateway HTTP API (payload v2) request event as Lambda delivers it, without a body:
+/// `method` on `path` with the query string `query` (its parameters parsed from it), routed by
+/// `route_key`, with `headers` (whose `user-agent` the request context repeats).
+pub fn api_gateway_event(
+    method: &str,
+    route_key: &str,
+    path: &str,
+    query: &str,
+    headers: Json,
+    request_id: &str,
+) -> Json {
+    let mut parameters = serde_json::Map::new();
+    for pair in query.split('&').filter(|pair| !pair.is_empty()) {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        parameters.insert(name.to_owned(), Json::String(value.to_owned()));
+    }
+    let user_agent = headers["user-agent"].clone();
     serde_json::json!({
         "version": "2.0",
-        "routeKey": "$default",
+        "routeKey": route_key,
         "rawPath": path,
         "rawQueryString": query,
         "headers": headers,
@@ -146,19 +163,18 @@ fn api_gateway_get(path_and_query: &str, authorization: Option<&str>) -> Json {
             "domainName": "afterglow.execute-api.us-east-1.amazonaws.com",
             "domainPrefix": "afterglow",
             "http": {
-                "method": "GET",
+                "method": method,
                 "path": path,
                 "protocol": "HTTP/1.1",
                 "sourceIp": "127.0.0.1",
-                "userAgent": "dashboard-proxy"
+                "userAgent": user_agent
             },
-            "requestId": "lambda-query-1",
-            "routeKey": "$default",
+            "requestId": request_id,
+            "routeKey": route_key,
             "stage": "$default",
             "time": "22/Nov/2026:06:11:37 +0000",
             "timeEpoch": 1_795_327_897_845_u64
-        },
-        "isBase64Encoded": false
+        }
     })
 }
 
@@ -282,6 +298,16 @@ pub fn ray_counts_by_name(truth: &Json) -> anyhow::Result<BTreeMap<String, BTree
         *counts.entry(name).or_default().entry(state).or_default() += 1;
     }
     Ok(counts)
+}
+
+/// The counts of a JSON object of counts (such as a summary's `by_state`), by key.
+pub fn counts_of(object: &Json) -> anyhow::Result<BTreeMap<String, i64>> {
+    object
+        .as_object()
+        .context("by_state")?
+        .iter()
+        .map(|(state, count)| Ok((state.clone(), count.as_i64().context("count")?)))
+        .collect()
 }
 
 /// `runs` served over a local folder, and a client for it.

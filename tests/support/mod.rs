@@ -1,5 +1,6 @@
 //! Test support shared by every test file: the captured Ray runs, the storage backends under
-//! test, and an in-process server.
+//! test, an in-process server, and (in `scenario`) the store set-up the compaction and query
+//! suites build their tests on.
 //!
 //! S3 tests run against a real S3-protocol server when `AFTERGLOW_TEST_S3=1` (`scripts/test`
 //! starts SeaweedFS on 127.0.0.1 and always sets it); otherwise they print "skipping".
@@ -9,6 +10,7 @@ pub mod faults;
 pub mod moto;
 pub mod ray;
 pub mod ray_entities;
+pub mod scenario;
 
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
@@ -33,8 +35,8 @@ pub fn cluster_token(secret: &str, cluster: &str) -> String {
 
 /// The prefix of every manifest of `cluster`.
 pub fn manifests_of(cluster: &str) -> anyhow::Result<String> {
-    Ok(shared::layout::cluster_manifests_prefix(
-        &shared::layout::ClusterName::new(cluster)?,
+    Ok(shared::keys::cluster_manifests_prefix(
+        &shared::keys::ClusterName::new(cluster)?,
     ))
 }
 
@@ -237,7 +239,7 @@ pub struct Served {
     /// Where it keeps everything.
     pub storage: Arc<dyn Storage>,
     /// Its compaction queue: `idle()` after posting more.
-    pub queue: shared::compact::queue::CompactionQueue,
+    pub queue: shared::compact::schedule::queue::CompactionQueue,
     _scratch: tempfile::TempDir,
     _data: Option<tempfile::TempDir>,
 }
@@ -298,12 +300,18 @@ pub async fn store_raw(
     run: &FixtureRun,
     cluster: &str,
 ) -> anyhow::Result<()> {
+    store_bodies(storage, cluster, &bodies(run)?).await
+}
+
+/// Stores `bodies` for `cluster` through ingest (open, and no compaction behind it), without
+/// compacting them.
+pub async fn store_bodies(
+    storage: &Arc<dyn Storage>,
+    cluster: &str,
+    bodies: &[Vec<u8>],
+) -> anyhow::Result<()> {
     let server = TestServer::start(open_settings(Arc::clone(storage))).await?;
-    post_all(
-        &format!("{}/v1/events/{cluster}", server.url),
-        &bodies(run)?,
-    )
-    .await?;
+    post_all(&format!("{}/v1/events/{cluster}", server.url), bodies).await?;
     server.stop().await
 }
 
@@ -350,6 +358,15 @@ pub fn bodies(run: &FixtureRun) -> anyhow::Result<Vec<Vec<u8>>> {
         .collect())
 }
 
+/// Milliseconds since the epoch, now.
+pub fn now_ms() -> anyhow::Result<u64> {
+    Ok(u64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)?
+            .as_millis(),
+    )?)
+}
+
 /// A deterministic shuffle (xorshift), so that a failure reproduces.
 pub fn shuffled<T: Clone>(items: &[T], seed: u64) -> Vec<T> {
     let mut items = items.to_vec();
@@ -376,6 +393,15 @@ pub fn compactor(
     Ok((compactor, scratch))
 }
 
+/// A compactor over `storage`, a wrapper (a fault, a recorder) around a test's store, with its
+/// own scratch directory (kept alive by the guard).
+pub fn compactor_over<S: Storage + 'static>(
+    storage: &Arc<S>,
+    settings: shared::compact::CompactSettings,
+) -> anyhow::Result<(shared::compact::Compactor, tempfile::TempDir)> {
+    compactor(Arc::clone(storage) as Arc<dyn Storage>, settings)
+}
+
 /// Compaction as configured by default, except that a small session keeps its deltas until
 /// another rule folds them: for tests of deltas, whose sessions are small.
 pub fn keeping_deltas() -> shared::compact::CompactSettings {
@@ -388,16 +414,32 @@ pub fn keeping_deltas() -> shared::compact::CompactSettings {
     }
 }
 
-/// Open-ingest settings whose stored batches are compacted in the background, as in `serve`.
-pub fn compacting_settings(
-    storage: Arc<dyn Storage>,
-) -> anyhow::Result<(
+/// [`keeping_deltas`], folding a session's deltas into a base once there are more than
+/// `max_deltas` of them (the rest of the fold policy as deployed).
+pub fn folding_past(max_deltas: usize) -> shared::compact::CompactSettings {
+    shared::compact::CompactSettings {
+        fold: shared::compact::fold::FoldPolicy {
+            max_deltas,
+            // These sessions are small; the tests are about their deltas.
+            small_session_rows: 0,
+            ..shared::compact::fold::FoldPolicy::default()
+        },
+        ..shared::compact::CompactSettings::default()
+    }
+}
+
+/// Settings for `serve`, the compaction queue they hand stored batches to, and the guard of the
+/// temporary folder that holds the compactor's scratch (and the query cache, when served).
+pub type QueuedSettings = (
     ServeSettings,
-    shared::compact::queue::CompactionQueue,
+    shared::compact::schedule::queue::CompactionQueue,
     tempfile::TempDir,
-)> {
+);
+
+/// Open-ingest settings whose stored batches are compacted in the background, as in `serve`.
+pub fn compacting_settings(storage: Arc<dyn Storage>) -> anyhow::Result<QueuedSettings> {
     let (compactor, scratch) = compactor(Arc::clone(&storage), Default::default())?;
-    let queue = shared::compact::queue::CompactionQueue::spawn(compactor);
+    let queue = shared::compact::schedule::queue::CompactionQueue::spawn(compactor);
     let settings = ServeSettings {
         compaction: Some(queue.clone()),
         ..open_settings(storage)
@@ -407,13 +449,7 @@ pub fn compacting_settings(
 
 /// Settings of a full `serve`: open ingest, background compaction and the query API, with
 /// scratch and query cache in a temporary folder (kept alive by the guard).
-pub fn serving_settings(
-    storage: Arc<dyn Storage>,
-) -> anyhow::Result<(
-    ServeSettings,
-    shared::compact::queue::CompactionQueue,
-    tempfile::TempDir,
-)> {
+pub fn serving_settings(storage: Arc<dyn Storage>) -> anyhow::Result<QueuedSettings> {
     let (settings, queue, scratch) = compacting_settings(storage)?;
     let query = shared::query::QuerySettings::under(&scratch.path().join("query"));
     Ok((
@@ -565,6 +601,19 @@ pub async fn stored_entities(
         }
     }
     Ok(entities)
+}
+
+/// The keys stored under `prefix`, in key order.
+pub async fn keys_under(
+    storage: &dyn Storage,
+    prefix: &str,
+) -> anyhow::Result<Vec<shared::storage::ObjectKey>> {
+    Ok(storage
+        .list(prefix)
+        .await?
+        .into_iter()
+        .map(|meta| meta.key)
+        .collect())
 }
 
 /// Every line of every plain-text object under `prefix`, in key order.

@@ -1,7 +1,7 @@
 //! Comparing our task attempts with Ray's own `ray list tasks --detail` output for a fixture run.
 //!
 //! Our side is given as plain field → text maps, so that the in-memory merge and the Parquet
-//! tables (and later the query API) are all held to the same check.
+//! tables and the query API are all held to the same check.
 
 use std::collections::BTreeMap;
 
@@ -66,11 +66,30 @@ pub struct Comparison {
 
 /// Ray prints times as UTC dates with microseconds (`2026-11-22 06:11:47.258000`); as epoch ms.
 pub fn ray_millis(text: &str) -> anyhow::Result<String> {
+    Ok(ray_epoch_millis(text)?.to_string())
+}
+
+/// [`ray_millis`] as a number.
+pub fn ray_epoch_millis(text: &str) -> anyhow::Result<i64> {
     let (date, time) = text.split_once(' ').context("date and time")?;
     let stamp = format!("{date}T{time}Z");
-    Ok(shared::event::encoding::Timestamp::parse_rfc3339(&stamp)?
-        .millis()
-        .to_string())
+    Ok(shared::event::encoding::Timestamp::parse_rfc3339(&stamp)?.millis())
+}
+
+/// The state transitions Ray lists for one attempt of its task list (its `events`): each state
+/// with its time in epoch milliseconds, in Ray's order.
+pub fn ray_transitions(task: &serde_json::Value) -> anyhow::Result<Vec<(String, i64)>> {
+    task["events"]
+        .as_array()
+        .context("events")?
+        .iter()
+        .map(|event| {
+            Ok((
+                event["state"].as_str().context("state")?.to_owned(),
+                ray_epoch_millis(event["created_ms"].as_str().context("created_ms")?)?,
+            ))
+        })
+        .collect()
 }
 
 /// Ray's value of a compared field, as text.
@@ -169,6 +188,29 @@ pub fn check(run: &FixtureRun, ours: &OurRows, what: &str) -> anyhow::Result<Com
         );
     }
     Ok(comparison)
+}
+
+/// Insists that `actual` holds exactly the rows of `expected`, field for field; `what` names
+/// the step in a failure's message.
+pub fn ensure_same(expected: &OurRows, actual: &OurRows, what: &str) -> anyhow::Result<()> {
+    ensure!(
+        expected.len() == actual.len(),
+        "{what}: {} rows, expected {}",
+        actual.len(),
+        expected.len()
+    );
+    for (key, row) in expected {
+        let other = actual
+            .get(key)
+            .with_context(|| format!("{what}: {key:?} missing"))?;
+        ensure!(
+            row.fields == other.fields,
+            "{what}: {key:?} differs:\n {:?}\n {:?}",
+            row.fields,
+            other.fields
+        );
+    }
+    Ok(())
 }
 
 /// One profile span as compared: name, start and end in microseconds.

@@ -1,7 +1,9 @@
 //! The AWS cost of a million task attempts, computed from what the benchmark measured
 //! (requests, bytes, CPU time) and public prices. Every assumption is printed with the result.
 
-use serde_json::{Value, json};
+use serde::Serialize;
+
+use super::report::{CompactionReport, IngestReport, QueryReport, StorageReport};
 
 /// Public on-demand prices, us-east-1, x86_64 (USD).
 mod price {
@@ -26,43 +28,131 @@ const RAW_RETENTION_DAYS: f64 = 30.0;
 /// SQS requests per raw object: the notification, and a share of batched receives and deletes.
 const SQS_REQUESTS_PER_OBJECT: f64 = 1.2;
 
-fn number(report: &Value, pointer: &str) -> f64 {
-    report
-        .pointer(pointer)
-        .and_then(Value::as_f64)
-        .unwrap_or(0.0)
-}
-
 /// Seconds of Lambda time for `cpu_seconds` of work at `memory_mb` (CPU share grows with
 /// memory; a function never gets more than the work can use).
 fn lambda_seconds(cpu_seconds: f64, memory_mb: f64, threads: f64) -> f64 {
     cpu_seconds / (memory_mb / MB_PER_VCPU).min(threads)
 }
 
+/// What ingest costs per million attempts.
+#[derive(Debug, Serialize)]
+pub(super) struct IngestCost {
+    /// POSTs through API Gateway, each one Lambda invocation.
+    pub(super) requests: f64,
+    /// Raw objects PUT.
+    pub(super) s3_puts: f64,
+    /// Lambda compute.
+    pub(super) gb_seconds: f64,
+    /// Billed duration of one request.
+    pub(super) billed_ms_per_request: f64,
+    /// All of it, in dollars.
+    pub(super) usd: f64,
+}
+
+/// What compaction costs per million attempts.
+#[derive(Debug, Serialize)]
+pub(super) struct CompactCost {
+    /// Lambda invocations, one per run.
+    pub(super) invocations: f64,
+    /// Lambda compute.
+    pub(super) gb_seconds: f64,
+    /// Table files and manifests PUT.
+    pub(super) s3_puts: f64,
+    /// GETs and LISTs.
+    pub(super) s3_gets_and_lists: f64,
+    /// SQS requests: notifications, receives, deletes.
+    pub(super) sqs_requests: f64,
+    /// All of it, in dollars.
+    pub(super) usd: f64,
+}
+
+/// What keeping a million attempts costs.
+#[derive(Debug, Serialize)]
+pub(super) struct StorageCost {
+    /// The tables (kept).
+    pub(super) tables_gb: f64,
+    /// The raw objects (expired after [`RAW_RETENTION_DAYS`]).
+    pub(super) raw_gb: f64,
+    /// The tables, per month.
+    pub(super) usd_per_month_tables: f64,
+    /// The raw objects, until they expire.
+    pub(super) usd_raw_until_expiry: f64,
+}
+
+/// The function sizes the model assumes (MB).
+#[derive(Debug, Serialize)]
+pub(super) struct MemorySizes {
+    /// The ingest function's.
+    pub(super) ingest: f64,
+    /// The compact function's.
+    pub(super) compact: f64,
+    /// The query function's.
+    pub(super) query: f64,
+}
+
+/// What the model assumes, printed with its result.
+#[derive(Debug, Serialize)]
+pub(super) struct Assumptions {
+    /// The prices used.
+    pub(super) prices: &'static str,
+    /// How CPU time becomes Lambda time.
+    pub(super) lambda_cpu: &'static str,
+    /// The functions' memory sizes.
+    pub(super) memory_mb: MemorySizes,
+    /// Time an ingest call waits on its S3 PUT.
+    pub(super) s3_put_wait_ms_per_ingest: f64,
+    /// Days raw objects are kept.
+    pub(super) raw_retention_days: f64,
+    /// Where the query function reads table files from.
+    pub(super) query_files: &'static str,
+}
+
 /// Dollars and quantities per million attempts.
-pub(super) fn per_million_attempts(report: &Value) -> Value {
-    let attempts = number(report, "/attempts").max(1.0);
+#[derive(Debug, Serialize)]
+pub(super) struct Cost {
+    /// Ingesting them.
+    pub(super) ingest: IngestCost,
+    /// Compacting them.
+    pub(super) compact: CompactCost,
+    /// Keeping them.
+    pub(super) storage: StorageCost,
+    /// Ingest and compaction together, paid once.
+    pub(super) usd_once: f64,
+    /// A thousand dashboard requests at the routes' mean warm latency.
+    pub(super) query_usd_per_1000_requests: f64,
+    /// What the numbers assume.
+    pub(super) assumptions: Assumptions,
+}
+
+/// Dollars and quantities per million attempts, from what the phases measured for `attempts`.
+pub(super) fn per_million_attempts(
+    attempts: u64,
+    ingest: &IngestReport,
+    compaction: &CompactionReport,
+    storage: &StorageReport,
+    query: &QueryReport,
+) -> Cost {
+    let attempts = (attempts as f64).max(1.0);
     let scale = 1e6 / attempts;
 
-    let bodies = number(report, "/ingest/bodies") * scale;
-    let raw_puts = number(report, "/ingest/storage_requests/puts") * scale;
-    let ingest_ms =
-        number(report, "/ingest/per_body_ms/p50_ms") / (INGEST_MB / MB_PER_VCPU) + S3_PUT_MS;
+    let bodies = ingest.bodies as f64 * scale;
+    let raw_puts = ingest.storage_requests.puts as f64 * scale;
+    let ingest_ms = ingest.per_body_ms.p50_ms / (INGEST_MB / MB_PER_VCPU) + S3_PUT_MS;
     let ingest_gb_s = bodies * ingest_ms / 1000.0 * INGEST_MB / 1024.0;
 
-    let runs = number(report, "/compaction/runs") * scale;
-    let compact_s = lambda_seconds(number(report, "/compaction/cpu_s"), COMPACT_MB, 2.0) * scale;
+    let runs = compaction.runs as f64 * scale;
+    // No CPU time where /proc cannot be read: the compute is then left out, not guessed.
+    let cpu_s = compaction.cpu_s.unwrap_or(0.0);
+    let compact_s = lambda_seconds(cpu_s, COMPACT_MB, 2.0) * scale;
     let compact_gb_s = compact_s * COMPACT_MB / 1024.0;
-    let compact_puts = number(report, "/compaction/storage_requests/puts") * scale;
-    let compact_gets = (number(report, "/compaction/storage_requests/gets")
-        + number(report, "/compaction/storage_requests/lists"))
-        * scale;
+    let requests = &compaction.storage_requests;
+    let compact_puts = requests.puts as f64 * scale;
+    let compact_gets = (requests.gets as f64 + requests.lists as f64) * scale;
     let sqs = raw_puts * SQS_REQUESTS_PER_OBJECT;
 
     let gb = |bytes: f64| bytes * scale / 1e9;
-    let tables_gb =
-        gb(number(report, "/storage/task_attempt_bytes") + number(report, "/storage/entity_bytes"));
-    let raw_gb = gb(number(report, "/ingest/storage_requests/put_bytes"));
+    let tables_gb = gb(storage.task_attempt_bytes as f64 + storage.entity_bytes as f64);
+    let raw_gb = gb(ingest.storage_requests.put_bytes as f64);
 
     let dollars_ingest = bodies * (price::HTTP_API_REQUEST + price::LAMBDA_REQUEST)
         + ingest_gb_s * price::LAMBDA_GB_SECOND
@@ -74,16 +164,11 @@ pub(super) fn per_million_attempts(report: &Value) -> Value {
         + sqs * price::SQS_REQUEST;
 
     // A dashboard request costs its warm latency at the query function's memory.
-    let routes = report
-        .pointer("/query/routes")
-        .and_then(Value::as_object)
-        .map(|routes| {
-            routes
-                .values()
-                .filter_map(|route| route.pointer("/warm/p50_ms").and_then(Value::as_f64))
-                .collect::<Vec<_>>()
-        })
-        .unwrap_or_default();
+    let routes: Vec<f64> = query
+        .routes
+        .values()
+        .map(|route| route.warm.p50_ms)
+        .collect();
     let mean_query_ms = routes.iter().sum::<f64>() / routes.len().max(1) as f64;
     let query_s = lambda_seconds(mean_query_ms / 1000.0, QUERY_MB, 2.0);
     let dollars_per_1000_queries = 1000.0
@@ -91,29 +176,41 @@ pub(super) fn per_million_attempts(report: &Value) -> Value {
             + price::LAMBDA_REQUEST
             + query_s * QUERY_MB / 1024.0 * price::LAMBDA_GB_SECOND);
 
-    json!({
-        "ingest": {
-            "requests": bodies, "s3_puts": raw_puts, "gb_seconds": ingest_gb_s,
-            "billed_ms_per_request": ingest_ms, "usd": dollars_ingest,
+    Cost {
+        ingest: IngestCost {
+            requests: bodies,
+            s3_puts: raw_puts,
+            gb_seconds: ingest_gb_s,
+            billed_ms_per_request: ingest_ms,
+            usd: dollars_ingest,
         },
-        "compact": {
-            "invocations": runs, "gb_seconds": compact_gb_s, "s3_puts": compact_puts,
-            "s3_gets_and_lists": compact_gets, "sqs_requests": sqs, "usd": dollars_compact,
+        compact: CompactCost {
+            invocations: runs,
+            gb_seconds: compact_gb_s,
+            s3_puts: compact_puts,
+            s3_gets_and_lists: compact_gets,
+            sqs_requests: sqs,
+            usd: dollars_compact,
         },
-        "storage": {
-            "tables_gb": tables_gb, "raw_gb": raw_gb,
-            "usd_per_month_tables": tables_gb * price::S3_GB_MONTH,
-            "usd_raw_until_expiry": raw_gb * price::S3_GB_MONTH * RAW_RETENTION_DAYS / 30.0,
+        storage: StorageCost {
+            tables_gb,
+            raw_gb,
+            usd_per_month_tables: tables_gb * price::S3_GB_MONTH,
+            usd_raw_until_expiry: raw_gb * price::S3_GB_MONTH * RAW_RETENTION_DAYS / 30.0,
         },
-        "usd_once": dollars_ingest + dollars_compact,
-        "query_usd_per_1000_requests": dollars_per_1000_queries,
-        "assumptions": {
-            "prices": "us-east-1 on-demand, x86_64: Lambda $0.0000166667/GB-s + $0.20/M requests, HTTP API $1.00/M, S3 PUT $0.005/1000, GET $0.0004/1000, Standard $0.023/GB-month, SQS $0.40/M",
-            "lambda_cpu": "a function gets memory/1769 MB of a vCPU; measured CPU time is divided by that share",
-            "memory_mb": {"ingest": INGEST_MB, "compact": COMPACT_MB, "query": QUERY_MB},
-            "s3_put_wait_ms_per_ingest": S3_PUT_MS,
-            "raw_retention_days": RAW_RETENTION_DAYS,
-            "query_files": "read from the function's /tmp cache; the first request after a new file fetches it",
+        usd_once: dollars_ingest + dollars_compact,
+        query_usd_per_1000_requests: dollars_per_1000_queries,
+        assumptions: Assumptions {
+            prices: "us-east-1 on-demand, x86_64: Lambda $0.0000166667/GB-s + $0.20/M requests, HTTP API $1.00/M, S3 PUT $0.005/1000, GET $0.0004/1000, Standard $0.023/GB-month, SQS $0.40/M",
+            lambda_cpu: "a function gets memory/1769 MB of a vCPU; measured CPU time is divided by that share",
+            memory_mb: MemorySizes {
+                ingest: INGEST_MB,
+                compact: COMPACT_MB,
+                query: QUERY_MB,
+            },
+            s3_put_wait_ms_per_ingest: S3_PUT_MS,
+            raw_retention_days: RAW_RETENTION_DAYS,
+            query_files: "read from the function's /tmp cache; the first request after a new file fetches it",
         },
-    })
+    }
 }

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use serde_json::{Value, json};
+use serde::Serialize;
 use shared::storage::{ETag, ObjectKey, ObjectMeta, PutMode, Storage, StorageError, StoredObject};
 
 /// Request counters of one phase.
@@ -18,16 +18,31 @@ pub(super) struct Counters {
     deletes: AtomicU64,
 }
 
+/// The requests of one phase, as the report gives them.
+#[derive(Debug, Default, Serialize)]
+pub(super) struct RequestCounts {
+    /// PUTs, conditional ones that failed included.
+    pub(super) puts: u64,
+    /// Bytes PUT.
+    pub(super) put_bytes: u64,
+    /// GETs.
+    pub(super) gets: u64,
+    /// LISTs.
+    pub(super) lists: u64,
+    /// DELETEs.
+    pub(super) deletes: u64,
+}
+
 impl Counters {
-    /// The counts so far, as JSON.
-    pub(super) fn json(&self) -> Value {
-        json!({
-            "puts": self.puts.load(Ordering::Relaxed),
-            "put_bytes": self.put_bytes.load(Ordering::Relaxed),
-            "gets": self.gets.load(Ordering::Relaxed),
-            "lists": self.lists.load(Ordering::Relaxed),
-            "deletes": self.deletes.load(Ordering::Relaxed),
-        })
+    /// The counts so far.
+    pub(super) fn counts(&self) -> RequestCounts {
+        RequestCounts {
+            puts: self.puts.load(Ordering::Relaxed),
+            put_bytes: self.put_bytes.load(Ordering::Relaxed),
+            gets: self.gets.load(Ordering::Relaxed),
+            lists: self.lists.load(Ordering::Relaxed),
+            deletes: self.deletes.load(Ordering::Relaxed),
+        }
     }
 }
 

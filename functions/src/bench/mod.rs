@@ -4,7 +4,8 @@
 //! library into a local store (timing each), compacts the raw objects in batches the size SQS
 //! hands the compact function, measures the stored bytes, then times each dashboard route cold
 //! (a fresh engine) and warm (p50/p95 over repeats) and the query phase's peak memory. The
-//! report is JSON on stdout; a readable table goes to stderr. Targets are DESIGN §7's.
+//! report (typed in `report.rs`) is JSON on stdout; a readable table goes to stderr, beside
+//! the targets (docs/performance.md, "Targets").
 
 use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
@@ -12,25 +13,70 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Context as _;
-use serde_json::{Value, json};
 use shared::compact::{CompactSettings, Compactor};
 use shared::ingest::{IngestAccess, IngestLimits, Ingestor};
-use shared::layout::{self, ClusterName, SessionName};
-use shared::query::ray::RayRequest;
-use shared::query::{ApiRoute, QueryEngine, QuerySettings};
+use shared::keys::{
+    ClusterName, SessionName, cluster_manifests_prefix, manifest_key, manifest_session,
+};
+use shared::raw::key::RAW_PREFIX;
 use shared::storage::{LocalDirStorage, ObjectKey, Storage};
 use shared::tables::manifest;
 use synth::{Generator, SynthSettings};
 
-use crate::cli::BenchArgs;
+use crate::generate::SynthArgs;
 use crate::progress;
 
 mod cost;
 mod counting;
+mod report;
+mod routes;
 mod stats;
+mod table;
 
-use self::counting::{Counters, CountingStorage};
-use self::stats::{Stats, memory, ms};
+use self::counting::{Counters, CountingStorage, RequestCounts};
+use self::report::{
+    ColumnBytes, CompactOnlyReport, CompactionReport, FoldTimes, IngestReport, Machine, Phases,
+    QueryReport, Report, Settings, StorageReport,
+};
+use self::routes::query_phase;
+use self::stats::Stats;
+use self::table::print_table;
+
+/// Flags of `afterglow bench`.
+#[derive(Debug, clap::Args)]
+pub struct BenchArgs {
+    /// What to generate.
+    #[command(flatten)]
+    pub synth: SynthArgs,
+    /// Work directory (kept afterwards); a temporary one (removed) when not given.
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// Warm repetitions of each route.
+    #[arg(long, value_name = "R", default_value_t = 20)]
+    pub repeat: usize,
+    /// Raw objects per compaction run (the compact function's SQS batch size).
+    #[arg(long, value_name = "N", default_value_t = shared::compact::RUN_OBJECTS)]
+    pub objects_per_run: usize,
+    /// Memory (MiB) compaction keeps between runs for where stored attempts are; 0 makes every
+    /// run scan the stored task ids instead (for comparisons).
+    #[arg(long, value_name = "MIB", default_value_t = shared::tables::stored_keys::DEFAULT_BUDGET >> 20)]
+    pub stored_keys_mib: u64,
+    /// Only time the routes, over the store an earlier run left in --dir.
+    #[arg(long, requires = "dir", conflicts_with = "compact_only")]
+    pub query_only: bool,
+    /// Only time compaction again, over the raw objects an earlier run left in --dir: its
+    /// tables are dropped first (as `afterglow rebuild` drops them) and the raw objects read
+    /// once (the full run finds them in the page cache), then compacted as the full benchmark
+    /// compacts them. Prints the compaction report alone.
+    #[arg(long, requires = "dir")]
+    pub compact_only: bool,
+    /// With --query-only: the session to query (the only one, when not given).
+    #[arg(long, value_name = "NAME")]
+    pub session: Option<String>,
+    /// With --query-only: fold the deltas into the base first (`afterglow compact --fold`).
+    #[arg(long, requires = "query_only")]
+    pub fold: bool,
+}
 
 /// The cluster name the synthetic traffic is filed under.
 const CLUSTER: &str = "bench";
@@ -60,31 +106,41 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
 
     let ingest_requests = Arc::new(Counters::default());
     let mut ingest = ingest_phase(counted(&storage, &ingest_requests), settings).await?;
-    ingest.json["storage_requests"] = ingest_requests.json();
+    ingest.report.storage_requests = ingest_requests.counts();
     let compaction = measured_compaction(&storage, work.path(), &args).await?;
     let mut stored = storage_phase(&storage, &ingest.session, ingest.attempts).await?;
-    stored["tables_dir_bytes"] = json!(dir_bytes(&work.path().join("store/tables")));
-    stored["raw_dir_bytes"] = json!(dir_bytes(&work.path().join("store/raw")));
+    stored.tables_dir_bytes = dir_bytes(&work.path().join("store/tables"));
+    stored.raw_dir_bytes = dir_bytes(&work.path().join("store/raw"));
     // A process of its own, so its peak memory is the query engine's alone.
     let queries = query_in_child(work.path(), &ingest.session, args.repeat).await?;
 
-    let mut report = json!({
-        "attempts": ingest.attempts,
-        "settings": {
-            "jobs": args.synth.jobs, "nodes": args.synth.nodes,
-            "failure_rate": args.synth.failure_rate, "seed": args.synth.seed,
-            "objects_per_compaction": args.objects_per_run, "repeat": args.repeat,
-            "stored_keys_mib": args.stored_keys_mib,
+    let cost = cost::per_million_attempts(
+        ingest.attempts,
+        &ingest.report,
+        &compaction,
+        &stored,
+        &queries,
+    );
+    let report = Report {
+        attempts: ingest.attempts,
+        settings: Settings {
+            jobs: args.synth.jobs,
+            nodes: args.synth.nodes,
+            failure_rate: args.synth.failure_rate,
+            seed: args.synth.seed,
+            objects_per_compaction: args.objects_per_run,
+            repeat: args.repeat,
+            stored_keys_mib: args.stored_keys_mib,
         },
-        "machine": machine(),
-        "ingest": ingest.json,
-        "compaction": compaction,
-        "storage": stored,
-        "query": queries,
-    });
-    report["cost"] = cost::per_million_attempts(&report);
+        machine: Machine::this(),
+        ingest: ingest.report,
+        compaction,
+        storage: stored,
+        query: queries,
+        cost,
+    };
     print_table(&report);
-    println!("{}", serde_json::to_string_pretty(&report)?);
+    println!("{}", report::pretty(&report)?);
     Ok(())
 }
 
@@ -101,7 +157,7 @@ async fn measured_compaction(
     storage: &Arc<LocalDirStorage>,
     work: &Path,
     args: &BenchArgs,
-) -> anyhow::Result<Value> {
+) -> anyhow::Result<CompactionReport> {
     let requests = Arc::new(Counters::default());
     let settings = CompactSettings {
         stored_keys_bytes: args.stored_keys_mib.saturating_mul(1 << 20),
@@ -115,12 +171,10 @@ async fn measured_compaction(
         settings,
     )
     .await?;
-    compaction["cpu_s"] = json!(
-        stats::cpu_seconds()
-            .zip(cpu_before)
-            .map(|(after, before)| after - before)
-    );
-    compaction["storage_requests"] = requests.json();
+    compaction.cpu_s = stats::cpu_seconds()
+        .zip(cpu_before)
+        .map(|(after, before)| after - before);
+    compaction.storage_requests = requests.counts();
     Ok(compaction)
 }
 
@@ -145,8 +199,8 @@ async fn compact_only(args: &BenchArgs) -> anyhow::Result<()> {
     .drop_tables()
     .await?;
     // The full run compacts raw objects ingest has just written, from the page cache; read
-    // from disk instead, 10 M attempts' 4.5 GB made the runs' reads 1.7× as long here.
-    let raw = storage.list(layout::RAW_PREFIX).await?;
+    // from disk instead, the runs' reads would time the disk rather than compaction.
+    let raw = storage.list(RAW_PREFIX).await?;
     anyhow::ensure!(
         !raw.is_empty(),
         "no raw objects in {}; run the full benchmark with --dir first",
@@ -163,10 +217,7 @@ async fn compact_only(args: &BenchArgs) -> anyhow::Result<()> {
         raw.len()
     );
     let compaction = measured_compaction(&storage, dir, args).await?;
-    println!(
-        "{}",
-        serde_json::to_string_pretty(&json!({ "compaction": compaction }))?
-    );
+    println!("{}", report::pretty(&CompactOnlyReport { compaction })?);
     Ok(())
 }
 
@@ -183,7 +234,7 @@ async fn query_only(args: &BenchArgs) -> anyhow::Result<()> {
         Some(session) => session.clone(),
         None => only_session(&storage).await?,
     };
-    let mut fold = Value::Null;
+    let mut fold = None;
     if args.fold {
         let scratch = dir.join("compact-scratch");
         std::fs::create_dir_all(&scratch)
@@ -191,7 +242,10 @@ async fn query_only(args: &BenchArgs) -> anyhow::Result<()> {
         let compactor = Compactor::new(Arc::clone(&storage), CompactSettings::default(), scratch);
         let timer = Instant::now();
         let sessions = compactor.fold().await?;
-        fold = json!({"sessions": sessions, "wall_s": timer.elapsed().as_secs_f64()});
+        fold = Some(FoldTimes {
+            sessions,
+            wall_s: timer.elapsed().as_secs_f64(),
+        });
     }
     // The fold's memory is not the query's: after one, the routes are timed in a process of
     // their own, as the full benchmark times them.
@@ -200,25 +254,25 @@ async fn query_only(args: &BenchArgs) -> anyhow::Result<()> {
     } else {
         query_phase(storage, dir, &session, args.repeat).await?
     };
-    report["fold"] = fold;
-    println!("{}", serde_json::to_string(&report)?);
+    report.fold = fold;
+    println!("{}", report::line(&report)?);
     Ok(())
 }
 
 /// The single session of the benchmark's cluster.
 async fn only_session(storage: &Arc<dyn Storage>) -> anyhow::Result<String> {
-    let prefix = layout::cluster_manifests_prefix(&ClusterName::new(CLUSTER)?);
+    let prefix = cluster_manifests_prefix(&ClusterName::new(CLUSTER)?);
     let manifests = storage.list(&prefix).await?;
     let first = manifests
         .first()
         .context("no compacted session in the store; run the full benchmark first")?;
-    layout::manifest_session(&first.key)
+    manifest_session(&first.key)
         .map(|(_, session)| session.to_string())
         .context("unexpected manifest key")
 }
 
 /// Runs the query phase as `afterglow bench --query-only` and returns its report.
-async fn query_in_child(work: &Path, session: &str, repeat: usize) -> anyhow::Result<Value> {
+async fn query_in_child(work: &Path, session: &str, repeat: usize) -> anyhow::Result<QueryReport> {
     let exe = std::env::current_exe().context("cannot find the afterglow binary")?;
     let output = tokio::process::Command::new(exe)
         // The query phase runs as the query function does: `MALLOC_CONF`, which template.yaml
@@ -276,9 +330,9 @@ impl WorkDir {
     }
 }
 
-/// What ingest measured.
+/// What ingest measured, and what the later phases need of the traffic.
 struct IngestOutcome {
-    json: Value,
+    report: IngestReport,
     session: String,
     attempts: u64,
 }
@@ -325,17 +379,19 @@ async fn ingest_phase(
     Ok(IngestOutcome {
         session: truth.session_name.clone(),
         attempts: truth.attempts,
-        json: json!({
-            "bodies": truth.bodies,
-            "redelivered_bodies": truth.redeliveries,
-            "events": events,
-            "request_bytes": bytes_in,
-            "stored_bytes": bytes_stored,
-            "per_body_ms": per_body.json(),
-            "mean_events_per_body": events as f64 / truth.bodies.max(1) as f64,
-            "wall_s": wall.as_secs_f64(),
-            "truth": truth,
-        }),
+        report: IngestReport {
+            bodies: truth.bodies,
+            redelivered_bodies: truth.redeliveries,
+            events,
+            request_bytes: bytes_in,
+            stored_bytes: bytes_stored,
+            per_body_ms: per_body,
+            mean_events_per_body: events as f64 / truth.bodies.max(1) as f64,
+            wall_s: wall.as_secs_f64(),
+            truth,
+            // Counted by the caller, around the phase.
+            storage_requests: RequestCounts::default(),
+        },
     })
 }
 
@@ -345,7 +401,7 @@ async fn compact_phase(
     work: &Path,
     per_run: usize,
     settings: CompactSettings,
-) -> anyhow::Result<Value> {
+) -> anyhow::Result<CompactionReport> {
     let scratch = work.join("compact-scratch");
     std::fs::create_dir_all(&scratch)
         .with_context(|| format!("cannot create {}", scratch.display()))?;
@@ -386,28 +442,28 @@ async fn compact_phase(
     let parsed = events + duplicates;
     let phases = [took.read, took.locate, took.delta, took.rollup, took.fold];
     let other = wall.saturating_sub(phases.iter().sum());
-    Ok(json!({
-        "raw_objects": keys.len(),
-        "runs": runs.len(),
-        "events": events,
-        "duplicates_dropped": duplicates,
-        "rows_written": rows,
-        "wall_s": wall.as_secs_f64(),
-        "events_per_s": parsed as f64 / wall.as_secs_f64().max(1e-9),
-        "per_run_ms": Stats::of(&mut runs).json(),
-        // Wall clock summed over the runs; `other` is the rest of the runs (fetching stored
-        // files, writing key indexes, storing the runs' files and manifests, collecting
-        // orphans); a fold's own fetching and storing is in `fold`.
-        "phases_s": {
-            "read": took.read.as_secs_f64(),
-            "locate": took.locate.as_secs_f64(),
-            "delta": took.delta.as_secs_f64(),
-            "rollup": took.rollup.as_secs_f64(),
-            "fold": took.fold.as_secs_f64(),
-            "other": other.as_secs_f64(),
+    Ok(CompactionReport {
+        raw_objects: keys.len(),
+        runs: runs.len(),
+        events,
+        duplicates_dropped: duplicates,
+        rows_written: rows,
+        wall_s: wall.as_secs_f64(),
+        events_per_s: parsed as f64 / wall.as_secs_f64().max(1e-9),
+        per_run_ms: Stats::of(&mut runs),
+        phases_s: Phases {
+            read: took.read.as_secs_f64(),
+            locate: took.locate.as_secs_f64(),
+            delta: took.delta.as_secs_f64(),
+            rollup: took.rollup.as_secs_f64(),
+            fold: took.fold.as_secs_f64(),
+            other: other.as_secs_f64(),
         },
-        "stored_keys_read": compactor.stored_keys().rows_read(),
-    }))
+        stored_keys_read: compactor.stored_keys().rows_read(),
+        // Measured by the caller, around the phase.
+        cpu_s: None,
+        storage_requests: RequestCounts::default(),
+    })
 }
 
 /// Live `task_attempts` bytes (the manifest's data files and their key indexes), per attempt,
@@ -416,9 +472,9 @@ async fn storage_phase(
     storage: &Arc<LocalDirStorage>,
     session: &str,
     attempts: u64,
-) -> anyhow::Result<Value> {
+) -> anyhow::Result<StorageReport> {
     let cluster = ClusterName::new(CLUSTER)?;
-    let key = layout::manifest_key(&cluster, &SessionName::new(session)?)?;
+    let key = manifest_key(&cluster, &SessionName::new(session)?)?;
     let current = manifest::load(&**storage as &dyn Storage, &key).await?;
     let live = &current.manifest;
     let files: Vec<PathBuf> = live
@@ -458,207 +514,27 @@ async fn storage_phase(
         .sum();
     let column_total: u64 = columns.iter().map(|(_, bytes)| bytes).sum();
     let per = |bytes: u64| bytes as f64 / attempts.max(1) as f64;
-    Ok(json!({
-        "task_attempt_files": live.task_attempts.all().count(),
-        "task_attempt_bytes": attempt_bytes,
-        "entity_bytes": entity_bytes,
-        "bytes_per_attempt": per(attempt_bytes),
-        "bytes_per_attempt_without_error_text":
-            per((column_total + key_index_bytes).saturating_sub(error_bytes)),
-        "key_index_bytes_per_attempt": per(key_index_bytes),
-        "largest_columns_bytes_per_attempt": columns.iter().take(12)
-            .map(|(column, bytes)| json!({"column": column, "bytes_per_attempt": per(*bytes)}))
-            .collect::<Vec<_>>(),
-    }))
-}
-
-/// One dashboard request of the benchmark.
-struct Probe {
-    name: &'static str,
-    route: Route,
-    params: Vec<(String, String)>,
-}
-
-/// Which API a probe asks.
-enum Route {
-    /// Afterglow's own.
-    Api(ApiRoute),
-    /// Ray's, as its dashboard and CLI ask it through Afterglow.
-    Ray(RayRequest),
-}
-
-fn probe(name: &'static str, route: ApiRoute, params: &[(&str, &str)]) -> Probe {
-    Probe {
-        name,
-        route: Route::Api(route),
-        params: params
+    Ok(StorageReport {
+        task_attempt_files: live.task_attempts.all().count(),
+        task_attempt_bytes: attempt_bytes,
+        entity_bytes,
+        bytes_per_attempt: per(attempt_bytes),
+        bytes_per_attempt_without_error_text: per(
+            (column_total + key_index_bytes).saturating_sub(error_bytes)
+        ),
+        key_index_bytes_per_attempt: per(key_index_bytes),
+        largest_columns_bytes_per_attempt: columns
             .iter()
-            .map(|(key, value)| ((*key).to_owned(), (*value).to_owned()))
+            .take(12)
+            .map(|(column, bytes)| ColumnBytes {
+                column: column.clone(),
+                bytes_per_attempt: per(*bytes),
+            })
             .collect(),
-    }
-}
-
-impl Probe {
-    /// Asks `engine` once.
-    async fn ask(&self, engine: &QueryEngine) -> anyhow::Result<()> {
-        match &self.route {
-            Route::Api(route) => {
-                engine.answer(route, &self.params).await?;
-            }
-            Route::Ray(request) => {
-                engine.answer_ray(request, &self.params).await?;
-            }
-        }
-        Ok(())
-    }
-}
-
-/// Times every route cold and warm, and the peak memory while doing it.
-async fn query_phase(
-    storage: Arc<dyn Storage>,
-    work: &Path,
-    session: &str,
-    repeat: usize,
-) -> anyhow::Result<Value> {
-    let rss_before = memory::current_mib();
-    let settings = QuerySettings::under(&work.join("query"));
-    let engine = QueryEngine::open(Arc::clone(&storage), settings.clone())?;
-    // Pick real ids to look up: a failed attempt's task and job.
-    let failed = engine
-        .answer(
-            &ApiRoute::Tasks,
-            &[
-                ("state".to_owned(), "FAILED".to_owned()),
-                ("limit".to_owned(), "1".to_owned()),
-            ],
-        )
-        .await?;
-    let sample = failed
-        .pointer("/tasks/0")
-        .context("the benchmark's data has no failed attempt")?;
-    let task_id = text(sample, "task_id")?;
-    let job_id = text(sample, "job_id")?;
-    // And the session's oldest failed attempt: while the session streams, the newest one is
-    // in a small delta and the oldest in the base, whose block a lookup decodes whole.
-    let oldest = engine
-        .answer(
-            &ApiRoute::Tasks,
-            &[
-                ("state".to_owned(), "FAILED".to_owned()),
-                ("limit".to_owned(), "1".to_owned()),
-                ("order".to_owned(), "asc".to_owned()),
-            ],
-        )
-        .await?;
-    let oldest_task_id = text(
-        oldest
-            .pointer("/tasks/0")
-            .context("the benchmark's data has no failed attempt")?,
-        "task_id",
-    )?;
-    let scoped = [("cluster", CLUSTER), ("session", session)];
-    let with_scope = |extra: &[(&'static str, &'static str)]| -> Vec<(&str, &str)> {
-        scoped.iter().chain(extra).copied().collect()
-    };
-    let job: &'static str = Box::leak(job_id.into_boxed_str());
-    // What Ray's own dashboard asks on a job's page, through Afterglow's Ray routes.
-    let ray_tasks = Probe {
-        route: Route::Ray(RayRequest::parse(
-            "GET",
-            &format!("{CLUSTER}/{session}/api/v0/tasks"),
-        )?),
-        ..probe(
-            "ray_job_tasks",
-            ApiRoute::Tasks,
-            &[
-                ("detail", "1"),
-                ("limit", "10000"),
-                ("filter_keys", "job_id"),
-                ("filter_predicates", "="),
-                ("filter_values", job),
-            ],
-        )
-    };
-    let probes = vec![
-        probe("summary", ApiRoute::Summary, &with_scope(&[])),
-        probe(
-            "aggregates_by_name",
-            ApiRoute::Aggregates,
-            &with_scope(&[("by", "name")]),
-        ),
-        probe(
-            "aggregates_by_error_type",
-            ApiRoute::Aggregates,
-            &with_scope(&[("by", "error_type")]),
-        ),
-        probe("insights", ApiRoute::Insights, &with_scope(&[])),
-        probe(
-            "table_page",
-            ApiRoute::Tasks,
-            &with_scope(&[("limit", "100")]),
-        ),
-        probe(
-            "table_page_job_failed",
-            ApiRoute::Tasks,
-            &with_scope(&[("limit", "100"), ("job_id", job), ("state", "FAILED")]),
-        ),
-        probe("point_lookup", ApiRoute::Task(task_id), &with_scope(&[])),
-        probe(
-            "point_lookup_oldest",
-            ApiRoute::Task(oldest_task_id),
-            &with_scope(&[]),
-        ),
-        probe(
-            "search",
-            ApiRoute::Tasks,
-            &with_scope(&[("limit", "100"), ("q", "shard-00417")]),
-        ),
-        probe(
-            "jobs",
-            ApiRoute::Entities(shared::tables::entities::EntityKind::Jobs),
-            &with_scope(&[]),
-        ),
-        // The page's timeline of one job: its first 10 000 attempts by start time.
-        probe(
-            "timeline_job",
-            ApiRoute::Timeline,
-            &with_scope(&[("job_id", job)]),
-        ),
-        ray_tasks,
-    ];
-    let bar = progress::bar((probes.len() * (repeat + 1)) as u64, "query");
-    let mut results = serde_json::Map::new();
-    for probe in &probes {
-        // Cold: a new engine, so neither DuckDB's metadata cache nor a warm connection helps.
-        let cold_engine = QueryEngine::open(Arc::clone(&storage), settings.clone())?;
-        let timer = Instant::now();
-        probe.ask(&cold_engine).await?;
-        let cold = timer.elapsed();
-        drop(cold_engine);
-        bar.inc(1);
-        let mut warm = Vec::with_capacity(repeat);
-        let rolled_before = engine.rollup_answers();
-        for _ in 0..repeat {
-            let timer = Instant::now();
-            probe.ask(&engine).await?;
-            warm.push(timer.elapsed());
-            bar.inc(1);
-        }
-        let stats = Stats::of(&mut warm);
-        // Whether every warm answer came from rollups rather than a scan.
-        let from_rollups = engine.rollup_answers() - rolled_before == repeat as u64;
-        results.insert(
-            probe.name.to_owned(),
-            json!({"cold_ms": ms(cold), "warm": stats.json(), "from_rollups": from_rollups}),
-        );
-    }
-    bar.finish_and_clear();
-    Ok(json!({
-        "routes": results,
-        "rss_before_mib": rss_before,
-        "peak_rss_mib": memory::peak_mib(),
-        "peak_rss_note": memory::NOTE,
-    }))
+        // Measured by the caller, over the store's directories.
+        tables_dir_bytes: 0,
+        raw_dir_bytes: 0,
+    })
 }
 
 /// Bytes of every file under `dir` (retired files still waiting out their grace included).
@@ -674,117 +550,4 @@ fn dir_bytes(dir: &Path) -> u64 {
             Err(_) => 0,
         })
         .sum()
-}
-
-fn text(row: &Value, field: &str) -> anyhow::Result<String> {
-    row.get(field)
-        .and_then(Value::as_str)
-        .map(str::to_owned)
-        .with_context(|| format!("a task row without `{field}`"))
-}
-
-fn machine() -> Value {
-    json!({
-        "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
-        "os": std::env::consts::OS,
-        "arch": std::env::consts::ARCH,
-        "build": if cfg!(debug_assertions) { "debug" } else { "release" },
-    })
-}
-
-/// The readable summary, with DESIGN §7's targets beside the numbers.
-fn print_table(report: &Value) {
-    let number = |pointer: &str| report.pointer(pointer).and_then(Value::as_f64);
-    let rows: Vec<(&str, Option<f64>, &str)> = vec![
-        (
-            "ingest p50 per 1000-event body (ms)",
-            number("/ingest/per_body_ms/p50_ms"),
-            "<= 20",
-        ),
-        (
-            "ingest p95 per body (ms)",
-            number("/ingest/per_body_ms/p95_ms"),
-            "",
-        ),
-        (
-            "compaction (events/s)",
-            number("/compaction/events_per_s"),
-            ">= 200000",
-        ),
-        (
-            "storage per attempt, no error text (B)",
-            number("/storage/bytes_per_attempt_without_error_text"),
-            "<= 60",
-        ),
-        (
-            "storage per attempt, all (B)",
-            number("/storage/bytes_per_attempt"),
-            "",
-        ),
-        (
-            "summary warm p50 (ms)",
-            number("/query/routes/summary/warm/p50_ms"),
-            "<= 100",
-        ),
-        (
-            "aggregates by name warm p50 (ms)",
-            number("/query/routes/aggregates_by_name/warm/p50_ms"),
-            "<= 300",
-        ),
-        (
-            "insights warm p50 (ms)",
-            number("/query/routes/insights/warm/p50_ms"),
-            "<= 300",
-        ),
-        (
-            "table page warm p50 (ms)",
-            number("/query/routes/table_page/warm/p50_ms"),
-            "<= 100",
-        ),
-        (
-            "job+FAILED page warm p50 (ms)",
-            number("/query/routes/table_page_job_failed/warm/p50_ms"),
-            "<= 100",
-        ),
-        (
-            "point lookup warm p50 (ms)",
-            number("/query/routes/point_lookup/warm/p50_ms"),
-            "<= 50",
-        ),
-        (
-            "point lookup, oldest failed task, warm p50 (ms)",
-            number("/query/routes/point_lookup_oldest/warm/p50_ms"),
-            "<= 50",
-        ),
-        (
-            "search warm p50 (ms)",
-            number("/query/routes/search/warm/p50_ms"),
-            "<= 1000",
-        ),
-        (
-            "Ray's job page: api/v0/tasks, limit=10000 (ms)",
-            number("/query/routes/ray_job_tasks/warm/p50_ms"),
-            "<= 2000",
-        ),
-        (
-            "query peak RSS (MiB)",
-            number("/query/peak_rss_mib"),
-            "<= 1024",
-        ),
-        (
-            "USD per million attempts, ingest + compact",
-            number("/cost/usd_once"),
-            "",
-        ),
-        (
-            "USD per month per million attempts, tables",
-            number("/cost/storage/usd_per_month_tables"),
-            "",
-        ),
-    ];
-    eprintln!("{:<42} {:>14}  target", "measure", "value");
-    for (name, value, target) in rows {
-        let value = value.map_or_else(|| "-".to_owned(), |value| format!("{value:.1}"));
-        eprintln!("{name:<42} {value:>14}  {target}");
-    }
 }

@@ -2,22 +2,29 @@
 
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
 
 /// Milliseconds, fractional.
 pub(super) fn ms(duration: Duration) -> f64 {
     duration.as_secs_f64() * 1000.0
 }
 
-/// Percentiles of a set of timings.
+/// Percentiles of a set of timings, in milliseconds.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 pub(super) struct Stats {
-    count: usize,
-    p50: Duration,
-    p95: Duration,
-    max: Duration,
+    /// How many timings.
+    #[serde(rename = "n")]
+    pub(super) count: usize,
+    /// The median.
+    pub(super) p50_ms: f64,
+    /// The 95th percentile.
+    pub(super) p95_ms: f64,
+    /// The longest.
+    pub(super) max_ms: f64,
 }
 
 impl Stats {
+    /// The percentiles of `samples` (sorted in place).
     pub(super) fn of(samples: &mut [Duration]) -> Self {
         samples.sort_unstable();
         let at = |q: f64| {
@@ -26,14 +33,10 @@ impl Stats {
         };
         Self {
             count: samples.len(),
-            p50: at(0.50),
-            p95: at(0.95),
-            max: samples.last().copied().unwrap_or_default(),
+            p50_ms: ms(at(0.50)),
+            p95_ms: ms(at(0.95)),
+            max_ms: ms(samples.last().copied().unwrap_or_default()),
         }
-    }
-
-    pub(super) fn json(&self) -> Value {
-        json!({"n": self.count, "p50_ms": ms(self.p50), "p95_ms": ms(self.p95), "max_ms": ms(self.max)})
     }
 }
 

@@ -276,15 +276,15 @@ async fn serve_prints_the_ray_settings_stores_what_ray_posts_and_answers_queries
 /// `rebuild` compacts the store in runs of `--objects-per-run` raw objects, as the compact
 /// function's batches take them: a run holds its objects' attempts in memory, and one run over
 /// a whole large store would not fit. The history equals Ray's. A raw object that cannot be
-/// read is named and every other one compacted, and the command fails. (Before, the whole
-/// store was one run, and the first unreadable object failed it without a report.)
+/// read is named and every other one compacted, and the command fails, rather than failing
+/// the whole store's run without a report.
 #[tokio::test]
 async fn rebuild_compacts_in_bounded_runs_and_names_an_unreadable_object() -> anyhow::Result<()> {
     let run = FixtureRun::named("basic-workload")?;
     let dir = tempfile::tempdir()?;
     let storage: Arc<dyn Storage> = Arc::new(LocalDirStorage::open(dir.path())?);
     store_raw(&storage, &run, &run.name).await?;
-    let raw = shared::compact::raw::list_keys(&*storage).await?;
+    let raw = shared::raw::list::list_keys(&*storage).await?;
     let per_run = 4;
     ensure!(raw.len() > 2 * per_run, "only {} raw objects", raw.len());
     let rebuild = || -> anyhow::Result<std::process::Output> {
@@ -339,13 +339,13 @@ async fn rebuild_compacts_in_bounded_runs_and_names_an_unreadable_object() -> an
 /// `afterglow rebuild` leaves a session folded into one base, as the quiet check of its last
 /// commit would. A session above the fold policy's `small_session_rows` is not folded at every
 /// run, so its last runs leave deltas that every read opens; `serve` and the compact function
-/// fold them once the session goes quiet, but a command has no later. (Before, a rebuilt store
-/// kept them until the next compaction.)
+/// fold them once the session goes quiet, but a command has no later: a rebuilt store would
+/// keep them until the next compaction.
 #[tokio::test]
 async fn rebuild_leaves_a_large_session_in_one_base() -> anyhow::Result<()> {
     use shared::compact::CompactSettings;
     use shared::ingest::{IngestAccess, IngestLimits, Ingestor};
-    use shared::layout::{ClusterName, SessionName, manifest_key};
+    use shared::keys::{ClusterName, SessionName, manifest_key};
     use shared::tables::manifest::{self, TableFiles};
 
     let dir = tempfile::tempdir()?;
@@ -383,7 +383,7 @@ async fn rebuild_leaves_a_large_session_in_one_base() -> anyhow::Result<()> {
                 .task_attempts,
         )
     };
-    let raw = shared::compact::raw::list_keys(&*storage).await?;
+    let raw = shared::raw::list::list_keys(&*storage).await?;
     let per_run = std::num::NonZeroUsize::new(raw.len() / 8).context("too few raw objects")?;
 
     // The runs alone, as the command runs them, leave deltas.

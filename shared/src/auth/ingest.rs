@@ -17,7 +17,7 @@ use sha2::Sha256;
 use subtle::ConstantTimeEq;
 use tokio::sync::Mutex;
 
-use crate::layout::ClusterName;
+use crate::keys::ClusterName;
 
 /// The secret every cluster's ingest token is derived from.
 #[derive(Clone)]

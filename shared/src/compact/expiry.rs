@@ -15,7 +15,7 @@
 use std::time::Duration;
 
 use super::{CompactError, Compactor};
-use crate::layout::{self, ClusterName, SessionName};
+use crate::keys::{self, ClusterName, SessionName};
 use crate::tables::manifest::{Commit, DataFile, Document as _, Manifest};
 use crate::tables::{catalog, manifest};
 
@@ -62,7 +62,7 @@ impl Compactor {
         cutoff: i64,
     ) -> Result<bool, CompactError> {
         let storage = &**self.storage();
-        let key = layout::manifest_key(cluster, session)?;
+        let key = keys::manifest_key(cluster, session)?;
         let read = manifest::load(storage, &key).await?;
         let current = read.manifest;
         if current.stats.last_ms.is_some_and(|last| last >= cutoff) {

@@ -2,7 +2,7 @@
 //! form-URL-encoded (`+` for a space, `%XX` for other bytes); they are decoded here, and keys
 //! that are not raw ingest objects are set aside rather than failing the batch.
 
-use crate::layout::{RAW_PREFIX, RAW_SUFFIX};
+use crate::raw::key::{RAW_PREFIX, RAW_SUFFIX};
 use crate::storage::ObjectKey;
 
 /// Decodes an S3 event key (`application/x-www-form-urlencoded`). `None` if the escapes are

@@ -6,7 +6,7 @@
 use std::time::SystemTime;
 
 use super::{CompactError, Compactor};
-use crate::layout::{self, ClusterName, SessionName, Table, table_prefix};
+use crate::keys::{self, ClusterName, SessionName, Table, table_prefix};
 use crate::tables::manifest;
 
 impl Compactor {
@@ -19,7 +19,7 @@ impl Compactor {
         session: &SessionName,
     ) -> Result<usize, CompactError> {
         let storage = &**self.storage();
-        let key = layout::manifest_key(cluster, session)?;
+        let key = keys::manifest_key(cluster, session)?;
         let current = manifest::load(storage, &key).await?.manifest;
         let now = SystemTime::now();
         let mut collected = 0;

@@ -10,9 +10,9 @@ use crate::event::encoding::EventId;
 ///
 /// The ids are kept in the order taken; the table holds only each one's place and a 32-bit
 /// fingerprint of it, and compares ids only where fingerprints match. A set of the ids
-/// themselves (40 bytes a slot, in a table twice the size of a run's million ids) missed the
-/// cache on nearly every insert: 4.5 % of compaction's CPU, all on the thread that folds (perf).
-/// With 8-byte slots it takes a third less, 2.9–3.0 % (docs/performance.md, "Stop 65").
+/// themselves (40 bytes a slot, in a table twice the size of a run's ids) would miss the cache
+/// on nearly every insert, all on the thread that applies the events; 8-byte slots keep the
+/// table small enough to miss far less.
 pub(super) struct SeenEvents<S = foldhash::fast::RandomState> {
     ids: Vec<EventId>,
     places: HashTable<Slot>,
@@ -62,7 +62,7 @@ impl<S: BuildHasher> SeenEvents<S> {
         // Truncated: the table needs only 32 bits, and equal ids always share them.
         let fingerprint = self.hasher.hash_one(id) as u32;
         let Ok(place) = u32::try_from(self.ids.len()) else {
-            // Past four billion ids in one run every id is new: folding a copy again changes
+            // Past four billion ids in one run every id is new: applying a copy again changes
             // no row (the merge is idempotent); it only goes uncounted as a duplicate.
             return true;
         };

@@ -139,7 +139,7 @@ impl FunctionDescriptor {
 
     /// `(module, class name, function name)` from whichever language member is set, in the
     /// order [`FunctionDescriptor::class_and_function`] reads them; only Python has a module.
-    /// Taken, not copied: the fold keeps them.
+    /// Taken, not copied: the attempt they are applied to keeps them.
     pub fn into_parts(self) -> (String, String, String) {
         if let Some(python) = self.python_function_descriptor {
             return (python.module_name, python.class_name, python.function_name);

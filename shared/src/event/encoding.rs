@@ -29,7 +29,8 @@ const BASE64: GeneralPurpose = GeneralPurpose::new(
 /// `None` by [`opt_id`]; a bare `Id` is never empty.
 ///
 /// Shared, not owned: the merge keys maps and copies attempts by their ids many times per
-/// event, and clones that allocate and copy the text were a twentieth of compaction (perf).
+/// event, and clones that allocate and copy the text would be a noticeable share of
+/// compaction.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Id(Arc<str>);
 
@@ -171,8 +172,8 @@ fn decode_base64<T>(
 /// copies a re-sent batch repeats, and written back as it came; never shown, stored in a table
 /// or shared. Held as its bytes, inline.
 ///
-/// Read as an [`Id`], each was decoded, hex-encoded into an allocation, then decoded back to
-/// bytes for the run's set of ids seen: 3 % of a run's CPU for a value no one reads (perf).
+/// Read as an [`Id`], each would be decoded, hex-encoded into an allocation, then decoded back
+/// to bytes for the run's set of ids seen: CPU spent on a value no one reads.
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct EventId(EventBytes);
 
@@ -247,10 +248,10 @@ type SharedIds = HashMap<Box<str>, Id, foldhash::fast::RandomState>;
 ///
 /// A raw object names the same job, node, worker and parent task in nearly every event: shared,
 /// they cost one hash lookup each instead of an allocation, a hex encoding and a free, and the
-/// fold that keeps them holds one copy (perf: decoding ids was a sixth of parsing). They are
-/// looked up by the text sent, before it is decoded: decoding and hex-encoding each repeat
-/// were still 4.6 % of a run's CPU (perf). The ids seen are forgotten when `read` returns, so
-/// nothing outlives the object read.
+/// attempts that keep them hold one copy (decoding ids is much of parsing). They are looked up
+/// by the text sent, before it is decoded, so that a repeat is neither decoded nor hex-encoded
+/// again. The ids seen are forgotten when `read` returns, so nothing outlives the object
+/// read.
 pub fn with_shared_ids<T>(read: impl FnOnce() -> T) -> T {
     /// Restores the enclosing scope's ids, even when `read` panics.
     struct Restore(Option<SharedIds>);
@@ -485,8 +486,8 @@ impl Timestamp {
 /// The nanoseconds of the form Ray prints, `YYYY-MM-DDTHH:MM:SS[.fraction]Z` with 1 to 9
 /// fractional digits, between 1970 and 2261; `None` for anything else, which chrono reads.
 ///
-/// Every event carries two to four timestamps; chrono's general RFC 3339 reader took ~1 % of
-/// a run's CPU (perf) for offsets, leap seconds and far years, which Ray never sends.
+/// Every event carries two to four timestamps; chrono's general RFC 3339 reader pays, on every
+/// one, for offsets, leap seconds and far years, which Ray never sends.
 fn parse_utc(text: &[u8]) -> Option<i64> {
     let digits = |range: std::ops::Range<usize>| -> Option<i64> {
         text.get(range)?.iter().try_fold(0i64, |value, byte| {

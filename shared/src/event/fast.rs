@@ -3,8 +3,8 @@
 //!
 //! serde builds an event through a generic visitor per struct, with an optional box for each of
 //! the envelope's seventeen payload keys, moved from frame to frame as it returns: that, not
-//! reading the JSON, was three quarters of parsing, and parsing half of a compaction run's CPU
-//! (docs/performance.md). This reader fills the event where it will stay.
+//! reading the JSON, is most of parsing with serde, and parsing is much of a compaction run's
+//! CPU. This reader fills the event where it will stay.
 //!
 //! It never decides what an event means. It reads only what it can read exactly as the serde
 //! reader would, and declines (`None`) anything else: a key it does not know, a repeated key,
@@ -451,10 +451,9 @@ impl Seen {
 
 /// The length of the run of plain string text `bytes` starts with: up to the first quote,
 /// backslash or control character. Eight bytes at a time, as serde_json scans: a byte at a
-/// time, scanning strings was a fifth of reading an event (perf). Not inlined, and over the
-/// whole words split off first: inlined into the string reader, the loop had too few registers
-/// for its constants and loaded five of them again every word, 30 instructions a word against
-/// 19 (objdump, docs/performance.md "Stop 65").
+/// time, scanning strings is a large share of reading an event. Not inlined, and over the
+/// whole words split off first: inlined into the string reader, the loop has too few registers
+/// for its constants and loads several of them again every word.
 #[inline(never)]
 fn plain_run(bytes: &[u8]) -> usize {
     const ONES: u64 = u64::from_le_bytes([1; 8]);
@@ -578,8 +577,8 @@ impl<'a> Reader<'a> {
     ///
     /// Inlined, with what follows an escape out of line: an event has about forty strings, keys
     /// included, and one event in five has an escape. With the escape's decoding inlined into
-    /// it, the reader was a call that saved six registers and set up 184 bytes of stack for
-    /// every string (perf annotate, docs/performance.md "Stop 65").
+    /// it, the reader would be a call that saves registers and sets up a large stack frame for
+    /// every string.
     #[inline]
     fn string(&mut self) -> Option<Cow<'a, str>> {
         self.take(b'"')?;
@@ -600,9 +599,9 @@ impl<'a> Reader<'a> {
     fn escaped(&mut self, start: usize) -> Option<String> {
         let bytes = self.bytes();
         // Unescaped, the text is never longer than as sent: one allocation, where growing by
-        // doubling from the plain text before the first escape reallocated each runtime env
-        // and call site several times (callgrind, docs/performance.md). That text is scanned
-        // already; only the rest is measured.
+        // doubling from the plain text before the first escape would reallocate each runtime
+        // env and call site several times. That text is scanned already; only the rest is
+        // measured.
         let rest = quoted_length(bytes.get(self.at..)?);
         let mut text = String::with_capacity(self.at - start + rest);
         text.push_str(self.text.get(start..self.at)?);

@@ -1,5 +1,6 @@
-//! The log shipper's logic (`afterglow ship-logs`, DESIGN §4c): follow every Ray session's
-//! `logs/` folder on one node and send what is appended to each file, with its byte offset.
+//! The log shipper's logic (`afterglow ship-logs`, docs/architecture.md, "Logs"): follow every Ray
+//! session's `logs/` folder on one node and send what is appended to each file, with its byte
+//! offset.
 //!
 //! Each file is followed by name within its session. Ray moves a dead worker's files into
 //! `logs/old/` (same name, same inode): the file is followed there. A file renamed away by
@@ -24,7 +25,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
-use crate::layout::{LogFileName, NodeId, SessionName};
+use crate::keys::{LogFileName, NodeId, SessionName};
 
 /// How the shipper runs.
 #[derive(Clone, Debug)]

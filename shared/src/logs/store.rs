@@ -1,5 +1,5 @@
-//! Shipped log chunks in storage (DESIGN §4c): storing one so that a re-send is idempotent and a
-//! rewritten file is refused, and reading any byte range of a file back.
+//! Shipped log chunks in storage (docs/architecture.md, "Logs"): storing one so that a re-send is
+//! idempotent and a rewritten file is refused, and reading any byte range of a file back.
 //!
 //! A chunk is an immutable object holding the bytes of a file from the offset its key names
 //! ([`LogFile::chunk_key`]). The shipper resumes only at offsets the ingest acknowledged, so a
@@ -12,7 +12,7 @@ use std::io::Read as _;
 use bytes::Bytes;
 use flate2::read::GzDecoder;
 
-use crate::layout::{ClusterName, LogFile, LogFileName, NodeId, SessionName, node_logs_prefix};
+use crate::keys::{ClusterName, LogFile, LogFileName, NodeId, SessionName, node_logs_prefix};
 use crate::storage::{InvalidKey, ObjectKey, PutMode, Storage, StorageError};
 
 /// Largest chunk accepted in one request: API Gateway base64-encodes a binary body, and Lambda's

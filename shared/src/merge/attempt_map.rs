@@ -1,4 +1,4 @@
-//! [`AttemptMap`]: task attempts by key (a fold's, or stored versions being merged), kept in
+//! [`AttemptMap`]: task attempts by key (a run's, or stored versions being merged), kept in
 //! the order first seen.
 
 use std::collections::HashMap;
@@ -8,12 +8,11 @@ use super::{AttemptKey, TaskAttempt};
 /// Task attempts by key: the attempts side by side in chunks of [`CHUNK`], a hash map from key
 /// to place.
 ///
-/// A map holding the attempts themselves moved every one of them each time it grew (an
-/// attempt is hundreds of bytes) and touched them in hash order: growing was a fifth of a
-/// run's fold (perf). One vector of attempts still moved them all at each doubling, into
-/// memory the kernel had to fault in again: 7.6 % of a run's CPU (perf, 125 000 attempts).
-/// Chunks never move what they hold, and what reads every attempt (the rows written, the
-/// drop) still walks memory in order.
+/// A map holding the attempts themselves would move every one of them each time it grew (an attempt
+/// is hundreds of bytes) and touch them in hash order, a large share of applying a run's events.
+/// One vector of attempts would still move them all at each doubling, into memory the kernel has to
+/// fault in again. Chunks never move what they hold, and what reads every attempt (the rows
+/// written, the drop) still walks memory in order.
 #[derive(Clone, Debug, Default)]
 pub struct AttemptMap {
     /// Full chunks, then at most one with room; every chunk was made with room for [`CHUNK`].

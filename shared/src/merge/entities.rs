@@ -33,7 +33,7 @@ pub struct Record<D, T> {
 }
 
 impl<D: Ord, T: Ord> Record<D, T> {
-    /// Folds another partial record of the same entity in.
+    /// Merges another partial record of the same entity in.
     pub fn merge(&mut self, other: Self) {
         if self.id.is_empty() {
             self.id = other.id;
@@ -43,8 +43,8 @@ impl<D: Ord, T: Ord> Record<D, T> {
     }
 }
 
-/// Folds a partial record into the record of the same entity.
-fn fold_in<D: Ord, T: Ord>(records: &mut BTreeMap<String, Record<D, T>>, record: Record<D, T>) {
+/// Merges a partial record into the record of the same entity.
+fn merge_in<D: Ord, T: Ord>(records: &mut BTreeMap<String, Record<D, T>>, record: Record<D, T>) {
     match records.entry(record.id.clone()) {
         std::collections::btree_map::Entry::Occupied(mut known) => known.get_mut().merge(record),
         std::collections::btree_map::Entry::Vacant(new) => {
@@ -53,7 +53,7 @@ fn fold_in<D: Ord, T: Ord>(records: &mut BTreeMap<String, Record<D, T>>, record:
     }
 }
 
-/// Folds a definition of entity `id`, reported at `at` (ns), into its record.
+/// Merges a definition of entity `id`, reported at `at` (ns), into its record.
 fn define<D: Ord, T: Ord>(
     records: &mut BTreeMap<String, Record<D, T>>,
     id: String,
@@ -61,7 +61,7 @@ fn define<D: Ord, T: Ord>(
     value: D,
 ) {
     let definition = Some(Reported { at, value });
-    fold_in(
+    merge_in(
         records,
         Record {
             id,
@@ -71,13 +71,13 @@ fn define<D: Ord, T: Ord>(
     );
 }
 
-/// Folds state transitions of entity `id` into its record.
+/// Merges state transitions of entity `id` into its record.
 fn add_transitions<D: Ord, T: Ord>(
     records: &mut BTreeMap<String, Record<D, T>>,
     id: String,
     transitions: Vec<T>,
 ) {
-    fold_in(
+    merge_in(
         records,
         Record {
             id,
@@ -381,7 +381,7 @@ impl PlacementGroupRecord {
     }
 }
 
-/// The entities of one session, folded from events in any order.
+/// The entities of one session, collected from events in any order.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SessionEntities {
     /// Jobs by id.
@@ -398,7 +398,7 @@ pub struct SessionEntities {
 }
 
 impl SessionEntities {
-    /// Folds in one event reported at `at` (ns); task events are ignored.
+    /// Applies one event reported at `at` (ns); task events are ignored.
     pub fn apply(&mut self, at: i64, payload: &EventPayload) {
         match payload {
             EventPayload::DriverJobDefinition(event) => {
@@ -600,7 +600,7 @@ impl SessionEntities {
         }
     }
 
-    /// Folds another partial view of the same session in.
+    /// Merges another partial view of the same session in.
     pub fn merge(&mut self, other: Self) {
         for (id, record) in other.jobs {
             self.jobs.entry(id).or_default().merge(record);
@@ -647,15 +647,15 @@ mod tests {
                   "stateTransitions": [{"state": "CREATED", "timestamp": "2026-11-22T06:11:55.308Z"},
                                        {"state": "REMOVED", "timestamp": "2026-11-22T06:11:57Z"}]}}"#,
         )?;
-        let fold = |events: &[&crate::event::RayEvent]| {
+        let apply = |events: &[&crate::event::RayEvent]| {
             let mut entities = SessionEntities::default();
             for event in events {
                 entities.apply(event.timestamp.map_or(0, |t| t.nanos()), &event.payload);
             }
             entities
         };
-        let forward = fold(&[&definition, &lifecycle]);
-        assert_eq!(forward, fold(&[&lifecycle, &definition, &lifecycle]));
+        let forward = apply(&[&definition, &lifecycle]);
+        assert_eq!(forward, apply(&[&lifecycle, &definition, &lifecycle]));
         let group = &forward.placement_groups["975d3ee0a3f56cd0b39bcd8dab9302000000"];
         assert_eq!(group.state(), Some("REMOVED"));
         let facts = group.definition.as_ref().map(|reported| &reported.value);

@@ -1,23 +1,25 @@
 //! `/api/aggregates?by=…`: per group, counts by state and the duration distribution.
 //!
 //! One scan groups the rows by (group, state, duration rounded *up* to two significant digits)
-//! and counts them (or the rollups hold those counts already, see `super::rollups`);
+//! and counts them (or the rollups hold those counts already, see `read::rollups`);
 //! everything else is computed from that small result. Rounding up keeps the
 //! histogram exact: its buckets are a fixed 1-2-5 series of inclusive upper bounds (1 ms …
 //! 50 000 s, then overflow), each a multiple of the rounding step of every duration below it,
 //! so a rounded duration is within a bound exactly when the duration is. Percentiles come from
 //! the rounded values, so they are upper bounds within 10 % (5 % typically) of the exact ones; min
-//! and max are exact. Exact percentiles need a sort per group: over ten million attempts that
-//! is most of a second, this is a hash aggregate. The buckets line up across groups, pages and
-//! sessions, so histograms add up.
+//! and max are exact. Exact percentiles would need a sort per group, where this is a hash
+//! aggregate. The buckets line up across groups, pages and sessions, so histograms add up.
 
+use serde::Deserialize;
 use serde_json::{Map, Value as Json, json};
 
-use super::json::query_as;
-use super::params::{Cursor, Params, TaskFilter};
-use super::rollups;
-use super::sql::{Relation, Sql, task_conditions};
-use super::tasks::{Counted, counted, page_cursor};
+use super::read::attempts::filtered_relation;
+use super::read::counts::{Counted, counted};
+use super::read::json::query_as;
+use super::read::page::page_cursor;
+use super::read::params::{Cursor, Params, TaskFilter};
+use super::read::rollups::{Extremes, extremes, known, rows_of};
+use super::read::sql::{Relation, Sql, task_conditions};
 use super::{QueryEngine, QueryError};
 use crate::tables::rollup::{GROUPINGS, ROUNDED_DURATION};
 
@@ -40,25 +42,25 @@ struct Group {
 }
 
 /// One cell of the aggregation: a group's attempts of one state and rounded duration.
-#[derive(Debug, serde::Deserialize)]
-pub(super) struct GroupRow {
+#[derive(Debug, Deserialize)]
+struct GroupRow {
     /// The group (`''` for none).
-    pub group_key: String,
+    group_key: String,
     /// Their state.
-    pub state: Option<String>,
+    state: Option<String>,
     /// Their rounded duration.
-    pub rounded: Option<i64>,
+    rounded: Option<i64>,
     /// How many.
-    pub n: i64,
+    n: i64,
     /// A type among them.
     #[serde(rename = "type")]
-    pub task_type: Option<String>,
+    task_type: Option<String>,
     /// Shortest duration (from rollups: of the whole group).
     #[serde(default)]
-    pub min: Option<i64>,
+    min: Option<i64>,
     /// Longest duration (from rollups: of the whole group).
     #[serde(default)]
-    pub max: Option<i64>,
+    max: Option<i64>,
 }
 
 impl Group {
@@ -144,9 +146,7 @@ pub(super) async fn aggregates(
     };
     let rows = match counted(engine, &filter, Some(column)).await? {
         None => return Ok(json!({"by": column, "groups": [], "next": null})),
-        Some(Counted::Rollups(rollups)) => {
-            rollups::group_cells(engine, &rollups, &filter, column).await?
-        }
+        Some(Counted::Rollups(rollups)) => rollup_cells(engine, &rollups, &filter, column).await?,
         Some(Counted::Attempts(attempts)) => {
             scanned_cells(engine, &attempts, &filter, column).await?
         }
@@ -236,6 +236,114 @@ async fn scanned_cells(
     engine
         .run(move |connection| query_as(connection, &sql.text, &sql.params))
         .await
+}
+
+/// The cells of the aggregation by `column` (one of [`GROUPINGS`]) from `rollups` (see
+/// [`counted`]), each carrying its group's shortest and longest duration.
+async fn rollup_cells(
+    engine: &QueryEngine,
+    rollups: &Relation,
+    filter: &TaskFilter,
+    column: &'static str,
+) -> Result<Vec<GroupRow>, QueryError> {
+    let mut rows = rows_of(rollups, column, filter);
+    // Rows without an error have no error type: they are not a group of errors.
+    if column == "error_type" {
+        let mut narrowed = Sql::default();
+        narrowed
+            .push("(SELECT * FROM ")
+            .append(rows)
+            .push(" WHERE group_key IS NOT NULL)");
+        rows = narrowed;
+    }
+    let mut cells = Sql::default();
+    cells
+        .push(
+            "SELECT coalesce(group_key, '') AS group_key, state, rounded, \
+             sum(sign * n)::BIGINT AS n, any_value(type) FILTER (WHERE sign > 0) AS type FROM ",
+        )
+        .append(rows.clone())
+        .push(" GROUP BY ALL HAVING sum(sign * n) <> 0");
+    let mut ends = Sql::default();
+    ends.push("WITH r AS (SELECT coalesce(group_key, '') AS key, * FROM ")
+        .append(rows)
+        .push(") ")
+        .append(extremes("key"));
+    let (mut cells, ends) = engine
+        .run(move |connection| {
+            let cells: Vec<GroupRow> = query_as(connection, &cells.text, &cells.params)?;
+            let ends: Vec<Extremes> = query_as(connection, &ends.text, &ends.params)?;
+            Ok((cells, ends))
+        })
+        .await?;
+    let mut by_group = std::collections::HashMap::new();
+    let mut unknown = Vec::new();
+    for ends in ends {
+        let group = ends.level.unwrap_or_default();
+        match (
+            known(ends.min, ends.min_live),
+            known(ends.max, ends.max_live),
+        ) {
+            (Ok(min), Ok(max)) => {
+                by_group.insert(group, (min, max));
+            }
+            _ => unknown.push(group),
+        }
+    }
+    if !unknown.is_empty() {
+        by_group.extend(scanned_durations(engine, filter, column, unknown).await?);
+    }
+    for cell in &mut cells {
+        (cell.min, cell.max) = by_group.get(&cell.group_key).copied().unwrap_or_default();
+    }
+    engine.count_rollup_answer();
+    Ok(cells)
+}
+
+/// The shortest and longest durations of `groups` (by `column`) among the attempts `filter`
+/// selects, by a scan: for groups where every version at a rolled-up extreme was superseded.
+async fn scanned_durations(
+    engine: &QueryEngine,
+    filter: &TaskFilter,
+    column: &'static str,
+    groups: Vec<String>,
+) -> Result<Vec<(String, (Option<i64>, Option<i64>))>, QueryError> {
+    tracing::info!(
+        groups = groups.len(),
+        "every version at a duration extreme was superseded; scanning for it"
+    );
+    let Some(attempts) = filtered_relation(engine, filter).await? else {
+        return Ok(Vec::new());
+    };
+    let mut sql = Sql::default();
+    sql.push("SELECT coalesce(")
+        .push(column)
+        .push(", '') AS group_key, min(duration_ms) AS min, max(duration_ms) AS max FROM ")
+        .relation(&attempts)
+        .push(" WHERE ")
+        .append(task_conditions(filter));
+    if column == "error_type" {
+        sql.push(" AND error_type IS NOT NULL");
+    }
+    sql.push(" AND coalesce(")
+        .push(column)
+        .push(", '') IN ")
+        .bind_list(&groups)
+        .push(" GROUP BY 1");
+    /// One group's durations.
+    #[derive(Deserialize)]
+    struct Durations {
+        group_key: String,
+        min: Option<i64>,
+        max: Option<i64>,
+    }
+    let rows: Vec<Durations> = engine
+        .run(move |connection| query_as(connection, &sql.text, &sql.params))
+        .await?;
+    Ok(rows
+        .into_iter()
+        .map(|row| (row.group_key, (row.min, row.max)))
+        .collect())
 }
 
 #[cfg(test)]

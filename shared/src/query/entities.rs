@@ -4,11 +4,11 @@
 use duckdb::types::Value;
 use serde_json::{Value as Json, json};
 
-use super::json::query_rows;
-use super::params::{Cursor, Params, Scope};
-use super::snapshot::Needs;
-use super::sql::{Relation, Sql, keyset_after, read_parquet};
-use super::tasks::page_cursor;
+use super::read::json::query_rows;
+use super::read::page::page_cursor;
+use super::read::params::{Cursor, Params, Scope};
+use super::read::snapshot::Needs;
+use super::read::sql::{Relation, Sql, keyset_after, read_parquet};
 use super::{QueryEngine, QueryError};
 use crate::tables::entities::EntityKind;
 

@@ -18,11 +18,12 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value as Json, json};
 
-use super::json::query_as;
-use super::params::{Params, TaskFilter};
-use super::rollups::{Extremes, extremes, known};
-use super::sql::{Relation, Sql, kind_conditions, task_conditions};
-use super::tasks::{Counted, counted, filtered_relation};
+use super::read::attempts::filtered_relation;
+use super::read::counts::{Counted, counted};
+use super::read::json::query_as;
+use super::read::params::{Params, TaskFilter};
+use super::read::rollups::{Extremes, extremes, known};
+use super::read::sql::{Relation, Sql, kind_conditions, task_conditions};
 use super::{QueryEngine, QueryError};
 use crate::tables::rollup::{self, FAILURES, INSIGHTS, WAITS, WORKERS};
 

@@ -1,15 +1,20 @@
-//! Shipped log files (DESIGN §4c): `GET /api/tasks/{task_id}/logs`, one attempt's own stdout
-//! or stderr cut from its worker's file at the offsets Ray reported in `taskLogInfo`;
-//! `GET /api/logs`, the files a node shipped; `GET /api/logs/file`, a file's last lines.
+//! Shipped log files (see docs/architecture.md, "Logs"): `GET /api/tasks/{task_id}/logs`, one
+//! attempt's own stdout or stderr cut from its worker's file at the offsets Ray reported in
+//! `taskLogInfo`; `GET /api/logs`, the files a node shipped; `GET /api/logs/file`, a file's
+//! last lines.
+//!
+//! They are methods of the engine, public because the binary calls the byte-answering ones
+//! directly and Ray's log routes read through [`QueryEngine::task_log`],
+//! [`QueryEngine::log_files`] and [`QueryEngine::log_tail`] too.
 
 use serde_json::Value as Json;
 
-use super::json::{JsonRow, query_rows};
-use super::params::{Params, Scope, parse_hex};
-use super::sql::{Relation, Sql};
-use super::tasks::attempts_relation;
+use super::read::attempts::attempts_relation;
+use super::read::json::{JsonRow, query_rows};
+use super::read::params::{Params, Scope, parse_hex};
+use super::read::sql::{Relation, Sql};
 use super::{QueryEngine, QueryError};
-use crate::layout::{ClusterName, LogFile, LogFileName, NodeId, SessionName};
+use crate::keys::{ClusterName, LogFile, LogFileName, NodeId, SessionName};
 use crate::logs::store::{LogError, LogRange, ShippedFile, list_files, read_range, read_tail};
 
 /// One attempt's output.
@@ -65,6 +70,21 @@ impl QueryEngine {
         };
         let missing = || QueryError::NotFound(format!("no task {task_id}"));
         let relation = attempts_relation(self, &scope).await?.ok_or_else(missing)?;
+        // Task ids repeat across clusters (and a session name alone may too): unless the
+        // request names one session, the attempt's place must be the only one.
+        let mut places = Sql::default();
+        places
+            .push("SELECT DISTINCT cluster, session_name FROM ")
+            .relation(&relation)
+            .push(" WHERE task_id = ")
+            .bind(task_id.clone());
+        if let Some(attempt) = attempt {
+            places.push(" AND attempt_number = ").bind(attempt);
+        }
+        places
+            .push(" ORDER BY cluster, session_name LIMIT ")
+            .number(PLACES_LISTED + 1);
+        let one_session = scope.cluster.is_some() && scope.session.is_some();
         let [file_column, start_column, end_column] = stream.columns();
         let mut sql = Sql::default();
         sql.push(
@@ -83,9 +103,19 @@ impl QueryEngine {
             sql.push(" AND attempt_number = ").bind(attempt);
         }
         sql.push(" ORDER BY attempt_number DESC, session_name DESC LIMIT 1");
-        let rows = self
-            .run(move |connection| query_rows(connection, &sql.text, &sql.params))
+        let (places, rows) = self
+            .run(move |connection| {
+                let places = if one_session {
+                    Vec::new()
+                } else {
+                    query_rows(connection, &places.text, &places.params)?
+                };
+                Ok((places, query_rows(connection, &sql.text, &sql.params)?))
+            })
             .await?;
+        if places.len() > 1 {
+            return Err(ambiguous(&task_id, &places));
+        }
         let row = rows.into_iter().next().ok_or_else(|| match attempt {
             Some(attempt) => {
                 QueryError::NotFound(format!("task {task_id} has no attempt {attempt}"))
@@ -327,6 +357,41 @@ impl QueryEngine {
         };
         self.log_tail(&file, lines).await
     }
+}
+
+/// The most places an ambiguous task id's answer lists.
+const PLACES_LISTED: usize = 10;
+
+/// The answer to a task id found in more than one session (`places`: their `cluster` and
+/// `session_name`, at most one more than [`PLACES_LISTED`]).
+fn ambiguous(task_id: &str, places: &[JsonRow]) -> QueryError {
+    let text = |row: &JsonRow, column: &str| {
+        row.get(column)
+            .and_then(Json::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let listed: Vec<String> = places
+        .iter()
+        .take(PLACES_LISTED)
+        .map(|row| {
+            format!(
+                "cluster={} session={}",
+                text(row, "cluster"),
+                text(row, "session_name")
+            )
+        })
+        .collect();
+    let more = if places.len() > PLACES_LISTED {
+        ", and more"
+    } else {
+        ""
+    };
+    QueryError::Ambiguous(format!(
+        "task {task_id} ran in more than one session; name one with `cluster` and `session`: \
+         {}{more}",
+        listed.join("; ")
+    ))
 }
 
 /// The `cluster`, `session` and `node_id` parameters, all required.

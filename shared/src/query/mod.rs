@@ -1,47 +1,58 @@
-//! The dashboard API: JSON answers from embedded DuckDB over the compacted Parquet tables.
+//! The dashboard API: JSON answers from embedded DuckDB over the compacted Parquet tables, for
+//! our own routes (`/api/…`) and for Ray's (`/ray/…`, see [`ray`]).
 //!
-//! A request goes through four steps, each in its own module:
+//! It only reads: it never writes a table. It knows nothing about HTTP either: the binary maps
+//! an [`ApiRoute`] and query pairs to a call of [`QueryEngine::answer`] (a Ray path to
+//! [`QueryEngine::answer_ray`]) and a [`QueryError`] to a status code.
 //!
-//! 1. [`params`]: the query string is parsed strictly into typed filters (a bad value is a 400
-//!    that names the parameter).
-//! 2. [`snapshot`]: the catalog names the sessions in scope, their manifests name the live
-//!    files, and a [`FileCache`] makes local copies of the files not seen before (they are
-//!    immutable, so a copy never goes stale). Nothing is listed.
-//! 3. [`sql`]: SQL is assembled from allow-listed identifiers and bound parameters; base and
-//!    delta files are merged at read time by taking each row's newest version, the rule
-//!    compaction itself applies.
-//! 4. The route's module (`tasks`, `aggregates`, `entities`, `timeline`) runs it on a pooled
-//!    DuckDB connection under a deadline and shapes the JSON (see DESIGN §4 and `openapi.yaml`).
+//! # Layout
 //!
-//! The engine knows nothing about HTTP: the binary maps an [`ApiRoute`] and query pairs to a
-//! call of [`QueryEngine::answer`] and a [`QueryError`] to a status code.
+//! - [`QueryEngine`] (`engine.rs`): the settings, the process's DuckDB database, the file cache
+//!   and the deadline every query runs under.
+//! - [`read`]: the read code the routes share, one concept per file: request parameters and
+//!   filters, the snapshot of the files in scope, SQL and relations, the attempts in scope,
+//!   counts (from rollups or a scan), pages and cursors, the task lookup through key indexes.
+//! - A module per route of ours, dispatched by [`QueryEngine::answer`]: `clusters`, `summary`,
+//!   `tasks` (the task table and one task), `aggregates`, `insights`, `timeline`, `entities`,
+//!   and `logs` (the engine's log methods: a task's output, a node's shipped files).
+//! - [`ray`]: Ray's own routes, with their own request parsing and envelopes.
+//!
+//! A route imports [`read`] and the engine, never another route.
+//!
+//! # A request
+//!
+//! 1. [`read::params`]: the query string is parsed strictly into typed filters (a bad value is
+//!    a 400 that names the parameter).
+//! 2. [`read::snapshot`]: the catalog names the sessions in scope, their manifests name the
+//!    live files, and a [`FileCache`](crate::storage::FileCache) makes local copies of the
+//!    files not seen before (they are immutable, so a copy never goes stale). Nothing is listed.
+//! 3. [`read::sql`]: SQL is assembled from allow-listed identifiers and bound parameters; base
+//!    and delta files are read together, each row's newest version taken, the rule compaction
+//!    itself applies.
+//! 4. The route's module runs it on a pooled DuckDB connection under a deadline and shapes the
+//!    JSON (see docs/architecture.md, "Queries", and `openapi.yaml`).
 
 mod aggregates;
+mod clusters;
+mod engine;
 mod entities;
 mod insights;
-pub mod json;
 mod logs;
-pub mod params;
 pub mod ray;
-pub mod resident;
-mod rollups;
-pub mod snapshot;
-pub mod sql;
-mod task_page;
+pub mod read;
+mod summary;
 mod tasks;
 mod timeline;
 
 pub use self::aggregates::BUCKET_BOUNDS_MS;
+pub use self::engine::{QueryEngine, QuerySettings};
 pub use self::logs::TaskLog;
 
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::Value as Json;
 
-use crate::storage::{FileCache, Storage, StorageError};
+use crate::storage::StorageError;
 use crate::tables::entities::EntityKind;
 use crate::tables::manifest::ManifestError;
 
@@ -54,6 +65,9 @@ pub enum QueryError {
     /// Nothing has that id (HTTP 404).
     #[error("{0}")]
     NotFound(String),
+    /// More than one thing has that id, and the request must say which (HTTP 409).
+    #[error("{0}")]
+    Ambiguous(String),
     /// The query ran out of time and was interrupted (HTTP 504).
     #[error("the query took longer than {0:?} and was stopped; narrow it with filters")]
     Timeout(Duration),
@@ -69,65 +83,6 @@ pub enum QueryError {
     /// A bug or a corrupt file (HTTP 500).
     #[error("{0}")]
     Internal(String),
-}
-
-/// How the query engine runs.
-#[derive(Clone, Debug)]
-pub struct QuerySettings {
-    /// Where fetched Parquet files are kept (`/tmp/...` on Lambda).
-    pub cache_dir: PathBuf,
-    /// DuckDB's spill directory and home.
-    pub temp_dir: PathBuf,
-    /// DuckDB's memory limit in MiB; `None` keeps DuckDB's default (80% of RAM).
-    pub memory_limit_mib: Option<u64>,
-    /// DuckDB worker threads; `None` keeps DuckDB's default (one per core).
-    pub threads: Option<usize>,
-    /// Longest a query may run before it is interrupted.
-    pub timeout: Duration,
-    /// Files fetched at once.
-    pub fetch_parallelism: usize,
-    /// Most bytes of rows in one answer of Ray's routes, which have no pages: Lambda refuses a
-    /// response over 6 MB (carried as an escaped JSON string), a local server has no such limit.
-    pub response_bytes: usize,
-    /// Most bytes of fetched table files kept in `cache_dir` (the least recently used go
-    /// first); `None`: no limit.
-    pub cache_bytes: Option<u64>,
-    /// Most bytes of small sessions' rows kept in memory for task lookups (see
-    /// [`resident`]); 0: none.
-    pub resident_bytes: u64,
-}
-
-impl QuerySettings {
-    /// Settings with everything under `dir`, DuckDB's own defaults, and a 25 s deadline (API
-    /// Gateway gives up at 30 s).
-    pub fn under(dir: &std::path::Path) -> Self {
-        Self {
-            cache_dir: dir.join("cache"),
-            temp_dir: dir.join("duckdb"),
-            memory_limit_mib: None,
-            threads: None,
-            timeout: Duration::from_secs(25),
-            fetch_parallelism: 16,
-            response_bytes: 512 * 1024 * 1024,
-            cache_bytes: None,
-            resident_bytes: 128 * 1024 * 1024,
-        }
-    }
-
-    /// Sized for a Lambda function with `memory_mib` of memory: DuckDB gets 60% of it (the
-    /// rest is the runtime, response building and the page cache of `/tmp`), and one thread
-    /// per vCPU Lambda allots (one per 1769 MiB, at least one).
-    pub fn for_lambda(dir: &std::path::Path, memory_mib: u64) -> Self {
-        let vcpus = usize::try_from(memory_mib.div_ceil(1769))
-            .unwrap_or(1)
-            .max(1);
-        Self {
-            memory_limit_mib: Some(memory_mib * 6 / 10),
-            threads: Some(vcpus),
-            response_bytes: tasks::PAGE_BYTES,
-            ..Self::under(dir)
-        }
-    }
 }
 
 /// The routes of the dashboard API.
@@ -153,77 +108,7 @@ pub enum ApiRoute {
     LogFiles,
 }
 
-/// Answers dashboard API requests over one store.
-#[derive(Debug)]
-pub struct QueryEngine {
-    storage: Arc<dyn Storage>,
-    cache: FileCache,
-    /// The first connection of the process's one in-memory database; each request uses a
-    /// clone, so Parquet metadata cached by DuckDB is shared across requests.
-    database: Mutex<duckdb::Connection>,
-    settings: QuerySettings,
-    /// Requests answered from rollups (see [`Self::rollup_answers`]).
-    rollup_answers: AtomicU64,
-    /// Pages read again with more rows (see [`Self::page_retakes`]).
-    page_retakes: AtomicU64,
-    /// Task lookups read through key indexes (see [`Self::key_index_lookups`]).
-    key_index_lookups: AtomicU64,
-    resident: Arc<resident::ResidentRows>,
-    resident_reads: AtomicU64,
-    /// Footers of the files task lookups read with the parquet crate.
-    footers: Arc<crate::tables::task_block::Footers>,
-}
-
 impl QueryEngine {
-    /// An engine reading `storage`, with DuckDB configured by `settings`.
-    pub fn open(storage: Arc<dyn Storage>, settings: QuerySettings) -> Result<Self, QueryError> {
-        for dir in [&settings.cache_dir, &settings.temp_dir] {
-            std::fs::create_dir_all(dir).map_err(|err| {
-                QueryError::Internal(format!("cannot create {}: {err}", dir.display()))
-            })?;
-        }
-        let connection =
-            crate::tables::open_duckdb().map_err(|err| QueryError::Internal(err.to_string()))?;
-        let mut setup = vec![
-            "SET autoinstall_known_extensions = false".to_owned(),
-            format!(
-                "SET temp_directory = {}",
-                sql::path_literal(&settings.temp_dir)
-            ),
-            format!(
-                "SET home_directory = {}",
-                sql::path_literal(&settings.temp_dir)
-            ),
-        ];
-        if let Some(memory) = settings.memory_limit_mib {
-            setup.push(format!("SET memory_limit = '{memory}MiB'"));
-        }
-        if let Some(threads) = settings.threads {
-            setup.push(format!("SET threads = {threads}"));
-        }
-        for statement in setup {
-            connection.execute_batch(&statement)?;
-        }
-        let cache = FileCache::bounded(
-            Arc::clone(&storage),
-            settings.cache_dir.clone(),
-            settings.fetch_parallelism,
-            settings.cache_bytes,
-        );
-        Ok(Self {
-            storage,
-            cache,
-            database: Mutex::new(connection),
-            rollup_answers: AtomicU64::new(0),
-            page_retakes: AtomicU64::new(0),
-            key_index_lookups: AtomicU64::new(0),
-            resident: Arc::new(resident::ResidentRows::new(settings.resident_bytes)),
-            resident_reads: AtomicU64::new(0),
-            footers: Arc::default(),
-            settings,
-        })
-    }
-
     /// Answers `route` with the query-string `params`.
     #[tracing::instrument(name = "query", skip(self, params), fields(route = ?route))]
     pub async fn answer(
@@ -232,8 +117,8 @@ impl QueryEngine {
         params: &[(String, String)],
     ) -> Result<Json, QueryError> {
         match route {
-            ApiRoute::Clusters => tasks::clusters(self, params).await,
-            ApiRoute::Summary => tasks::summary(self, params).await,
+            ApiRoute::Clusters => clusters::clusters(self, params).await,
+            ApiRoute::Summary => summary::summary(self, params).await,
             ApiRoute::Aggregates => aggregates::aggregates(self, params).await,
             ApiRoute::Tasks => tasks::tasks(self, params).await,
             ApiRoute::Task(task_id) => tasks::task(self, task_id, params).await,
@@ -242,228 +127,5 @@ impl QueryEngine {
             ApiRoute::Insights => insights::insights(self, params).await,
             ApiRoute::LogFiles => self.answer_log_files(params).await,
         }
-    }
-
-    /// How many requests the summary and aggregates answered from rollups instead of
-    /// scanning, since the engine opened: how tests and `bench` know which path ran.
-    pub fn rollup_answers(&self) -> u64 {
-        self.rollup_answers.load(Ordering::Relaxed)
-    }
-
-    fn count_rollup_answer(&self) {
-        self.rollup_answers.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// How many times a table page took more of the first stored rows because too few of
-    /// those it took were newest (see `sql::FirstRows::tries`), since the engine opened.
-    pub fn page_retakes(&self) -> u64 {
-        self.page_retakes.load(Ordering::Relaxed)
-    }
-
-    fn count_page_retake(&self) {
-        self.page_retakes.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// How many task lookups read only the blocks their key indexes named instead of
-    /// scanning, since the engine opened.
-    pub fn key_index_lookups(&self) -> u64 {
-        self.key_index_lookups.load(Ordering::Relaxed)
-    }
-
-    fn count_key_index_lookup(&self) {
-        self.key_index_lookups.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// How many files task lookups read from memory instead of through their key indexes
-    /// (see [`resident`]), since the engine opened.
-    pub fn resident_reads(&self) -> u64 {
-        self.resident_reads.load(Ordering::Relaxed)
-    }
-
-    fn count_resident_read(&self) {
-        self.resident_reads.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Files (and bytes) of rows held in memory for task lookups.
-    pub fn resident_held(&self) -> (usize, u64) {
-        self.resident.held()
-    }
-
-    /// Loads into memory, in the background, the rows of the `files` (data key, rows) a lookup
-    /// read from, when [`resident::ResidentRows::claim`] finds them small enough to hold.
-    fn keep_resident(&self, files: &[(crate::storage::ObjectKey, u64)]) {
-        for key in self.resident.claim(files) {
-            let connection = match self.connection() {
-                Ok(connection) => connection,
-                Err(err) => {
-                    tracing::warn!(error = %err, "no connection to load resident rows");
-                    self.resident.abandon(&key);
-                    continue;
-                }
-            };
-            let cache = self.cache.clone();
-            let resident = Arc::clone(&self.resident);
-            let span = tracing::info_span!("resident_load", key = %key);
-            tokio::spawn(tracing::Instrument::instrument(
-                async move {
-                    let loaded = match cache.files_if_present(std::slice::from_ref(&key)).await {
-                        Ok(pins) => tokio::task::spawn_blocking(move || {
-                            match pins.files().first().cloned().flatten() {
-                                Some(path) => resident::FileRows::load(&connection, &path),
-                                None => Err(QueryError::Internal("the file is gone".into())),
-                            }
-                        })
-                        .await
-                        .map_err(|err| QueryError::Internal(err.to_string()))
-                        .and_then(|loaded| loaded),
-                        Err(err) => Err(err.into()),
-                    };
-                    match loaded {
-                        Ok(rows) => {
-                            tracing::debug!(bytes = rows.bytes(), "rows held for lookups");
-                            resident.insert(key, rows);
-                        }
-                        Err(err) => {
-                            tracing::warn!(error = %err, "could not hold rows for lookups");
-                            resident.abandon(&key);
-                        }
-                    }
-                },
-                span,
-            ));
-        }
-    }
-
-    fn storage(&self) -> &Arc<dyn Storage> {
-        &self.storage
-    }
-
-    /// Local copies of `keys` (`None` for an object that is gone), held in the cache while the
-    /// answer lives.
-    async fn fetch(
-        &self,
-        keys: &[crate::storage::ObjectKey],
-    ) -> Result<snapshot::Pins, QueryError> {
-        Ok(std::sync::Arc::new(
-            self.cache.files_if_present(keys).await?,
-        ))
-    }
-
-    async fn snapshot(
-        &self,
-        scope: &params::Scope,
-        needs: snapshot::Needs,
-    ) -> Result<snapshot::Snapshot, QueryError> {
-        snapshot::snapshot(&self.storage, &self.cache, scope, needs).await
-    }
-
-    /// A connection of its own to the engine's database.
-    fn connection(&self) -> Result<duckdb::Connection, QueryError> {
-        Ok(self
-            .database
-            .lock()
-            .map_err(|_| QueryError::Internal("the DuckDB pool is poisoned".into()))?
-            .try_clone()?)
-    }
-
-    /// Runs `work` on its own connection off the async executor, interrupting DuckDB when the
-    /// deadline passes.
-    async fn run<T: Send + 'static>(
-        &self,
-        work: impl FnOnce(&duckdb::Connection) -> Result<T, QueryError> + Send + 'static,
-    ) -> Result<T, QueryError> {
-        let connection = self.connection()?;
-        let interrupt = connection.interrupt_handle();
-        let job = tokio::task::spawn_blocking(move || work(&connection));
-        within_deadline(self.settings.timeout, job, move || interrupt.interrupt()).await
-    }
-
-    /// Runs `work` that is not DuckDB's (the parquet crate's block reads) off the async
-    /// executor under the deadline [`Self::run`] keeps: once it passes, or the request is
-    /// dropped, `work`'s flag is set, and `work` gives up at its next check of it.
-    async fn run_stoppable<T: Send + 'static>(
-        &self,
-        work: impl FnOnce(&AtomicBool) -> Result<T, QueryError> + Send + 'static,
-    ) -> Result<T, QueryError> {
-        let stop = StopOnDrop(Arc::new(AtomicBool::new(false)));
-        let flag = Arc::clone(&stop.0);
-        let job = tokio::task::spawn_blocking(move || work(&flag));
-        within_deadline(self.settings.timeout, job, || stop.set()).await
-    }
-}
-
-/// A flag that work off the executor checks, set when it is dropped: a request whose future is
-/// dropped (its client gone) stops its work too.
-struct StopOnDrop(Arc<AtomicBool>);
-
-impl StopOnDrop {
-    fn set(&self) {
-        self.0.store(true, Ordering::Relaxed);
-    }
-}
-
-impl Drop for StopOnDrop {
-    fn drop(&mut self) {
-        self.set();
-    }
-}
-
-/// `job`'s answer if it comes within `timeout`; else `stop` tells it to give up, and the request
-/// is a timeout once it has: no work outlives the request.
-async fn within_deadline<T>(
-    timeout: Duration,
-    mut job: tokio::task::JoinHandle<Result<T, QueryError>>,
-    stop: impl FnOnce(),
-) -> Result<T, QueryError> {
-    match tokio::time::timeout(timeout, &mut job).await {
-        Ok(joined) => joined.map_err(|err| QueryError::Internal(err.to_string()))?,
-        Err(_) => {
-            stop();
-            let _ = job.await;
-            Err(QueryError::Timeout(timeout))
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Work past its deadline is told to stop and is waited for: the request's timeout comes
-    /// only once the work has ended, so none outlives the request. The work here ends only when
-    /// told (or after ten seconds, failing the test instead of hanging it).
-    #[tokio::test]
-    async fn work_past_its_deadline_is_stopped_and_waited_for()
-    -> Result<(), Box<dyn std::error::Error>> {
-        let stop = Arc::new(AtomicBool::new(false));
-        let ended = Arc::new(AtomicBool::new(false));
-        let (flag, done) = (Arc::clone(&stop), Arc::clone(&ended));
-        let job = tokio::task::spawn_blocking(move || {
-            let started = std::time::Instant::now();
-            while !flag.load(Ordering::Relaxed) {
-                if started.elapsed() > Duration::from_secs(10) {
-                    return Ok("never told to stop");
-                }
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            done.store(true, Ordering::Relaxed);
-            Ok("stopped")
-        });
-        let answer = within_deadline(Duration::from_millis(50), job, move || {
-            stop.store(true, Ordering::Relaxed);
-        })
-        .await;
-        assert!(matches!(answer, Err(QueryError::Timeout(_))), "{answer:?}");
-        assert!(
-            ended.load(Ordering::Relaxed),
-            "the timeout came before the work ended"
-        );
-        // Work within its deadline is answered.
-        let quick = tokio::task::spawn_blocking(|| Ok(7));
-        assert_eq!(
-            within_deadline(Duration::from_secs(10), quick, || ()).await?,
-            7
-        );
-        Ok(())
     }
 }

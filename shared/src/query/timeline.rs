@@ -9,10 +9,11 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value as Json, json};
 
-use super::json::query_as;
-use super::params::{Cursor, Params, TaskFilter};
-use super::sql::{Sql, keyset_after, task_conditions};
-use super::tasks::{PAGE_BYTES, filtered_relation, task_position};
+use super::read::attempts::filtered_relation;
+use super::read::json::query_as;
+use super::read::page::{PAGE_BYTES, task_position};
+use super::read::params::{Cursor, Params, TaskFilter};
+use super::read::sql::{Sql, keyset_after, task_conditions};
 use super::{QueryEngine, QueryError};
 use crate::merge::ProfileSpan;
 
@@ -109,7 +110,8 @@ pub(super) async fn timeline(
     };
     // The start time at which the first `limit + 1` attempts end, from a sort of that column
     // alone: DuckDB sorts every row rather than keep a top-N once a limit passes 5 000 rows
-    // and 0.7 % of the input, and whole rows are wide (profile spans). See Ray's task list.
+    // and 0.7 % of the input, and whole rows are wide (profile spans). See Ray's task list
+    // (`ray/tasks.rs`).
     let mut bound = drawn("sort_key");
     bound
         .push(" ORDER BY sort_key LIMIT 1 OFFSET ")

@@ -82,7 +82,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn accepts_the_layout_keys() {
+    fn accepts_the_storage_keys() {
         for key in [
             "raw/prod/2026/11/22/06/01J0000000000000000000000.ndjson.gz",
             "tables/task_attempts/cluster=prod/session=session_2026-11-22_06-14-46_050039_15318/x.parquet",

@@ -97,11 +97,11 @@ fn staging_path(root: &Path) -> PathBuf {
     root.join(STAGING_DIR).join(ulid::Ulid::new().to_string())
 }
 
-/// [`put_blocking`] of the file at `source`: linked into the staging directory rather than
-/// copied (a fold's base is ~500 MB at 10 M attempts: copying it took ~2.4 s here, and
-/// reading it whole first as much memory), unless it has another name already (it may be
-/// an object: re-dating it would change that object's tag) or is on another filesystem.
-/// Returns the new version's tag and its bytes.
+/// [`put_blocking`] of the file at `source`: linked into the staging directory rather than copied
+/// (a fold's base of a large session is hundreds of megabytes: copying it would take seconds, and
+/// reading it whole first as much memory), unless it has another name already (it may be an object:
+/// re-dating it would change that object's tag) or is on another filesystem. Returns the new
+/// version's tag and its bytes.
 fn put_file_blocking(
     root: &Path,
     key: &ObjectKey,
@@ -319,8 +319,8 @@ mod tests {
 
     use super::*;
 
-    /// A file on the store's filesystem is linked into place, not copied (a fold's base is
-    /// ~500 MB at 10 M attempts), and dated when it was stored, not when it was written.
+    /// A file on the store's filesystem is linked into place, not copied (a fold's base may be
+    /// hundreds of megabytes), and dated when it was stored, not when it was written.
     #[tokio::test]
     async fn a_file_on_the_stores_filesystem_is_linked_and_dated_now()
     -> Result<(), Box<dyn std::error::Error>> {

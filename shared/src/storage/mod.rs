@@ -128,8 +128,8 @@ pub trait Storage: Send + Sync + fmt::Debug {
     /// [`StorageError::Backend`]), returning the new version's tag and the bytes written.
     /// The file is the caller's, written for this and not changed afterwards: a local store
     /// links it rather than copying it (and dates it now). It may be removed afterwards. This
-    /// default reads it whole and puts it; backends stream it instead (a fold's base is ~500
-    /// MB at 10 M attempts).
+    /// default reads it whole and puts it; backends stream it instead (a fold's base may be
+    /// hundreds of megabytes).
     async fn put_file(
         &self,
         key: &ObjectKey,

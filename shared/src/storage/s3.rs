@@ -145,7 +145,7 @@ impl Storage for S3Storage {
     }
 
     /// Streamed from the file (one PUT, read again from the file on a retry): a fold's base
-    /// is ~500 MB at 10 M attempts, which the default would hold in memory.
+    /// may be hundreds of megabytes, which the default would hold in memory.
     #[tracing::instrument(name = "s3.put_file", skip(self, path), fields(bucket = %self.bucket, key = %key))]
     async fn put_file(
         &self,

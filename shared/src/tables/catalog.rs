@@ -11,7 +11,7 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use super::manifest::{ManifestError, SessionStats, document, load_document};
-use crate::layout::{ClusterName, SessionName};
+use crate::keys::{ClusterName, SessionName};
 use crate::storage::{ETag, ObjectKey, PutMode, Storage, StorageError};
 
 /// Most lost races [`record`] redoes before giving up (each redo is one GET and one PUT).
@@ -33,7 +33,7 @@ pub struct Catalog {
 document!(Catalog, 1);
 
 fn catalog_key() -> Result<ObjectKey, ManifestError> {
-    Ok(crate::layout::catalog_key()?)
+    Ok(crate::keys::catalog_key()?)
 }
 
 /// Reads the catalog (empty when nothing was compacted yet) and its version.
@@ -44,6 +44,9 @@ pub async fn load(storage: &dyn Storage) -> Result<(Catalog, Option<ETag>), Mani
 /// Records `stats` for `(cluster, session)`, and that raw objects of the cluster as old as
 /// `oldest_raw_ms` (ULID time) went into its tables, in one conditional replace of the catalog,
 /// redone when another writer got there first.
+///
+/// Two compactions of a session may record in either order, so the entry only ever grows
+/// ([`newest_of`]): an older commit's statistics, recorded last, cannot replace a newer one's.
 #[tracing::instrument(name = "catalog.record", skip(storage, stats), fields(cluster = %cluster, session = %session))]
 pub async fn record(
     storage: &dyn Storage,
@@ -55,8 +58,12 @@ pub async fn record(
     update(storage, |catalog| {
         let mut changed = false;
         let sessions = catalog.clusters.entry(cluster.to_string()).or_default();
-        if sessions.get(session.as_str()) != Some(stats) {
-            sessions.insert(session.to_string(), stats.clone());
+        let newest = match sessions.get(session.as_str()) {
+            Some(known) => newest_of(known, stats),
+            None => stats.clone(),
+        };
+        if sessions.get(session.as_str()) != Some(&newest) {
+            sessions.insert(session.to_string(), newest);
             changed = true;
         }
         if let Some(oldest) = oldest_raw_ms {
@@ -72,6 +79,15 @@ pub async fn record(
         changed
     })
     .await
+}
+
+/// What the catalog keeps of two records of one session: each commit only adds attempts and
+/// widens the span of event times, so the newer commit's statistics are the larger ones.
+fn newest_of(known: &SessionStats, recorded: &SessionStats) -> SessionStats {
+    let mut newest = known.clone();
+    newest.attempts = known.attempts.max(recorded.attempts);
+    newest.include_span(recorded.first_ms, recorded.last_ms);
+    newest
 }
 
 /// Removes `(cluster, session)` from the catalog (and the cluster, when it was its last
@@ -134,4 +150,47 @@ async fn update(
     Err(last_error
         .unwrap_or(StorageError::Precondition { key })
         .into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::LocalDirStorage;
+
+    fn stats(attempts: u64, first_ms: i64, last_ms: i64) -> SessionStats {
+        SessionStats {
+            attempts,
+            first_ms: Some(first_ms),
+            last_ms: Some(last_ms),
+        }
+    }
+
+    /// Compactions of one session record in whatever order they finish: the commit that landed
+    /// first can record last, and its statistics must not replace the newer commit's.
+    #[tokio::test]
+    async fn an_older_commit_recorded_last_keeps_the_newer_statistics()
+    -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let storage = LocalDirStorage::open(dir.path())?;
+        let cluster = ClusterName::new("racing")?;
+        let session = SessionName::new("session_2026-12-01_00-00-00_000000_1")?;
+        let newer = stats(150, 1_000, 9_000);
+        let older = stats(100, 1_000, 5_000);
+        record(&storage, &cluster, &session, &newer, None).await?;
+        record(&storage, &cluster, &session, &older, None).await?;
+        let (catalog, _) = load(&storage).await?;
+        assert_eq!(
+            catalog.clusters["racing"][session.as_str()],
+            newer,
+            "the older commit's statistics replaced the newer ones"
+        );
+        // A commit that saw an earlier event widens the span without losing attempts.
+        record(&storage, &cluster, &session, &stats(160, 500, 9_500), None).await?;
+        let (catalog, _) = load(&storage).await?;
+        assert_eq!(
+            catalog.clusters["racing"][session.as_str()],
+            stats(160, 500, 9_500)
+        );
+        Ok(())
+    }
 }

@@ -1,6 +1,7 @@
-//! The `jobs`, `actors`, `nodes`, `workers` and `placement_groups` tables: one small file per session and kind,
-//! rewritten whole when the session's entities change. Each row has the state-API view columns
-//! queries read and a `record` column (JSON) holding the merge state compaction reads back.
+//! The `jobs`, `actors`, `nodes`, `workers` and `placement_groups` tables: one small file per
+//! session and kind, rewritten whole when the session's entities change. Each row has the state-API
+//! view columns queries read and a `record` column (JSON) holding the merge state compaction reads
+//! back.
 
 use std::path::Path;
 
@@ -9,8 +10,8 @@ use duckdb::types::Value;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use super::TableError;
 use super::newest::path_literal;
-use super::task_attempts::TableError;
 use crate::merge::entities::{
     ActorRecord, JobRecord, NodeRecord, PlacementGroupRecord, SessionEntities, WorkerRecord,
 };
@@ -223,7 +224,7 @@ impl EntityKind {
         }
     }
 
-    /// Folds stored records of this kind into `entities`.
+    /// Merges stored records of this kind into `entities`.
     fn absorb(
         self,
         records: Vec<String>,

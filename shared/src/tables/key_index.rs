@@ -6,18 +6,17 @@
 //!
 //! Data files are sorted by job and creation time for the table page, so a task id alone
 //! prunes nothing there; a Parquet bloom filter would need dictionary-encoded ids (DuckDB
-//! writes none otherwise, and forcing dictionaries doubled the base). The index costs ~2.4
-//! bytes per attempt.
+//! writes none otherwise, and forcing dictionaries would make the base far larger). The index
+//! costs a few bytes per attempt.
 //!
-//! A key is a hash, so it may name blocks that do not hold the task (about one lookup in 500
-//! at 10 M attempts reads one block more): readers compare the task id itself in the blocks
-//! named. Files written before indexes existed have none; a session with such a file is read
-//! the plain way.
+//! A key is a hash, so it may name blocks that do not hold the task (a rare lookup reads one block
+//! more): readers compare the task id itself in the blocks named. Files of an older format have
+//! none; a session with such a file is read the plain way.
 //!
 //! Compaction builds a file's index from the task ids of the rows it writes ([`KeyIndex`]): a
-//! run's delta as its batches are built, a fold's merged rows as they are written and its
+//! run's delta as its batches are built, a fold's interleaved rows as they are written and its
 //! copied row groups' from their task id column alone. Only a base DuckDB sorted (files the
-//! crate's merge declines) is indexed by DuckDB reading it back ([`write_key_index`]).
+//! crate's interleave declines) is indexed by DuckDB reading it back ([`write_key_index`]).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -26,9 +25,10 @@ use duckdb::Connection;
 use duckdb::arrow::array::{Array, AsArray, RecordBatch, UInt32Array};
 use duckdb::arrow::datatypes::{DataType, Field, Schema};
 
+use super::TableError;
 use super::newest::{path_literal, read_parquet};
-use super::parquet_file::{Layout, ParquetFile};
-use super::task_attempts::{ROW_GROUP_ROWS, TableError, file_rows};
+use super::parquet::{Layout, ParquetFile};
+use super::task_attempts::{ROW_GROUP_ROWS, file_rows};
 
 /// The column of a `task_attempts` file a key index is of.
 pub const TASK_ID: &str = "task_id";
@@ -39,11 +39,9 @@ const PARQUET_OPTIONS: &str = "FORMAT parquet, COMPRESSION zstd, PARQUET_VERSION
 
 /// Rows per row group of the key index of a file of `rows` rows: a quarter of them (rounded up, so
 /// the crate writes four), from 16 384 to [`ROW_GROUP_ROWS`]. A lookup decodes one row group of
-/// every index, and a run's delta of ~125 000 rows fits in one of 122 880, so each delta's whole
-/// index was decoded; a base's index gains nothing from smaller ones, as DuckDB's planner reads the
-/// statistics of every row group (on a 10 M store, the indexes of one base and eleven deltas
-/// answered in 9.2 ms with the deltas' in groups of 32 768, 13.5 as they were, and 11.1 with the
-/// base's in groups of 32 768 too; docs/performance.md).
+/// every index, and a run's delta would otherwise fit in one row group, so each delta's whole
+/// index would be decoded; a base's index gains nothing from smaller ones, as DuckDB's planner
+/// reads the statistics of every row group.
 fn index_row_group_rows(rows: u64) -> u64 {
     rows.div_ceil(4).clamp(16_384, ROW_GROUP_ROWS)
 }
@@ -87,8 +85,8 @@ pub fn write_key_index(
 
 /// A key index built from the task ids of a data file being written, row by row in the
 /// file's order, and written by the parquet crate: the rows [`write_key_index`] writes, without
-/// DuckDB reading back every task id of the file just written (45-80 ms of each run, and 2.8-3.2 s
-/// of a 10 M fold; docs/performance.md).
+/// DuckDB reading back every task id of the file just written (a cost every run and every fold
+/// would pay).
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct KeyIndex {
     /// The entry of each row added ([`entry`]: its key and its block).
@@ -245,8 +243,8 @@ fn key(task_id: &str) -> u32 {
 
 /// A query over the key indexes `indexes` (`key` bound as its one parameter) returning
 /// `(index, block)` for every row of the key, `index` being the position in `indexes` of the
-/// data file its block is in. (Made distinct and ordered by the caller: in SQL that was a
-/// third of the query's 0.9 ms.)
+/// data file its block is in. (Made distinct and ordered by the caller: in SQL that would be a
+/// large share of the query.)
 fn locate(indexes: &[&Path]) -> String {
     format!(
         "SELECT file_index::BIGINT AS file_index, block FROM {} WHERE key = ?",

@@ -21,13 +21,13 @@ pub struct DataFile {
     /// Its size.
     pub bytes: u64,
     /// For a `task_attempts` delta: the stored rows it supersedes, so that a read drops them by
-    /// position instead of comparing keys. `None` on bases, entity files, and deltas written
-    /// before deletion vectors existed (a session with such a delta is read by key).
+    /// position instead of comparing keys. `None` on bases, entity files, and deltas of an
+    /// older format (a session with such a delta is read by key).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deletes: Option<Deletes>,
     /// For a `task_attempts` base or delta: its rollup (see [`crate::tables::rollup`]). `None`
-    /// on entity files and on files written before rollups existed (a session with such a
-    /// file is counted by scanning it).
+    /// on entity files and on files of an older format (a session with such a file is counted
+    /// by scanning it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollup: Option<ObjectKey>,
     /// The format of `rollup` ([`crate::tables::rollup::FORMAT`] when this build wrote it);
@@ -42,8 +42,8 @@ pub struct DataFile {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollup_covers: Option<u32>,
     /// For a `task_attempts` base or delta: its key index (see
-    /// [`crate::tables::key_index`]). `None` on entity files and on files written before key
-    /// indexes existed (a session with such a file is looked up by scanning).
+    /// [`crate::tables::key_index`]). `None` on entity files and on files of an older format (a
+    /// session with such a file is looked up by scanning).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key_index: Option<ObjectKey>,
 }
@@ -97,11 +97,11 @@ pub struct Deletes {
     pub rows: u64,
 }
 
-/// The files of one table: one merged base (possibly several files) and the deltas written
+/// The files of one table: one base (possibly several files) and the deltas written
 /// since, oldest first. A key's newest row is in the newest file that has it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TableFiles {
-    /// Files of the merged base.
+    /// Files of the base.
     pub base: Vec<DataFile>,
     /// Delta files, oldest first.
     pub deltas: Vec<DataFile>,
@@ -119,7 +119,7 @@ impl TableFiles {
         self.deltas.iter().all(|delta| delta.deletes.is_some())
     }
 
-    /// True when a tidy folds this table: it has deltas, or a base an earlier build wrote (its
+    /// True when a tidy folds this table: it has deltas, or a base of an older format (its
     /// rollup in an older format, or no key index), which is written again once so that every
     /// session ends up read the fast way.
     pub fn needs_fold(&self) -> bool {
@@ -264,9 +264,8 @@ pub struct Manifest {
     pub sequence: u64,
     /// The `task_attempts` table.
     pub task_attempts: TableFiles,
-    /// `task_profile` files written by earlier versions (a profile span table nothing read: the
-    /// spans are on each attempt, `profile_events`). No longer written; the next base retires
-    /// them.
+    /// `task_profile` files of an older format (a profile span table nothing read: the spans
+    /// are on each attempt, `profile_events`). Never written now; the next base retires them.
     #[serde(default)]
     pub task_profile: TableFiles,
     /// The entity tables (`jobs`, `actors`, `nodes`, `workers`): one whole file each.

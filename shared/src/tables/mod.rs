@@ -1,28 +1,73 @@
-//! The Parquet tables compaction writes and queries read, via embedded DuckDB. Each table
-//! module owns its schema and the mapping between rows and the merge model; [`newest`] is the
-//! log-structured read over a table's base and delta files; [`manifest`] and [`catalog`] are the
-//! commit protocol both sides share (compaction replaces them conditionally, queries read them).
+//! The tables compaction writes and queries read, and the commit protocol both sides share.
+//!
+//! Each table module owns its schema and the mapping between rows and the merge model:
+//! [`task_attempts`] (one row per task attempt), [`entities`] (jobs, actors, nodes, workers,
+//! placement groups), and beside each `task_attempts` file its [`rollup`] (counts for the
+//! dashboard's aggregates), [`key_index`] (where each task's rows are) and [`report_times`]
+//! (status times by reference). [`newest`] is the log-structured read over a table's base and
+//! delta files; [`task_block`] reads one task's rows from a block its key index names;
+//! [`stored_keys`] is where compaction finds the stored versions of the attempts it merges.
+//! [`manifest`] and [`catalog`] are the commit protocol (compaction replaces them
+//! conditionally, queries read them; docs/architecture.md, "The commit protocol").
+//!
+//! Most files are written with the parquet crate from Arrow columns (`parquet`: the Parquet
+//! mechanics); DuckDB reads every file, and writes the rest (deletion vectors, entity tables,
+//! and a fold's base when the interleave declines its files). [`open_duckdb`] is the one way
+//! compaction and queries open DuckDB.
 
-mod arrow_rows;
 pub mod catalog;
 pub mod entities;
 pub mod key_index;
 pub mod manifest;
-mod merged;
 pub mod newest;
-mod parquet_file;
+pub(crate) mod parquet;
 pub mod report_times;
 pub mod rollup;
 pub mod stored_keys;
 pub mod task_attempts;
 pub mod task_block;
 
+use std::path::PathBuf;
+
+/// Why a table file could not be written or read.
+#[derive(Debug, thiserror::Error)]
+pub enum TableError {
+    /// DuckDB failed.
+    #[error("DuckDB: {0}")]
+    DuckDb(#[from] duckdb::Error),
+    /// A stored row is not one this build wrote.
+    #[error("corrupt task_attempts row: {0}")]
+    Corrupt(String),
+    /// A file could not be written by the parquet crate (a delta, a rollup, a key index or a
+    /// fold's base; see [`task_attempts::write_delta`]).
+    #[error("writing {}: {source}", path.display())]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: ::parquet::errors::ParquetError,
+    },
+    /// A file could not be read by the parquet crate (a fold's inputs, see
+    /// [`crate::compact::fold`]).
+    #[error("reading {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: ::parquet::errors::ParquetError,
+    },
+    /// Arrow refused rows this build built or read: a column missing, or not of the type
+    /// expected.
+    #[error("Arrow: {0}")]
+    Encode(#[from] duckdb::arrow::error::ArrowError),
+}
+
 /// An in-memory DuckDB with nothing downloaded or auto-loaded, keeping the Parquet footers it
 /// has parsed: the one way compaction and queries open it.
-pub fn open_duckdb() -> Result<duckdb::Connection, task_attempts::TableError> {
+pub fn open_duckdb() -> Result<duckdb::Connection, TableError> {
     // A request reads the same files in several statements (a page's bound, then its rows),
-    // and without the cache each statement parses every footer again: a 10 M base's holds
-    // statistics for ~70 row groups of 75 columns. Our files never change under a name, and
+    // and without the cache each statement parses every footer again: a large base's holds
+    // statistics for dozens of row groups of ~75 columns. Our files never change under a name, and
     // DuckDB checks a cached footer against the file's modification time anyway.
     // Global, for the connections queries clone from this one; set after opening, as it is
     // the Parquet extension's, which loads after the database's configuration.

@@ -6,9 +6,9 @@
 //! that key's merge of everything before: a read never merges fragments, it only picks. Each
 //! delta also records the stored rows it supersedes (its deletion vector: file position and row
 //! number), so the pick is a scan of every file minus those positions, an anti join on two
-//! integers over the few superseded rows, with no key comparison at all. Deltas written before
-//! deletion vectors existed are read the old way: a hash table of the delta keys, probed by the
-//! base's keys.
+//! integers over the few superseded rows, with no key comparison at all. Deltas without a
+//! deletion vector (an older format) are read by keys instead: a hash table of the delta keys,
+//! probed by the base's keys.
 
 use std::path::{Path, PathBuf};
 
@@ -20,7 +20,7 @@ pub fn path_literal(path: &Path) -> String {
     format!("'{}'", path.display().to_string().replace('\'', "''"))
 }
 
-/// `read_parquet([...])` over `paths`. Hive partitioning stays off: the key layout's
+/// `read_parquet([...])` over `paths`. Hive partitioning stays off: the storage keys'
 /// `cluster=…/session=…` folders would otherwise add columns the files already have. Columns
 /// are matched by name, as files of different builds may hold different ones (a column a file
 /// lacks reads as null).
@@ -55,7 +55,7 @@ pub fn rows_at(path: &Path, numbers: &[i64], columns: &str) -> Vec<String> {
 /// The files of one table as a reader sees them.
 #[derive(Clone, Debug, Default)]
 pub struct TableFiles<'a> {
-    /// Merged base files: no key repeats among them.
+    /// Base files (written by folds): no key repeats among them.
     pub base: Vec<&'a Path>,
     /// Delta files, oldest first (across sessions, whose keys never collide).
     pub deltas: Vec<&'a Path>,
@@ -82,7 +82,7 @@ pub struct DeletionVector<'a> {
 /// Local copies of one table's live files.
 #[derive(Clone, Debug, Default)]
 pub struct LocalFiles {
-    /// Merged base files.
+    /// Base files (written by folds).
     pub base: Vec<PathBuf>,
     /// Deltas, oldest first within each session.
     pub deltas: Vec<PathBuf>,
@@ -228,9 +228,8 @@ impl SupersededRead {
     /// newest first: DuckDB scans the files in the order listed, and once the newest rows
     /// have filled the top-N, its threshold skips nearly every older row group by its
     /// statistics. Listed bases first, the base's row groups (each job's, from its oldest)
-    /// were scanned before the threshold could skip them: the 10 M streaming table page's
-    /// bound read 45 of 92 row groups in 96-138 ms, reversed 8 in 24-32 (DuckDB 2.0 from
-    /// Python on the bench's store; docs/performance.md, stop 44).
+    /// would be scanned before the threshold could skip them: a large table page's bound would
+    /// read about half of the row groups instead of a few.
     pub fn rows_newest_files_first(&self) -> String {
         self.newest_files_first.clone()
     }
@@ -284,8 +283,8 @@ fn superseded_positions(vector: &DeletionVector<'_>) -> String {
 
 /// Writes the newest rows of `files` to `path` as one Parquet file, sorted by `order` and
 /// written with COPY `options`: a fold of deltas into a base, in DuckDB alone (the sort spills
-/// to disk rather than needing memory for every row), for files that cannot be merged as they
-/// are sorted (see `task_attempts::write_newest`). Returns the row count; with no files,
+/// to disk rather than needing memory for every row), for files that cannot be interleaved as
+/// they are sorted (see [`crate::compact::fold`]). Returns the row count; with no files,
 /// nothing is written.
 pub fn write_newest(
     connection: &duckdb::Connection,

@@ -2,13 +2,14 @@
 //! when it was reported (`node_id_at`, `stdout_file_at`, …) so a later report can be ordered
 //! against an earlier one. Facts arrive in groups (a worker's id with its node's, the log
 //! position with the worker's pid, an error with its FAILED transition), so most of those
-//! times equal another time of the same row; each took ~3.5 bytes an attempt all the same.
+//! times equal another time of the same row, yet each stored as itself costs bytes on every
+//! attempt all the same.
 //!
 //! A time equal to one of its candidate columns in the same row is written as NULL with the
 //! candidate's code in its `…_ref` column (nearly constant, so it costs next to nothing); any
 //! other time is written as itself, with no code. Reading takes the time itself, else the
 //! referenced column's (decoded first: references only point at columns decoded before).
-//! Files written before this have no `…_ref` columns; read by name, their times are their own.
+//! Files of an older format have no `…_ref` columns; read by name, their times are their own.
 //!
 //! Only compaction reads these columns (as merge state); queries never do. The one fact they
 //! need from them, whether an attempt's definition arrived, is [`DEFINED`], which reads a

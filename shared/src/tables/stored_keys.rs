@@ -1,13 +1,12 @@
 //! Where each stored attempt is, kept between runs, so that a run finds the stored versions of
 //! the attempts it merges without scanning every task id of its session again.
 //!
-//! Finding them by a scan ([`task_attempts::read_attempts`]) reads the task id of every stored
-//! row: 0.2–0.3 s of each run at 1 M attempts, a p50 of 0.48 s (up to 3.4) at 10 M, and it
-//! grows with the session, not with the run. Table files are immutable under their keys, so
-//! what each one holds where can be kept: its rows as `(hash of task id and attempt number, row
-//! number)`, sorted by hash. A run reads the keys of the files it has not seen
-//! (the last run's delta; after a fold, the new base once) and looks its attempts up in the
-//! rest by merging two sorted lists.
+//! Finding them by a scan ([`task_attempts::read_attempts`]) reads the task id of every stored row,
+//! a cost that grows with the session, not with the run. Table files are immutable under their
+//! keys, so what each one holds where can be kept: its rows as `(hash of task id and attempt
+//! number, row number)`, sorted by hash. A run reads the keys of the files it has not seen (the
+//! last run's delta; after a fold, the new base once) and looks its attempts up in the rest by
+//! walking two sorted lists together.
 //!
 //! A hash names a row exactly only when no two keys share it, which 64 bits make all but
 //! certain, not certain. So the rows read are checked: each must hold one of the attempts asked
@@ -31,10 +30,9 @@ use parquet::arrow::arrow_reader::{
     ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder,
 };
 
+use super::TableError;
 use super::key_index::{TASK_ID, each_task_id};
-use super::task_attempts::{
-    self, Located, RowFilter, StoredRows, TableError, read_located, unfinished_keys,
-};
+use super::task_attempts::{self, Located, RowFilter, StoredRows, read_located, unfinished_keys};
 use crate::merge::TaskAttempt;
 use crate::storage::{ObjectKey, take_least_recent};
 
@@ -141,7 +139,7 @@ impl FileKeys {
                 .collect();
             joined.into_iter().collect::<Result<_, _>>()
         })?;
-        // Merged in pairs, so each entry is moved once per halving, however many cores.
+        // Combined in pairs, so each entry is moved once per halving, however many cores.
         let mut lists = sorted;
         while lists.len() > 1 {
             let mut pairs = lists.into_iter();
@@ -482,8 +480,8 @@ impl StoredKeys {
     }
 }
 
-/// Memory kept for files' keys, over every session a compactor serves, by default: a 10 M-attempt
-/// session's base and deltas take ~180 MB.
+/// Memory kept for files' keys, over every session a compactor serves, by default: room for the
+/// files of the largest sessions the bench builds (docs/performance.md).
 pub const DEFAULT_BUDGET: u64 = 512 << 20;
 
 #[cfg(test)]

@@ -8,10 +8,10 @@ use std::path::{Path, PathBuf};
 use duckdb::arrow::record_batch::RecordBatch;
 use duckdb::{Connection, params};
 
-use super::arrow_rows::ArrowRows;
+use super::TableError;
 use super::key_index::KeyIndex;
-use super::newest::{TableFiles, path_literal, rows_at};
-use super::parquet_file::{Layout, ParquetFile};
+use super::newest::{path_literal, rows_at};
+use super::parquet::{ArrowRows, Layout, ParquetFile};
 use super::report_times;
 use super::rollup::RowsByFile;
 
@@ -121,21 +121,20 @@ const COLUMNS: &[(&str, &str)] = &[
 
 /// The order of rows in every file, ascending with NULLs last: by job, then creation, so
 /// row-group statistics let a job filter skip other jobs and a newest-first page skip older
-/// row groups. A delta's rows are put in this order in Rust ([`row_order`]); a fold merges
-/// the files in it ([`super::merged`]).
-const SORT_KEY: [&str; 4] = ["job_id", "creation_time_ms", "task_id", "attempt_number"];
+/// row groups. A delta's rows are put in this order in Rust ([`row_order`]); a fold
+/// interleaves the files in it ([`crate::compact::fold`]).
+pub(crate) const SORT_KEY: [&str; 4] = ["job_id", "creation_time_ms", "task_id", "attempt_number"];
 
 /// [`SORT_KEY`] as SQL's `ORDER BY` list.
-fn sort_order() -> String {
+pub(crate) fn sort_order() -> String {
     SORT_KEY.join(", ")
 }
 
 /// Where a fresh attempt's row goes in [`SORT_KEY`], as DuckDB orders it: ascending, NULLs
 /// last (DuckDB's default), text by its bytes. Sorting references to the attempts before
-/// their rows are built spares sorting the wide rows (DuckDB's sort of a run of 500 objects
-/// took 0.2 s more than these keys). Each id's first eight bytes are held inline, so
-/// that comparing two keys rarely follows a pointer into an attempt (comparing through the
-/// attempts took 0.2-0.4 s; these keys, 57-72 ms). The job and creation time are the ones
+/// their rows are built spares sorting the wide rows, as DuckDB would. Each id's first eight
+/// bytes are held inline, so that comparing two keys rarely follows a pointer into an attempt,
+/// which would make the sort several times slower. The job and creation time are the ones
 /// [`TaskAttempt::view`] writes in the row; the test compares the file with DuckDB's
 /// `ORDER BY` of it.
 fn row_order(attempt: &TaskAttempt) -> impl Ord + '_ {
@@ -162,17 +161,17 @@ fn inline_text(text: Option<&str>) -> (bool, u64, &[u8]) {
     (false, u64::from_be_bytes(packed), rest)
 }
 
-/// How DuckDB writes a fold's base when it folds ([`write_newest`] leaves it the files the
-/// merge declines); the parquet crate writes the others with the same compression, row groups
-/// and integer encoding ([`LAYOUT`], [`super::parquet_file`]).
-/// ZSTD at DuckDB's default level (3): level 1 wrote 2.5 % smaller files, but the 10 M
-/// streaming store it left answered pages and lookups 10-20 % slower.
-const PARQUET_OPTIONS: &str =
+/// How DuckDB writes a fold's base when it folds (the files the interleave of
+/// [`crate::compact::fold`] declines); the parquet crate writes the others with the same
+/// compression, row groups and integer encoding ([`LAYOUT`], [`super::parquet`]).
+/// ZSTD at DuckDB's default level (3): a lower level writes files hardly smaller that answer
+/// pages and lookups slower.
+pub(crate) const PARQUET_OPTIONS: &str =
     "FORMAT parquet, COMPRESSION zstd, PARQUET_VERSION V2, ROW_GROUP_SIZE 122880";
 
-/// How the parquet crate writes `task_attempts` files (deltas, and bases [`super::merged`]
-/// merges): in [`ROW_GROUP_ROWS`], task ids by length then bytes as DuckDB wrote them.
-const LAYOUT: Layout = Layout {
+/// How the parquet crate writes `task_attempts` files (deltas, and the bases a fold
+/// interleaves): in [`ROW_GROUP_ROWS`], task ids by length then bytes as DuckDB wrote them.
+pub(crate) const LAYOUT: Layout = Layout {
     row_group_rows: ROW_GROUP_ROWS as usize,
     unique: &["task_id"],
     ordered: &[],
@@ -181,38 +180,6 @@ const LAYOUT: Layout = Layout {
 /// Rows per row group of every `task_attempts` file ([`PARQUET_OPTIONS`], [`write_delta`]): a key
 /// index names blocks of this many rows (see [`super::key_index`]).
 pub const ROW_GROUP_ROWS: u64 = 122_880;
-
-/// Why the table could not be written or read.
-#[derive(Debug, thiserror::Error)]
-pub enum TableError {
-    /// DuckDB failed.
-    #[error("DuckDB: {0}")]
-    DuckDb(#[from] duckdb::Error),
-    /// A stored row is not one this build wrote.
-    #[error("corrupt task_attempts row: {0}")]
-    Corrupt(String),
-    /// A delta could not be written ([`write_delta`]).
-    #[error("writing {}: {source}", path.display())]
-    Write {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        source: parquet::errors::ParquetError,
-    },
-    /// A file could not be read by the parquet crate (a fold's inputs, see
-    /// [`super::merged`]).
-    #[error("reading {}: {source}", path.display())]
-    Read {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        source: parquet::errors::ParquetError,
-    },
-    /// Arrow refused rows this build built or read: a column missing, or not of the type
-    /// expected.
-    #[error("Arrow: {0}")]
-    Encode(#[from] duckdb::arrow::error::ArrowError),
-}
 
 fn hex(id: Option<&Id>) -> Option<&str> {
     id.map(Id::as_hex)
@@ -257,7 +224,7 @@ pub fn write_delta(
         .clamp(1, ROWS_PER_BATCH);
     let chunks: Vec<&[&TaskAttempt]> = attempts.chunks(per_batch).collect();
     // Each batch with the keys of its task ids, taken from its column on the thread that built
-    // it: read from the attempts on this thread, they were a cache miss each (60-80 ms a run).
+    // it: read from the attempts on this thread, they would be a cache miss each.
     let encoded = |chunk: &&[&TaskAttempt]| -> Result<(RecordBatch, Vec<u32>), TableError> {
         let batch = batch_of(chunk, cluster, session, failures)?;
         let task_ids = batch
@@ -626,8 +593,8 @@ pub fn read_located(
         let Some(file) = files.get(*index) else {
             return Err(TableError::Corrupt(format!("no file number {index}")));
         };
-        // Every column, by name: files written before report times were stored by reference
-        // lack the `…_ref` columns.
+        // Every column, by name: files of an older format lack the `…_ref` columns (report
+        // times stored by reference).
         for sql in rows_at(file, numbers, "*") {
             stored.attempts.extend(query_attempts(connection, &sql)?);
         }
@@ -685,29 +652,6 @@ pub fn write_deletes(
     let written = connection.execute(&copy, [])? as u64;
     connection.execute_batch("DROP TABLE staged_deletes;")?;
     Ok(written)
-}
-
-/// Folds a table's base and deltas into one file of the newest rows at `path` (see
-/// [`super::newest`]), without turning rows back into merge state: compaction wrote every delta
-/// row fully merged, so picking the newest version is the whole merge. The sorted files are
-/// merged in Rust ([`super::merged`]); files it cannot merge (deltas of builds before deletion
-/// vectors, other columns) are sorted again by DuckDB, as are files it finds out of order or
-/// cannot read. Returns the row count, and the rows' key index when they were merged in Rust
-/// (DuckDB's file is indexed by [`super::key_index::write_key_index`]).
-pub fn write_newest(
-    connection: &Connection,
-    files: &TableFiles<'_>,
-    path: &Path,
-) -> Result<(u64, Option<KeyIndex>), TableError> {
-    match super::merged::merge_newest(connection, files, &SORT_KEY, &LAYOUT, path) {
-        Ok(Some((rows, index))) => return Ok((rows, Some(index))),
-        Ok(None) => {}
-        // Nothing of the merge is left; DuckDB sorts whatever it is given.
-        Err(err) => tracing::warn!(error = %err, "fold not merged; DuckDB sorts it instead"),
-    }
-    let rows =
-        super::newest::write_newest(connection, files, &sort_order(), PARQUET_OPTIONS, path)?;
-    Ok((rows, None))
 }
 
 /// Compressed bytes per column over `files`, largest first, from the Parquet footers.

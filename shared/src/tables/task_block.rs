@@ -2,8 +2,8 @@
 //! see [`super::key_index`]), read with the parquet crate.
 //!
 //! Why not DuckDB: it decodes the block's pages in every column to return the one row it
-//! filters for (81 columns of 122 880 rows in a base), which set the oldest task's lookup at
-//! 10 M attempts at or over its 50 ms line (docs/performance.md). The crate compares the
+//! filters for (81 columns of 122 880 rows in a base), which puts a large session's lookups
+//! past their target (docs/performance.md, "Targets"). The crate compares the
 //! block's task ids and then, through the file's offset index, decodes only the page of each
 //! other column that holds a matching row. A file written without an offset index (DuckDB's)
 //! is still read correctly, its pages found by their headers.
@@ -29,14 +29,14 @@ use parquet::arrow::arrow_reader::{
 use parquet::errors::ParquetError;
 use parquet::file::metadata::PageIndexPolicy;
 
-use super::task_attempts::TableError;
+use super::TableError;
 
 /// Memory the footers held may take (as the crate counts it), beyond which the one read least
 /// recently gives way: a few sessions' bases and deltas.
 const FOOTER_BYTES: usize = 64 << 20;
 
 /// Parsed footers (with offset indexes) of the files lookups read, so a lookup does not parse
-/// a 10 M base's ~6 000 column chunks and their page locations again. Files are never
+/// a large base's thousands of column chunks and their page locations again. Files are never
 /// rewritten under a name; a footer is used only while its file's length and modification
 /// time are those it was read at. One larger than the whole budget is used once, not held.
 #[derive(Debug)]
@@ -252,9 +252,9 @@ mod tests {
     use duckdb::arrow::datatypes::{DataType, Field, Schema};
 
     use super::*;
-    use crate::query::json::{JsonRow, arrow_row, query_rows};
+    use crate::query::read::json::{JsonRow, arrow_row, query_rows};
     use crate::tables::newest::{path_literal, read_parquet};
-    use crate::tables::parquet_file::{Layout, ParquetFile};
+    use crate::tables::parquet::{Layout, ParquetFile};
 
     /// The task id of `row` in [`rows`]: every seventh row's repeats one of 13, so tasks recur
     /// within a page, a row group and a block, and across them.
@@ -361,7 +361,7 @@ mod tests {
                 .is_some_and(|index| index.has_offset_indexes()),
             "no offset index: every page would be decoded"
         );
-        // As DuckDB writes data files (earlier builds; a fold's base when the crate's merge
+        // As DuckDB writes data files (older files; a fold's base when the crate's interleave
         // declines).
         let theirs = dir.path().join("theirs.parquet");
         connection.execute_batch(&format!(

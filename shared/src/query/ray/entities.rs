@@ -7,46 +7,15 @@
 
 use serde_json::{Map, Value as Json, json};
 
-use super::super::params::Scope;
-use super::super::snapshot::Needs;
-use super::super::{QueryEngine, QueryError};
+use super::body::{list_envelope, state_envelope};
 use super::request::{Column, ColumnKind, RayQuery};
-use super::summary::SummaryActor;
-use super::{list_envelope, state_envelope};
 use crate::merge::entities::{
     ActorRecord, JobRecord, NodeRecord, PlacementGroupRecord, SessionEntities, WorkerRecord,
 };
-use crate::tables::entities::{EntityKind, read_entities};
-
-/// The merged records of `kind` in the session of `scope`.
-async fn records(
-    engine: &QueryEngine,
-    scope: &Scope,
-    kind: EntityKind,
-) -> Result<SessionEntities, QueryError> {
-    let snapshot = engine
-        .snapshot(
-            scope,
-            Needs {
-                entity: Some(kind),
-                ..Needs::default()
-            },
-        )
-        .await?;
-    let files = snapshot.entities.get(&kind).cloned().unwrap_or_default();
-    let pins = snapshot.pins.clone();
-    engine
-        .run(move |connection| {
-            let _pins = pins;
-            let mut entities = SessionEntities::default();
-            for file in &files {
-                read_entities(connection, kind, file, &mut entities)
-                    .map_err(|err| QueryError::Internal(err.to_string()))?;
-            }
-            Ok(entities)
-        })
-        .await
-}
+use crate::query::read::entity_records::records;
+use crate::query::read::params::Scope;
+use crate::query::{QueryEngine, QueryError};
+use crate::tables::entities::EntityKind;
 
 /// Filterable columns and the brief (non-`detail`) columns of each kind, as Ray 2.60 lists them.
 fn columns(kind: EntityKind) -> (&'static [Column], &'static [&'static str]) {
@@ -504,25 +473,6 @@ pub(super) async fn logical_actor(
     Ok(json!({"result": true, "msg": "Actor details fetched.", "data": {"detail": detail}}))
 }
 
-/// Where an actor last ran: its node and pid (what names its worker's log files).
-pub(super) async fn actor_worker(
-    engine: &QueryEngine,
-    scope: &Scope,
-    id: &str,
-) -> Result<(String, u32), QueryError> {
-    let entities = records(engine, scope, EntityKind::Actors).await?;
-    let actor = entities
-        .actors
-        .get(&id.to_ascii_lowercase())
-        .ok_or_else(|| QueryError::NotFound(format!("no actor {id}")))?;
-    match (actor.node_id(), actor.pid()) {
-        (Some(node_id), Some(pid)) => Ok((node_id, pid)),
-        _ => Err(QueryError::NotFound(format!(
-            "actor {id} never reported the node and process it ran in"
-        ))),
-    }
-}
-
 /// A node as the dashboard's summary entry: what the GCS knows (`raylet`), with the live
 /// statistics a history does not have left out or zero, so the pages render.
 fn node_summary(node: &NodeRecord) -> Json {
@@ -704,27 +654,4 @@ pub(super) async fn summarize_actors(
             "summary": summary, "total_actors": total, "summary_by": "class"}}}),
         Vec::new(),
     ))
-}
-
-/// The actors as the lineage summary names them.
-pub(super) async fn summary_actors(
-    engine: &QueryEngine,
-    scope: &Scope,
-) -> Result<Vec<SummaryActor>, QueryError> {
-    let entities = records(engine, scope, EntityKind::Actors).await?;
-    Ok(entities
-        .actors
-        .values()
-        .map(|actor| {
-            let class = actor
-                .definition
-                .as_ref()
-                .map(|reported| reported.value.class_name.as_str());
-            SummaryActor {
-                actor_id: actor.id.clone(),
-                repr_name: Some(actor.repr_name()).filter(|name| !name.is_empty()),
-                class_name: class.map(str::to_owned),
-            }
-        })
-        .collect())
 }

@@ -1,13 +1,19 @@
-//! `api/v0/logs` and `api/v0/logs/file` over the shipped log files (DESIGN §4c), as Ray 2.60's
-//! `StateHead.list_logs` and `get_logs` answer them: a node's files grouped by Ray's
-//! categories, and a file's last lines or a task's own output as plain text.
+//! `api/v0/logs` and `api/v0/logs/file` over the shipped log files (see docs/architecture.md,
+//! "Logs"), as Ray 2.60's `StateHead.list_logs` and `get_logs` answer them: a node's files
+//! grouped by Ray's categories, and a file's last lines or a task's own output as plain text.
+//!
+//! A task's output, a node's files and a file's tail are read through the engine's log methods
+//! (`QueryEngine::task_log`, `log_files`, `log_tail`), which the dashboard API's log routes use
+//! too.
 
 use serde_json::{Map, Value as Json, json};
 
-use super::super::params::Scope;
-use super::super::{QueryEngine, QueryError};
-use super::RayBody;
-use crate::layout::{LogFile, LogFileName, NodeId, SessionName};
+use super::body::RayBody;
+use crate::keys::{ClusterName, LogFile, LogFileName, NodeId, SessionName};
+use crate::query::read::entity_records::records;
+use crate::query::read::params::Scope;
+use crate::query::{QueryEngine, QueryError};
+use crate::tables::entities::EntityKind;
 
 /// Ray's `DEFAULT_LOG_LIMIT`: lines of a file answered when `lines` is not given.
 const DEFAULT_LINES: usize = 1000;
@@ -150,7 +156,7 @@ async fn actor_file(
         }
     };
     let (cluster, session) = place(scope)?;
-    let (node, pid) = super::entities::actor_worker(engine, scope, actor_id).await?;
+    let (node, pid) = actor_worker(engine, scope, actor_id).await?;
     let node_id = NodeId::new(&node).map_err(|err| QueryError::NotFound(err.to_string()))?;
     let ending = format!("-{pid}.{suffix}");
     let files = engine.log_files(&cluster, &session, &node_id).await?;
@@ -170,6 +176,25 @@ async fn actor_file(
         node_id,
         file,
     })
+}
+
+/// Where an actor last ran: its node and pid (what names its worker's log files).
+async fn actor_worker(
+    engine: &QueryEngine,
+    scope: &Scope,
+    id: &str,
+) -> Result<(String, u32), QueryError> {
+    let entities = records(engine, scope, EntityKind::Actors).await?;
+    let actor = entities
+        .actors
+        .get(&id.to_ascii_lowercase())
+        .ok_or_else(|| QueryError::NotFound(format!("no actor {id}")))?;
+    match (actor.node_id(), actor.pid()) {
+        (Some(node_id), Some(pid)) => Ok((node_id, pid)),
+        _ => Err(QueryError::NotFound(format!(
+            "actor {id} never reported the node and process it ran in"
+        ))),
+    }
 }
 
 fn value<'a>(pairs: &'a [(String, String)], key: &str) -> Option<&'a str> {
@@ -195,7 +220,7 @@ fn node_of(pairs: &[(String, String)]) -> Result<NodeId, QueryError> {
 }
 
 /// The cluster and session a resolved scope names.
-fn place(scope: &Scope) -> Result<(crate::layout::ClusterName, SessionName), QueryError> {
+fn place(scope: &Scope) -> Result<(ClusterName, SessionName), QueryError> {
     let (Some(cluster), Some(session)) = (&scope.cluster, &scope.session) else {
         return Err(QueryError::Internal(
             "a Ray route without its session".into(),

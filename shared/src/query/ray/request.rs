@@ -10,11 +10,43 @@
 
 use serde_json::Value as Json;
 
-use super::super::QueryError;
-use super::super::sql::Sql;
+use crate::query::QueryError;
+use crate::query::read::sql::Sql;
 
 /// Ray's default page size.
 pub const DEFAULT_LIMIT: usize = 100;
+
+/// The most rows one list may ask for. Ray's own server refuses more than 10 000
+/// (`RAY_MAX_LIMIT_FROM_API_SERVER`); a history outgrows that, and Ray's CLI lifts its side of
+/// the cap with that variable, so the cap here is higher, but there is one: a list reads and
+/// sorts up to `limit` rows before the response's size cuts it.
+pub const MAX_LIMIT: usize = 1_000_000;
+
+/// The most filters one request may carry: each is a condition on every row read, and no
+/// page of Ray's sends more than a handful.
+pub const MAX_FILTERS: usize = 32;
+
+/// `limit` as Ray reads it (`int(…)`), refused past [`MAX_LIMIT`] in Ray's words.
+fn parse_limit(text: &str) -> Result<usize, QueryError> {
+    // Digits too many for any integer type are still a number Ray would call too large.
+    let too_large = || {
+        QueryError::BadRequest(format!(
+            "Given limit {text} exceeds the supported limit {MAX_LIMIT}. Use a lower limit."
+        ))
+    };
+    if !text.is_empty() && text.bytes().all(|byte| byte.is_ascii_digit()) {
+        let limit = text.parse::<usize>().map_err(|_| too_large())?;
+        return if limit > MAX_LIMIT {
+            Err(too_large())
+        } else {
+            Ok(limit)
+        };
+    }
+    Err(QueryError::BadRequest(format!(
+        "invalid literal for int() with base 10: '{text}' (limit must be a whole number of \
+         rows, 0 or more)"
+    )))
+}
 
 /// How a filterable column compares.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,8 +102,8 @@ pub struct Filter {
 /// The options of a Ray list or summary request.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RayQuery {
-    /// Rows wanted (`limit`, default 100). Afterglow has no cap of its own: the response's size
-    /// is the only bound.
+    /// Rows wanted (`limit`, default 100, at most [`MAX_LIMIT`]); the response's size may cut
+    /// the list shorter.
     pub limit: usize,
     /// All columns (`detail`), not only the default ones.
     pub detail: bool,
@@ -94,12 +126,7 @@ impl RayQuery {
         let first = |name: &str| values(name).first().copied();
         let limit = match first("limit") {
             None => DEFAULT_LIMIT,
-            Some(text) => text.parse::<usize>().map_err(|_| {
-                QueryError::BadRequest(format!(
-                    "invalid literal for int() with base 10: '{text}' (limit must be a \
-                     whole number of rows, 0 or more)"
-                ))
-            })?,
+            Some(text) => parse_limit(text)?,
         };
         let detail = first("detail").map(boolean).transpose()?.unwrap_or(false);
         let exclude_driver = first("exclude_driver")
@@ -109,6 +136,12 @@ impl RayQuery {
         let keys = values("filter_keys");
         let predicates = values("filter_predicates");
         let filter_values = values("filter_values");
+        if keys.len() > MAX_FILTERS {
+            return Err(QueryError::BadRequest(format!(
+                "{} filters were given; at most {MAX_FILTERS} are supported",
+                keys.len()
+            )));
+        }
         if keys.len() != filter_values.len() || keys.len() != predicates.len() {
             return Err(QueryError::BadRequest(format!(
                 "{} filter_keys, {} filter_predicates and {} filter_values were given; each \
@@ -362,6 +395,25 @@ mod tests {
         );
         assert!(message(&[("detail", "yes")]).starts_with("Failed to convert a value yes"));
         assert!(message(&[("limit", "-1")]).contains("limit must be"));
+        for huge in ["1000001", "18446744073709551615", "99999999999999999999999"] {
+            assert!(
+                message(&[("limit", huge)]).starts_with(&format!(
+                    "Given limit {huge} exceeds the supported limit {MAX_LIMIT}."
+                )),
+                "{huge}: {}",
+                message(&[("limit", huge)])
+            );
+        }
+        let many: Vec<(&str, &str)> = (0..=MAX_FILTERS)
+            .flat_map(|_| {
+                [
+                    ("filter_keys", "state"),
+                    ("filter_predicates", "="),
+                    ("filter_values", "FAILED"),
+                ]
+            })
+            .collect();
+        assert!(message(&many).contains(&format!("at most {MAX_FILTERS} are supported")));
         assert!(message(&[("filter_keys", "state")]).contains("each filter needs one of each"));
     }
 

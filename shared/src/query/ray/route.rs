@@ -4,7 +4,7 @@
 //! Paths that are not data routes (the UI's own files, `/`) are `None`: the HTTP layer answers
 //! 404 so that Ray's dashboard proxy falls back to serving its own UI.
 
-use crate::layout::ClusterName;
+use crate::keys::ClusterName;
 use crate::tables::entities::EntityKind;
 
 /// Which session of a cluster the URL names.

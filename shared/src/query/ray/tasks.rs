@@ -8,14 +8,18 @@
 use serde::Deserialize;
 use serde_json::{Map, Value as Json, json};
 
-use super::super::json::{JsonRow, query_as, query_rows};
-use super::super::params::{Scope, TaskFilter, parse_hex};
-use super::super::sql::Sql;
-use super::super::tasks::{attempts_counted, attempts_relation, task_attempts_indexed};
-use super::super::{QueryEngine, QueryError};
+use super::body::{RayBody, RowBudget, SPLICE_HERE, list_envelope, state_envelope};
 use super::request::{Column, ColumnKind, FilterValue, Predicate, RayQuery};
-use super::summary::{self, SummaryTask};
-use super::{RayBody, SPLICE_HERE, list_envelope, state_envelope};
+use super::summary::{self, SummaryActor, SummaryTask};
+use crate::query::read::attempts::attempts_relation;
+use crate::query::read::counts::attempts_counted;
+use crate::query::read::entity_records::records;
+use crate::query::read::json::{JsonRow, for_each_row, query_as, query_rows};
+use crate::query::read::lookup::task_attempts_indexed;
+use crate::query::read::params::{Scope, TaskFilter, parse_hex};
+use crate::query::read::sql::Sql;
+use crate::query::{QueryEngine, QueryError};
+use crate::tables::entities::EntityKind;
 use crate::tables::report_times;
 use crate::tables::task_attempts::status_columns;
 
@@ -82,7 +86,7 @@ const LOG_COLUMNS: [&str; 6] = [
     "stderr_end",
 ];
 
-/// Most attempts the lineage summary folds (Ray folds 10 000): it holds every one in memory.
+/// Most attempts the lineage summary takes (Ray's takes 10 000): it holds every one in memory.
 const LINEAGE_ATTEMPTS: usize = 200_000;
 
 /// The attempts Ray's lists show: defined ones (Ray drops events without `task_info`), and no
@@ -129,8 +133,8 @@ pub(super) async fn list(
     // The task id at which the first `limit` rows end, from a sort of that column alone: with
     // rows only up to it, the sort of whole rows below holds about `limit` of them. DuckDB
     // sorts everything rather than keep a top-N once a limit passes 5 000 rows and 0.7 % of the
-    // input (Ray's dashboard asks for 10 000 of a job's attempts): at 10 M attempts that sorted
-    // a million wide rows, 1.3 GB of the query's memory.
+    // input (Ray's dashboard asks for 10 000 of a job's attempts), and sorting that many wide
+    // rows would take much of the query's memory.
     let mut bound = Sql::default();
     bound
         .push("SELECT task_id FROM ")
@@ -149,7 +153,8 @@ pub(super) async fn list(
         .append(source_conditions(query.exclude_driver))
         .append(query.conditions());
     let limit = query.limit;
-    let (counted, found) = engine
+    let detail = query.detail;
+    let (counted, kept) = engine
         .run(move |connection| {
             let counted = query_rows(connection, &counts.text, &counts.params)?;
             let last = query_rows(connection, &bound.text, &bound.params)?
@@ -165,8 +170,13 @@ pub(super) async fn list(
             // Ray sorts by task id; its source yields a task's newest attempt first.
             rows.push(" ORDER BY task_id, attempt_number DESC LIMIT ")
                 .number(limit);
-            let found = query_rows(connection, &rows.text, &rows.params)?;
-            Ok((counted, found))
+            // Rows become Ray's rows as they are read, and reading stops where the response's
+            // size would be passed: `limit` bounds what is sorted, the budget what is held.
+            let mut kept = RowBudget::new(response_bytes);
+            for_each_row(connection, &rows.text, &rows.params, |row| {
+                kept.admit(task_state(row, detail))
+            })?;
+            Ok((counted, kept))
         })
         .await?;
     let count = |column: &str| {
@@ -176,18 +186,10 @@ pub(super) async fn list(
             .and_then(Json::as_u64)
             .unwrap_or(0)
     };
-    let detail = query.detail;
-    let rows = found
-        .into_iter()
-        .map(|row| task_state(row, detail))
-        .collect();
-    let (rows, warnings) = engine.within_response(rows, "tasks", response_bytes);
-    Ok(list_envelope(
-        count("total"),
-        count("filtered"),
-        rows,
-        warnings,
-    ))
+    let filtered = count("filtered");
+    let listed = usize::try_from(filtered).map_or(limit, |filtered| filtered.min(limit));
+    let (rows, warnings) = kept.finish("tasks", listed);
+    Ok(list_envelope(count("total"), filtered, rows, warnings))
 }
 
 /// The task id `query` asks for alone (`filter_keys=task_id`, `=`, a hex id, and no other
@@ -203,9 +205,9 @@ fn one_task(query: &RayQuery) -> Option<String> {
 }
 
 /// `api/v0/tasks` for one task id: its attempts found as `/api/tasks/{id}` finds them (key
-/// indexes, or rows held in memory) instead of by scanning the session, and `total` counted as
-/// the summary counts it (from rollups). At a million attempts the scan took 140 ms. `None`
-/// when the lookup would have to scan (see `task_attempts_indexed`).
+/// indexes, or rows held in memory) instead of by a scan, which grows with the session,
+/// and `total` counted as the summary counts it (from rollups). `None` when the lookup would
+/// have to scan (see `task_attempts_indexed`).
 async fn list_one_task(
     engine: &QueryEngine,
     scope: &Scope,
@@ -463,17 +465,40 @@ pub(super) async fn summarize(
     let result = if lineage {
         if filtered > tasks.len() as u64 {
             warnings.push(format!(
-                "The lineage summary folds the first {} of {filtered} attempts (by task id); \
+                "The lineage summary covers the first {} of {filtered} attempts (by task id); \
                  filter by job to see all of a job's.",
                 tasks.len()
             ));
         }
-        let actors = super::entities::summary_actors(engine, scope).await?;
+        let actors = summary_actors(engine, scope).await?;
         summary::by_lineage(&tasks, &actors)
     } else {
         summary::by_func_name(&tasks)
     };
     cluster_summary(filtered, tasks.len() as u64, &result, warnings)
+}
+
+/// The actors as the lineage summary names them.
+async fn summary_actors(
+    engine: &QueryEngine,
+    scope: &Scope,
+) -> Result<Vec<SummaryActor>, QueryError> {
+    let entities = records(engine, scope, EntityKind::Actors).await?;
+    Ok(entities
+        .actors
+        .values()
+        .map(|actor| {
+            let class = actor
+                .definition
+                .as_ref()
+                .map(|reported| reported.value.class_name.as_str());
+            SummaryActor {
+                actor_id: actor.id.clone(),
+                repr_name: Some(actor.repr_name()).filter(|name| !name.is_empty()),
+                class_name: class.map(str::to_owned),
+            }
+        })
+        .collect())
 }
 
 /// The envelope around a summary (JSON text): Ray's summaries are per "node" and always under
@@ -513,7 +538,7 @@ pub(super) async fn timeline(
     let job_id = pairs
         .iter()
         .find(|(key, value)| key == "job_id" && !value.is_empty())
-        .map(|(_, value)| super::super::params::parse_hex("job_id", value))
+        .map(|(_, value)| parse_hex("job_id", value))
         .transpose()?;
     let Some(relation) = attempts_relation(engine, scope).await? else {
         return Ok(json!([]));

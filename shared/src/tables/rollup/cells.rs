@@ -2,9 +2,9 @@
 //! each row added to its cell in every grouping set, each cell keeping its extremes with how
 //! many rows hold them.
 //!
-//! DuckDB counted the holders by joining every row back to its cell and grouping again, per
-//! grouping set: 2.2 of the 5.2 s a fold of a million rows took, and 0.45 s of every run's
-//! 4 s. A running extreme with its count needs no second pass.
+//! Counting the holders in DuckDB means joining every row back to its cell and grouping again,
+//! per grouping set, a large share of every fold and run. A running extreme with its count
+//! needs no second pass.
 //!
 //! How rows are split among counting threads depends on how many rows a cell has ([`Split`]).
 
@@ -25,10 +25,9 @@ use duckdb::arrow::datatypes::{
 use foldhash::fast::FixedState;
 
 use super::{GroupingSet, Measure, Slice, Summed, TOTALS, grouping_sets, round_up};
-use crate::tables::arrow_rows::ArrowRows;
+use crate::tables::TableError;
 use crate::tables::newest::read_parquet;
-use crate::tables::parquet_file::{Layout, ParquetFile};
-use crate::tables::task_attempts::TableError;
+use crate::tables::parquet::{ArrowRows, Layout, ParquetFile};
 
 /// The columns of a rollup row as they are counted (DuckDB types), in the file's order. The
 /// [`HOLDERS`] are counted as integers and written as `DOUBLE`, the type DuckDB's `count_if`
@@ -138,7 +137,7 @@ pub(super) fn write_on(
 /// Writes to `path` the rollup of a fold's new base from the stored rollups `replaced` (those
 /// that add up to the files it replaces: [`crate::tables::manifest::TableFiles::rollups`]):
 /// their cells summed, each minus cell taken from its plus cell. Counting the new base again
-/// took a third of a 10 M fold (15 s) for ~460 000 rollup rows' worth of news.
+/// would cost a large share of a big fold for few rollup rows' worth of news.
 ///
 /// A cell whose extreme (or example) only superseded versions held cannot tell the next one.
 /// A cell's state and completeness are part of its key, so the cells of such a [`Slice`] are
@@ -220,8 +219,8 @@ fn sets() -> Result<Vec<Set>, TableError> {
 /// Writes `counted` (cells of disjoint keys) to `path` as a rollup. Returns its row count.
 fn store(counted: &[Cells], sets: &[Set], path: &Path) -> Result<u64, TableError> {
     let rows = written(&Cells::rows(counted, sets)?)?;
-    // Written by the parquet crate: DuckDB's appender and `COPY` took ~0.1 s for a run's
-    // rollup of ~80 000 cells (docs/performance.md).
+    // Written by the parquet crate: DuckDB's appender and `COPY` cost per value, a noticeable
+    // share of every run.
     let layout = Layout {
         row_group_rows: ROW_GROUP_ROWS as usize,
         unique: &[],
@@ -263,28 +262,27 @@ enum Batch {
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Split {
     /// Each thread counts a share of the batches into every grouping set; their cells are
-    /// merged at the end. For many rows per cell (a base: ~37 at 10 M), where merging costs
+    /// combined at the end. For many rows per cell (a large base), where combining costs
     /// little and every row is decoded once.
     Rows,
     /// Each thread counts every batch into a share of the grouping sets ([`shares`]): their
-    /// cells are disjoint and never merged, and stored cells are added in on every thread at
+    /// cells are disjoint and never combined, and stored cells are added in on every thread at
     /// once. For about one row per cell (a run's delta, adding in the cells of the deltas
-    /// before it), where merging two threads' cells and the stored ones took 0.15–0.2 s of a
-    /// ~0.7 s rollup. A 10 M fold counted this way took 48 s against 44–45
-    /// (docs/performance.md).
+    /// before it), where combining two threads' cells and the stored ones would be a large
+    /// share of the rollup. A fold counted this way is slower than by rows.
     Sets,
 }
 
 /// Counts the cells of the stored rollups `previous` and the rows `query` streams (if any) on
 /// `threads` threads: split by sets when adding in stored cells (a delta's rollup), else by
 /// rows ([`Split`]). This thread only fetches the batches: DuckDB converts its rows to Arrow
-/// on the thread that fetches them, about a quarter of the work (perf). Returns cells of
+/// on the thread that fetches them, a good share of the work. Returns cells of
 /// disjoint grouping sets and how many threads counted any rows.
 ///
-/// Counting is hash-map work, and on one thread it kept one core busy while DuckDB's threads
-/// streamed the rows to it at a quarter of another: a fold's rollup of a million rows took
-/// 1.4 s, the base's write before it having ended (perf). Every part of a cell is a sum, an
-/// extreme or a least example, so cells counted apart merge into the same rows.
+/// Counting is hash-map work, and on one thread it would keep one core busy while DuckDB's
+/// threads stream the rows to it at a fraction of another, setting the pace of a fold's
+/// rollup. Every part of a cell is a sum, an extreme or a least example, so cells counted
+/// apart combine into the same rows.
 fn count(
     connection: &Connection,
     query: Option<&str>,
@@ -921,9 +919,9 @@ impl Cells {
 
     /// Every cell of `counted` (cells of disjoint keys) as one batch of [`COUNTED`]
     /// rows, ordered by grouping set, then job. A read names one set (the summary only
-    /// `totals`, ~150 of a 10 M base rollup's 274 000 rows); with each set's rows together in row groups of their own, the others' row groups are
-    /// skipped by their statistics. In hash order every row group held every set, and the
-    /// 10 M summary read them all.
+    /// `totals`, a few of a large base rollup's rows); with each set's rows together in row
+    /// groups of their own, the others' row groups are skipped by their statistics. In hash
+    /// order every row group would hold every set, and the summary would read them all.
     fn rows(counted: &[Self], sets: &[Set]) -> Result<RecordBatch, TableError> {
         let total = counted.iter().map(|cells| cells.cells.len()).sum();
         let mut rows = ArrowRows::new(&COUNTED, total)?;

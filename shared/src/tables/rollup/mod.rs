@@ -6,13 +6,13 @@
 //! `complete` is whether the attempt's definition was exported (Ray's lists omit those that
 //! were not, and so do ours by default); `retried` whether it is a retry (attempt ≥ 1).
 //!
-//! A delta's rollup also holds a *minus* row (`sign = -1`) for each stored version it
-//! supersedes, so the rollups of a session's live files add up to the counts of its newest
-//! rows, exactly: the same versions its deletion vectors drop. A delta's rollup may also add in
-//! the rollups of deltas before it (its manifest entry says how many deltas it counts), and a
-//! read then sums it in their place ([`crate::tables::manifest::TableFiles::rollups`]). A superseded version whose
-//! replacement has the same values in every rolled-up column (a re-delivered body, a late
-//! profile span) changes nothing, so neither row is written.
+//! A delta's rollup also holds a *minus* row (`sign = -1`) for each stored version it supersedes,
+//! so the rollups of a session's live files add up to the counts of its newest rows, exactly: the
+//! same versions its deletion vectors drop. A delta's rollup may also add in the rollups of deltas
+//! before it (its manifest entry says how many deltas it counts), and a read then sums it in their
+//! place ([`crate::tables::manifest::TableFiles::rollups`]). A superseded version whose replacement
+//! has the same values in every rolled-up column (a re-delivered body, a late profile span) changes
+//! nothing, so neither row is written.
 //!
 //! Each row also keeps the smallest and largest measure, the earliest creation time and the
 //! latest time of its rows, each with how many rows hold it. Over files these are extremes of
@@ -36,8 +36,9 @@ use duckdb::Connection;
 
 mod cells;
 
+use super::TableError;
 use super::newest::{read_parquet, rows_at};
-use super::task_attempts::{TableError, file_rows};
+use super::task_attempts::file_rows;
 
 /// The format of the rollups this build writes: format 2's cells, a delta's rollup counting
 /// the deltas before it too ([`crate::tables::manifest::DataFile::rollup_covers`]). Builds that
@@ -339,8 +340,9 @@ pub fn newest_cells(source: &str, only: &[&str]) -> String {
 /// Stored rows, by file: a file's path and row numbers in it.
 pub type RowsByFile = Vec<(PathBuf, Vec<i64>)>;
 
-/// The most threads that count one rollup's rows: each holds cells of its own (a 10 M base's
-/// rollup is ~274 000 cells), so more threads than a Lambda's cores would only cost memory.
+/// The most threads that count one rollup's rows: each holds cells of its own (a large base's
+/// rollup has hundreds of thousands), so more threads than a Lambda's cores would only cost
+/// memory.
 const MAX_COUNTING_THREADS: usize = 8;
 
 /// Threads to count a rollup on (nothing runs beside it): one per core, up to
@@ -404,12 +406,12 @@ pub fn write_rollup(
     Ok(written)
 }
 
-/// Writes the rollup of a fold's new base `file` to `path` by summing the stored rollups
-/// `replaced` that add up to the files it replaces
-/// ([`crate::tables::manifest::TableFiles::rollups`]), counting again from `file` only the
-/// slices whose extremes the sum cannot tell. The rollup is the one [`write_rollup`] writes
-/// for `file`, an example message aside (see the module's doc). An error means the rollups do not add up (or could not be read): count `file`
-/// with [`write_rollup`] instead.
+/// Writes the rollup of a fold's new base `file` to `path` by summing the stored rollups `replaced`
+/// that add up to the files it replaces ([`crate::tables::manifest::TableFiles::rollups`]),
+/// counting again from `file` only the slices whose extremes the sum cannot tell. The rollup is the
+/// one [`write_rollup`] writes for `file`, an example message aside (see the module's doc). An
+/// error means the rollups do not add up (or could not be read): count `file` with [`write_rollup`]
+/// instead.
 pub fn write_summed_rollup(
     connection: &Connection,
     file: &Path,
@@ -572,7 +574,7 @@ mod tests {
     }
 
     /// DuckDB's count of a set's rollup rows, every holder of an extreme counted by joining
-    /// the rows back to their cell (how rollups were written before [`cells::write`]).
+    /// the rows back to their cell (the way [`cells::write`] spares).
     fn joined_cells(source: &str) -> String {
         let grouped: Vec<String> = grouping_sets()
             .map(|set| {
@@ -674,7 +676,7 @@ mod tests {
     #[test]
     fn cells_counted_in_rust_are_the_cells_duckdb_counts() -> Result<(), Box<dyn std::error::Error>>
     {
-        // On one thread, and dealt to four whose cells are merged (each counting some rows).
+        // On one thread, and dealt to four whose cells are combined (each counting some rows).
         for threads in [1, 4] {
             let (written, counters) = cells_against_duckdb(threads)?;
             assert_eq!(counters, threads, "threads that counted rows");

@@ -1,0 +1,61 @@
+//! What `afterglow rebuild` needs of compaction: the check that no raw history is gone, every
+//! raw object's key, and dropping every table file and manifest before compacting again.
+
+use std::collections::BTreeMap;
+
+use super::{CompactError, Compactor};
+use crate::keys::{MANIFESTS_PREFIX, TABLES_PREFIX};
+use crate::raw;
+use crate::storage::ObjectKey;
+use crate::tables::catalog;
+
+impl Compactor {
+    /// Checks that `rebuild` would lose nothing: for every cluster, the oldest raw object ever
+    /// compacted (the catalog records it) must still be stored. Raw objects expire after
+    /// `RawRetentionDays` while tables may be kept longer; rebuilding then would drop the
+    /// history only the tables still hold.
+    pub async fn ensure_rebuildable(&self) -> Result<(), CompactError> {
+        let (catalog, _) = catalog::load(&*self.storage).await?;
+        let mut stored: BTreeMap<String, u64> = BTreeMap::new();
+        for meta in self.storage.list(raw::key::RAW_PREFIX).await? {
+            if let (Some(cluster), Some(at)) = (
+                raw::key::raw_object_cluster(&meta.key),
+                raw::key::raw_object_time_ms(&meta.key),
+            ) {
+                let oldest = stored.entry(cluster.to_string()).or_insert(at);
+                *oldest = (*oldest).min(at);
+            }
+        }
+        for (cluster, &compacted_from) in &catalog.raw_from {
+            let present = stored.get(cluster).copied();
+            if present.is_none_or(|oldest| oldest > compacted_from) {
+                return Err(CompactError::RawHistoryGone {
+                    cluster: cluster.clone(),
+                    compacted_from_ms: compacted_from,
+                    oldest_stored_ms: present,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Every raw object in the store, for `rebuild`.
+    pub async fn raw_keys(&self) -> Result<Vec<ObjectKey>, CompactError> {
+        Ok(raw::list::list_keys(&*self.storage).await?)
+    }
+
+    /// Deletes every table file and manifest (raw objects stay), for `rebuild`. Returns how
+    /// many objects were deleted.
+    pub async fn drop_tables(&self) -> Result<usize, CompactError> {
+        let objects = self.storage.list(TABLES_PREFIX).await?;
+        // Manifests first, so no reader is ever pointed at a deleted file.
+        let (manifests, data): (Vec<_>, Vec<_>) = objects
+            .into_iter()
+            .partition(|meta| meta.key.as_str().starts_with(MANIFESTS_PREFIX));
+        let count = manifests.len() + data.len();
+        for meta in manifests.into_iter().chain(data) {
+            self.storage.delete(&meta.key).await?;
+        }
+        Ok(count)
+    }
+}

@@ -1,0 +1,413 @@
+//! Where things live in storage, in one place (docs/architecture.md, "Storage keys"), and the
+//! validated names that become key segments ([`ClusterName`], [`SessionName`], [`NodeId`],
+//! [`LogFileName`]).
+//!
+//! `raw/{cluster}/{yyyy}/{mm}/{dd}/{hh}/{ulid}.ndjson.gz` holds each accepted ingest request
+//! (its keys are [`crate::raw::key`]'s);
+//! `tables/{table}/cluster={cluster}/session={session}/{delta|base|table}-{ulid}.parquet` the
+//! tables' files, `tables/manifests/cluster={cluster}/session={session}.json` which of them are
+//! live, `tables/catalog.json` every cluster's sessions;
+//! `logs/{cluster}/{session}/{node_id}/{file}/{offset:020}.gz` each shipped piece of a node's log
+//! file, named by the byte offset where it starts in that file; `quarantine/{ulid}.ndjson` lines
+//! compaction could not use; `state/serve/compacted/{ulid}.txt` what `serve` has compacted.
+
+use ulid::Ulid;
+
+use crate::storage::{InvalidKey, ObjectKey};
+use crate::tables::entities::EntityKind;
+
+/// The name of a Ray cluster, taken from the export URL (`/v1/events/{cluster}`).
+///
+/// Ray's events carry a session but no cluster id, so the URL names the cluster. It becomes a
+/// key segment, hence the strict alphabet: 1–64 of `A–Z a–z 0–9 - _ .`, not starting with `.`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ClusterName(String);
+
+/// A cluster name that breaks the rules.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "invalid cluster name {0:?}: use 1-64 characters from A-Z a-z 0-9 - _ . (not starting with '.')"
+)]
+pub struct InvalidClusterName(String);
+
+impl ClusterName {
+    /// Checks a cluster name.
+    pub fn new(name: &str) -> Result<Self, InvalidClusterName> {
+        let valid = (1..=64).contains(&name.len())
+            && !name.starts_with('.')
+            && name
+                .bytes()
+                .all(|byte| byte.is_ascii_alphanumeric() || b"-_.".contains(&byte));
+        if valid {
+            Ok(Self(name.to_owned()))
+        } else {
+            Err(InvalidClusterName(name.to_owned()))
+        }
+    }
+
+    /// The name.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for ClusterName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Top-level prefix of the tables, their manifests and the catalog.
+pub const TABLES_PREFIX: &str = "tables/";
+
+/// Where the manifests live: one per session.
+pub const MANIFESTS_PREFIX: &str = "tables/manifests/";
+
+/// Every cluster's sessions and their statistics.
+pub const CATALOG_KEY: &str = "tables/catalog.json";
+
+/// Lines compaction could not use, kept for a look.
+pub const QUARANTINE_PREFIX: &str = "quarantine/";
+
+/// `serve`'s records of the raw objects it has compacted (its crash recovery).
+pub const COMPACTED_RECORDS_PREFIX: &str = "state/serve/compacted/";
+
+/// A table with files per session.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Table {
+    /// One merged row per task attempt.
+    TaskAttempts,
+    /// Profile spans as a table of their own, which stored sessions may still hold (the spans
+    /// are on each attempt now): listed so that their files are still collected.
+    TaskProfile,
+    /// Jobs, actors, nodes, workers or placement groups: one whole file per session.
+    Entity(EntityKind),
+}
+
+impl Table {
+    /// Every table, in a fixed order.
+    pub fn all() -> impl Iterator<Item = Self> {
+        [Self::TaskAttempts, Self::TaskProfile]
+            .into_iter()
+            .chain(EntityKind::ALL.map(Self::Entity))
+    }
+
+    /// The table's name: its key segment.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::TaskAttempts => "task_attempts",
+            Self::TaskProfile => "task_profile",
+            Self::Entity(kind) => kind.table(),
+        }
+    }
+}
+
+/// Which file of a table: the task tables have one base and deltas over it, an entity table is
+/// rewritten whole.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TableFile {
+    /// A base: every row of the session when it was written.
+    Base,
+    /// A delta: full merged rows of the attempts one run touched.
+    Delta,
+    /// An entity table's one file.
+    Whole,
+    /// The rows a delta supersedes in the files before it (its deletion vector).
+    Deletes,
+    /// A base's or delta's counts by group, state and rounded duration (its rollup).
+    Rollup,
+    /// A base's or delta's task-id keys and where their rows are (its key index).
+    KeyIndex,
+}
+
+/// Where one table's files of one session live: `tables/{table}/cluster={c}/session={s}/`.
+pub fn table_prefix(table: Table, cluster: &ClusterName, session: &SessionName) -> String {
+    format!(
+        "{TABLES_PREFIX}{}/cluster={cluster}/session={session}/",
+        table.name()
+    )
+}
+
+/// The key of a new file of `table`, named by `id`.
+pub fn table_file_key(
+    table: Table,
+    cluster: &ClusterName,
+    session: &SessionName,
+    file: TableFile,
+    id: Ulid,
+) -> Result<ObjectKey, InvalidKey> {
+    let kind = match file {
+        TableFile::Base => "base",
+        TableFile::Delta => "delta",
+        TableFile::Whole => table.name(),
+        TableFile::Deletes => "deletes",
+        TableFile::Rollup => "rollup",
+        TableFile::KeyIndex => "keys",
+    };
+    ObjectKey::new(format!(
+        "{}{kind}-{id}.parquet",
+        table_prefix(table, cluster, session)
+    ))
+}
+
+/// The key of a session's manifest.
+pub fn manifest_key(cluster: &ClusterName, session: &SessionName) -> Result<ObjectKey, InvalidKey> {
+    ObjectKey::new(format!(
+        "{MANIFESTS_PREFIX}cluster={cluster}/session={session}.json"
+    ))
+}
+
+/// The prefix of every manifest of one cluster.
+pub fn cluster_manifests_prefix(cluster: &ClusterName) -> String {
+    format!("{MANIFESTS_PREFIX}cluster={cluster}/")
+}
+
+/// The session a manifest key names; `None` for any other key.
+pub fn manifest_session(key: &ObjectKey) -> Option<(ClusterName, SessionName)> {
+    let rest = key.as_str().strip_prefix(MANIFESTS_PREFIX)?;
+    let (cluster, rest) = rest.strip_prefix("cluster=")?.split_once("/session=")?;
+    let session = rest.strip_suffix(".json")?;
+    Some((
+        ClusterName::new(cluster).ok()?,
+        SessionName::new(session).ok()?,
+    ))
+}
+
+/// The catalog's key.
+pub fn catalog_key() -> Result<ObjectKey, InvalidKey> {
+    ObjectKey::new(CATALOG_KEY)
+}
+
+/// The key of a new quarantine object, named by `id`.
+pub fn quarantine_key(id: Ulid) -> Result<ObjectKey, InvalidKey> {
+    ObjectKey::new(format!("{QUARANTINE_PREFIX}{id}.ndjson"))
+}
+
+/// The key of a new record of `serve`'s compacted raw objects, named by `id`.
+pub fn compacted_record_key(id: Ulid) -> Result<ObjectKey, InvalidKey> {
+    ObjectKey::new(format!("{COMPACTED_RECORDS_PREFIX}{id}.txt"))
+}
+
+/// Top-level prefix of shipped log chunks.
+pub const LOGS_PREFIX: &str = "logs/";
+
+/// Suffix of a shipped log chunk.
+const LOG_CHUNK_SUFFIX: &str = ".gz";
+
+/// Defines a validated name that becomes one key segment.
+macro_rules! segment_name {
+    ($(#[$doc:meta])* $name:ident, $error:ident, $what:literal, $rule:literal, $valid:expr) => {
+        $(#[$doc])*
+        #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub struct $name(String);
+
+        #[doc = concat!("A value that is not a valid [`", stringify!($name), "`].")]
+        #[derive(Debug, thiserror::Error)]
+        #[error("invalid {what} {0:?}: {rule}", what = $what, rule = $rule)]
+        pub struct $error(String);
+
+        impl $name {
+            #[doc = concat!("Checks the value: ", $rule, ".")]
+            pub fn new(name: &str) -> Result<Self, $error> {
+                let valid: fn(&str) -> bool = $valid;
+                if valid(name) {
+                    Ok(Self(name.to_owned()))
+                } else {
+                    Err($error(name.to_owned()))
+                }
+            }
+
+            /// The name.
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+    };
+}
+
+segment_name!(
+    /// A Ray session's name, such as `session_2026-11-22_06-14-46_050039_15318` (Ray's form; the
+    /// rule is looser, as it always was for the tables, so that every stored session parses).
+    SessionName,
+    InvalidSessionName,
+    "session name",
+    "1-128 of A-Z a-z 0-9 - _ ., not starting with '.'",
+    |name| {
+        (1..=128).contains(&name.len())
+            && !name.starts_with('.')
+            && name
+                .bytes()
+                .all(|byte| byte.is_ascii_alphanumeric() || b"-_.".contains(&byte))
+    }
+);
+
+segment_name!(
+    /// A Ray node id in hex (56 lower-case digits), as Ray names it in its files and logs.
+    NodeId,
+    InvalidNodeId,
+    "node id",
+    "56 lower-case hex digits",
+    |id| id.len() == 56 && id.bytes().all(|byte| matches!(byte, b'0'..=b'9' | b'a'..=b'f'))
+);
+
+segment_name!(
+    /// The name of a file in a Ray session's `logs/` folder, such as
+    /// `worker-{worker_id}-{job_id}-{pid}.out`.
+    LogFileName,
+    InvalidLogFileName,
+    "log file name",
+    "1-255 of A-Z a-z 0-9 - _ . =, not starting with '.'",
+    |name| {
+        (1..=255).contains(&name.len())
+            && !name.starts_with('.')
+            && name
+                .bytes()
+                .all(|byte| byte.is_ascii_alphanumeric() || b"-_.=".contains(&byte))
+    }
+);
+
+/// One node's log file in one session: where its chunks live.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LogFile {
+    /// The cluster (from the export URL).
+    pub cluster: ClusterName,
+    /// The Ray session.
+    pub session: SessionName,
+    /// The node the file is on.
+    pub node_id: NodeId,
+    /// The file's name in the session's `logs/` folder.
+    pub file: LogFileName,
+}
+
+impl LogFile {
+    /// The prefix every chunk of this file is under (ends with `/`).
+    pub fn prefix(&self) -> String {
+        format!(
+            "{LOGS_PREFIX}{}/{}/{}/{}/",
+            self.cluster, self.session, self.node_id, self.file
+        )
+    }
+
+    /// The key of the chunk that starts at byte `offset` of the file. Zero-padded, so that key
+    /// order is offset order.
+    pub fn chunk_key(&self, offset: u64) -> Result<ObjectKey, InvalidKey> {
+        ObjectKey::new(format!("{}{offset:020}{LOG_CHUNK_SUFFIX}", self.prefix()))
+    }
+
+    /// The offset a chunk key of this file names; `None` for any other key.
+    pub fn chunk_offset(&self, key: &ObjectKey) -> Option<u64> {
+        let name = key.as_str().strip_prefix(&self.prefix())?;
+        let digits = name.strip_suffix(LOG_CHUNK_SUFFIX)?;
+        (digits.len() == 20 && digits.bytes().all(|byte| byte.is_ascii_digit()))
+            .then(|| digits.parse().ok())
+            .flatten()
+    }
+}
+
+/// The prefix of every log file of one node in one session (ends with `/`).
+pub fn node_logs_prefix(cluster: &ClusterName, session: &SessionName, node_id: &NodeId) -> String {
+    format!("{LOGS_PREFIX}{cluster}/{session}/{node_id}/")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_chunks_sort_by_offset_and_name_it() -> Result<(), Box<dyn std::error::Error>> {
+        let file = LogFile {
+            cluster: ClusterName::new("c")?,
+            session: SessionName::new("session_2026-11-22_06-14-46_050039_15318")?,
+            node_id: NodeId::new(&"0a".repeat(28))?,
+            file: LogFileName::new("worker-ab-01000000-77.out")?,
+        };
+        let (early, late) = (file.chunk_key(9)?, file.chunk_key(10)?);
+        assert_eq!(
+            early.as_str(),
+            format!(
+                "logs/c/session_2026-11-22_06-14-46_050039_15318/{}/worker-ab-01000000-77.out/\
+                 00000000000000000009.gz",
+                "0a".repeat(28)
+            )
+        );
+        assert!(early < late);
+        assert_eq!(file.chunk_offset(&late), Some(10));
+        assert_eq!(
+            file.chunk_offset(&ObjectKey::new(format!("{}x.gz", file.prefix()))?),
+            None
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn log_names_are_single_safe_segments() {
+        for bad in [
+            "",
+            ".",
+            "..",
+            ".hidden",
+            "session_a/b",
+            "sp ace",
+            &"s".repeat(129),
+        ] {
+            assert!(SessionName::new(bad).is_err(), "{bad:?}");
+        }
+        for bad in ["", &"0A".repeat(28), &"0".repeat(55), &"g".repeat(56)] {
+            assert!(NodeId::new(bad).is_err(), "{bad:?}");
+        }
+        for bad in ["", ".", "..", ".hidden", "a/b", "sp ace", &"x".repeat(256)] {
+            assert!(LogFileName::new(bad).is_err(), "{bad:?}");
+        }
+        assert!(LogFileName::new("raylet.out").is_ok());
+    }
+
+    #[test]
+    fn table_keys_name_their_session_and_parse_back() -> Result<(), Box<dyn std::error::Error>> {
+        let cluster = ClusterName::new("prod-1")?;
+        let session = SessionName::new("session_2026-11-22_06-11-29_227665_10899")?;
+        let id = Ulid::from_parts(1_795_328_094_627, 1);
+        let manifest = manifest_key(&cluster, &session)?;
+        assert_eq!(
+            manifest.as_str(),
+            "tables/manifests/cluster=prod-1/session=session_2026-11-22_06-11-29_227665_10899.json"
+        );
+        assert_eq!(
+            manifest_session(&manifest),
+            Some((cluster.clone(), session.clone()))
+        );
+        assert!(manifest_session(&catalog_key()?).is_none());
+        let jobs = Table::Entity(EntityKind::Jobs);
+        assert_eq!(
+            table_file_key(jobs, &cluster, &session, TableFile::Whole, id)?.as_str(),
+            format!("tables/jobs/cluster=prod-1/session={session}/jobs-{id}.parquet")
+        );
+        let delta = table_file_key(
+            Table::TaskAttempts,
+            &cluster,
+            &session,
+            TableFile::Delta,
+            id,
+        )?;
+        assert!(
+            delta
+                .as_str()
+                .starts_with(&table_prefix(Table::TaskAttempts, &cluster, &session))
+        );
+        assert!(delta.as_str().ends_with(&format!("/delta-{id}.parquet")));
+        Ok(())
+    }
+
+    #[test]
+    fn cluster_names_are_single_safe_segments() {
+        for bad in ["", ".hidden", "a/b", "..", "spa ce", "ü", &"x".repeat(65)] {
+            assert!(ClusterName::new(bad).is_err(), "{bad:?}");
+        }
+        assert!(ClusterName::new(&"x".repeat(64)).is_ok());
+    }
+}

@@ -1,0 +1,56 @@
+//! The Ray routes a history answers without its tables: the cluster's events (the export
+//! carries none), and what it can say about metrics, profiling, Serve and the rest of a cluster
+//! that is gone.
+
+use serde_json::{Value as Json, json};
+
+use super::RAY_VERSION;
+use super::body::state_envelope;
+use super::route::FixedRoute;
+
+/// `GET events`: the export carries no cluster event log, so no events, in the shape the
+/// overview and job pages read.
+pub(super) fn events(pairs: &[(String, String)]) -> Json {
+    match pairs.iter().find(|(key, _)| key == "job_id") {
+        Some((_, job_id)) => json!({"result": true, "msg": "Job events fetched.",
+            "data": {"jobId": job_id, "events": []}}),
+        None => json!({"result": true, "msg": "All events fetched.", "data": {"events": {}}}),
+    }
+}
+
+/// Routes answered without the tables: what a history can say about metrics, profiling, Serve
+/// and the rest of a cluster that is gone.
+pub(super) fn fixed_answer(route: FixedRoute, session: &str) -> Json {
+    let ok = |msg: &str, data: Json| json!({"result": true, "msg": msg, "data": data});
+    match route {
+        FixedRoute::ClusterMetadata => ok(
+            "",
+            json!({"rayVersion": RAY_VERSION, "pythonVersion": "", "rayInitCluster": false}),
+        ),
+        FixedRoute::Timezone => json!({"offset": "+00:00", "value": "UTC"}),
+        FixedRoute::Version => json!({"version": "4", "ray_version": RAY_VERSION,
+            "ray_commit": "", "session_name": session}),
+        FixedRoute::AuthenticationMode => json!({"authentication_mode": "disabled"}),
+        FixedRoute::Authenticate => ok("Authentication is not needed for a history.", json!({})),
+        FixedRoute::UsageStats => ok(
+            "Fetched usage stats enabled",
+            json!({"usageStatsEnabled": false, "usageStatsPromptEnabled": false}),
+        ),
+        FixedRoute::ProfilingEnabled => ok("", json!({"profilingEnabled": false})),
+        FixedRoute::RuntimeEnvRedaction => ok("", json!({"redactionEnabled": true})),
+        // "Disabled" hides the metrics cards instead of showing an error.
+        FixedRoute::GrafanaHealth => ok("Grafana disabled", json!({"grafanaHost": "DISABLED"})),
+        FixedRoute::PrometheusHealth => ok("prometheus running", json!({})),
+        FixedRoute::ServeApplications => json!({"controller_info": {}, "proxies": {},
+            "applications": {}, "target_capacity": null}),
+        FixedRoute::Datasets => json!({"datasets": []}),
+        FixedRoute::ObjectSummary => state_envelope(
+            0,
+            0,
+            0,
+            json!({"node_id_to_summary": {"cluster": {"summary": {}, "total_objects": 0,
+                "total_size_mb": 0.0, "callsite_enabled": true, "summary_by": "callsite"}}}),
+            Vec::new(),
+        ),
+    }
+}

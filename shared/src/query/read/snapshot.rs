@@ -1,0 +1,339 @@
+//! What one request reads: the sessions in scope, their manifests, and local copies of the live
+//! files those manifests name. Nothing is listed: the catalog names the sessions and each
+//! manifest names its files, so a request costs one GET per manifest plus the files not cached.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use tokio::task::JoinSet;
+
+use super::params::Scope;
+use crate::keys::{self, ClusterName, SessionName};
+use crate::query::QueryError;
+use crate::storage::{CachedFiles, FileCache, ObjectKey, Storage};
+use crate::tables::catalog::{self, Catalog};
+use crate::tables::entities::EntityKind;
+use crate::tables::manifest::{self, Manifest, SessionStats};
+use crate::tables::newest::{LocalDeletes, LocalFiles};
+
+/// One session's manifest.
+#[derive(Clone, Debug)]
+pub struct SessionManifest {
+    /// Cluster.
+    pub cluster: String,
+    /// Session.
+    pub session: String,
+    /// Its manifest.
+    pub manifest: Manifest,
+}
+
+/// The tables of every session in scope, as local files.
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    /// `task_attempts`.
+    pub task_attempts: LocalFiles,
+    /// The rollups that add up to the counts of every `task_attempts` file in scope
+    /// ([`crate::tables::manifest::TableFiles::rollups`]), when asked for and every file has
+    /// one (see [`crate::tables::rollup`]); `None` to count by scanning.
+    pub rollups: Option<Vec<PathBuf>>,
+    /// The key index of every `task_attempts` file in scope, session by session and within
+    /// one in manifest order (base files, then deltas oldest first), when asked for and every
+    /// file has one (see [`crate::tables::key_index`]); `None` to look up by scanning. The data
+    /// files themselves are fetched only when [`Needs::attempts`] asks for them too.
+    pub key_indexes: Option<Vec<IndexedFile>>,
+    /// Entity tables: one file per session each.
+    pub entities: BTreeMap<EntityKind, Vec<PathBuf>>,
+    /// Keeps the files in the cache while a query may read them.
+    pub pins: Option<Pins>,
+}
+
+/// A `task_attempts` file's key index, fetched, and the key of the data file it indexes.
+#[derive(Clone, Debug)]
+pub struct IndexedFile {
+    /// The index's local copy.
+    pub index: PathBuf,
+    /// The data file.
+    pub data: ObjectKey,
+    /// Rows in the data file.
+    pub rows: u64,
+}
+
+/// Cached files held for a query (see [`CachedFiles`]).
+pub type Pins = Arc<CachedFiles<Vec<Option<PathBuf>>>>;
+
+/// Reads the catalog: cluster → session → statistics.
+pub async fn catalog(storage: &dyn Storage) -> Result<Catalog, QueryError> {
+    Ok(catalog::load(storage).await?.0)
+}
+
+/// The manifests of every session in `scope`, fetched in parallel.
+#[tracing::instrument(name = "manifests", skip(storage), fields(sessions = tracing::field::Empty))]
+pub async fn manifests(
+    storage: &Arc<dyn Storage>,
+    scope: &Scope,
+) -> Result<Vec<SessionManifest>, QueryError> {
+    let catalog = catalog(&**storage).await?;
+    let mut loads = JoinSet::new();
+    for (cluster, sessions) in &catalog.clusters {
+        for session in sessions.keys() {
+            if !scope.includes(cluster, session) {
+                continue;
+            }
+            let storage = Arc::clone(storage);
+            let cluster = cluster.clone();
+            let session = session.clone();
+            loads.spawn(async move {
+                let name = ClusterName::new(&cluster)
+                    .map_err(|err| QueryError::Internal(format!("catalog: {err}")))?;
+                let session_name = SessionName::new(&session)
+                    .map_err(|err| QueryError::Internal(format!("catalog: {err}")))?;
+                let key = keys::manifest_key(&name, &session_name)
+                    .map_err(|err| QueryError::Internal(format!("catalog: {err}")))?;
+                let loaded = manifest::load(&*storage, &key).await?;
+                Ok::<_, QueryError>(SessionManifest {
+                    cluster,
+                    session,
+                    manifest: loaded.manifest,
+                })
+            });
+        }
+    }
+    let mut found = Vec::new();
+    while let Some(joined) = loads.join_next().await {
+        found.push(joined.map_err(|err| QueryError::Internal(err.to_string()))??);
+    }
+    found.sort_by(|a, b| (&a.cluster, &a.session).cmp(&(&b.cluster, &b.session)));
+    tracing::Span::current().record("sessions", found.len());
+    Ok(found)
+}
+
+/// Which tables a request needs, so it fetches nothing else.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Needs {
+    /// `task_attempts` (which also holds each attempt's profile spans).
+    pub attempts: bool,
+    /// One entity table.
+    pub entity: Option<EntityKind>,
+    /// The rollups of `task_attempts` (see [`Snapshot::rollups`]).
+    pub rollups: bool,
+    /// The key indexes of `task_attempts` (see [`Snapshot::key_indexes`]).
+    pub key_indexes: bool,
+}
+
+/// Local copies of the files `needs` names, for every session in `scope`.
+pub async fn snapshot(
+    storage: &Arc<dyn Storage>,
+    cache: &FileCache,
+    scope: &Scope,
+    needs: Needs,
+) -> Result<Snapshot, QueryError> {
+    let sessions = manifests(storage, scope).await?;
+    let mut keys: Vec<ObjectKey> = Vec::new();
+    let mut plan: Vec<(Slot, usize)> = Vec::new();
+    // The data file of each key index asked for, by (session ordinal, position).
+    let mut data_keys: BTreeMap<(usize, usize), (ObjectKey, u64)> = BTreeMap::new();
+    let mut add = |slot: Slot, key: &ObjectKey| {
+        plan.push((slot, keys.len()));
+        keys.push(key.clone());
+    };
+    for (ordinal, session) in sessions.iter().enumerate() {
+        let manifest = &session.manifest;
+        let table = &manifest.task_attempts;
+        if needs.rollups {
+            for key in table.rollups().unwrap_or_default() {
+                add(Slot::Rollup, key);
+            }
+        }
+        if needs.attempts {
+            for (position, file) in table.base.iter().enumerate() {
+                add(Slot::Base { ordinal, position }, &file.key);
+            }
+            for (offset, file) in table.deltas.iter().enumerate() {
+                let position = table.base.len() + offset;
+                add(Slot::Delta { ordinal, position }, &file.key);
+                if let Some(deletes) = &file.deletes
+                    && let Some(key) = &deletes.key
+                {
+                    let rows = deletes.rows;
+                    add(
+                        Slot::Deletes {
+                            ordinal,
+                            position,
+                            rows,
+                        },
+                        key,
+                    );
+                }
+            }
+        }
+        if needs.key_indexes {
+            for (position, file) in table.all().enumerate() {
+                if let Some(key) = &file.key_index {
+                    add(Slot::KeyIndex { ordinal, position }, key);
+                    data_keys.insert((ordinal, position), (file.key.clone(), file.rows));
+                }
+            }
+        }
+        if let Some(kind) = needs.entity
+            && let Some(file) = manifest.entities.get(kind.table())
+        {
+            add(Slot::Entity(kind), &file.key);
+        }
+    }
+    // A file that is gone (deleted by hand, expired by a lifecycle rule) costs its rows, not
+    // the session: the rest is still answered.
+    let fetched = cache.files_if_present(&keys).await?;
+    let paths = fetched.files();
+    let mut snapshot = Snapshot::default();
+    snapshot.task_attempts.one_session = sessions.len() <= 1;
+    // Where each (session, file position) landed among the files read, and each session's
+    // deletion vectors by the position of the delta that wrote them.
+    let mut read: BTreeMap<(usize, usize), FileRead> = BTreeMap::new();
+    let mut vectors: Vec<(usize, usize, u64, PathBuf)> = Vec::new();
+    let mut vectors_complete = true;
+    let mut rollups = Vec::new();
+    let mut rollups_complete = true;
+    let mut key_indexes: BTreeMap<(usize, usize), PathBuf> = BTreeMap::new();
+    for (slot, index) in plan {
+        let present = paths.get(index).cloned().flatten();
+        match (slot, present) {
+            (Slot::Base { ordinal, position }, Some(path)) => {
+                read.insert(
+                    (ordinal, position),
+                    FileRead::Base(snapshot.task_attempts.base.len()),
+                );
+                snapshot.task_attempts.base.push(path);
+            }
+            (Slot::Delta { ordinal, position }, Some(path)) => {
+                read.insert(
+                    (ordinal, position),
+                    FileRead::Delta(snapshot.task_attempts.deltas.len()),
+                );
+                snapshot.task_attempts.deltas.push(path);
+            }
+            (
+                Slot::Deletes {
+                    ordinal,
+                    position,
+                    rows,
+                },
+                Some(path),
+            ) => {
+                vectors.push((ordinal, position, rows, path));
+            }
+            (Slot::Deletes { .. }, None) => vectors_complete = false,
+            (Slot::Rollup, Some(path)) => rollups.push(path),
+            (Slot::Rollup, None) => rollups_complete = false,
+            (Slot::KeyIndex { ordinal, position }, Some(path)) => {
+                key_indexes.insert((ordinal, position), path);
+            }
+            (Slot::Entity(kind), Some(path)) => {
+                snapshot.entities.entry(kind).or_default().push(path);
+            }
+            (_, None) => {}
+        }
+    }
+    let every_delta_has_one = sessions
+        .iter()
+        .all(|session| session.manifest.task_attempts.has_deletion_vectors());
+    if needs.attempts && vectors_complete && every_delta_has_one {
+        let bases = snapshot.task_attempts.base.len();
+        snapshot.task_attempts.deletes = Some(
+            vectors
+                .into_iter()
+                // The vector of a delta that is gone goes with it: the rows it superseded
+                // are then the newest there are.
+                .filter(|(ordinal, position, _, _)| read.contains_key(&(*ordinal, *position)))
+                .map(|(ordinal, position, rows, path)| LocalDeletes {
+                    path,
+                    rows,
+                    files: (0..position)
+                        .map(|earlier| read.get(&(ordinal, earlier)).map(|file| file.index(bases)))
+                        .collect(),
+                })
+                .collect(),
+        );
+    }
+    // Rollups add up to a session's counts only when every file has one this build reads, with
+    // known spans, and all are here.
+    let every_file_has_one = sessions
+        .iter()
+        .all(|session| session.manifest.task_attempts.rollups().is_some());
+    if needs.rollups && rollups_complete && every_file_has_one {
+        snapshot.rollups = Some(rollups);
+    }
+    // Key indexes stand in for their files only when every file has one, and all are here.
+    let every_file_has_one = sessions
+        .iter()
+        .all(|session| session.manifest.task_attempts.has_key_indexes());
+    if needs.key_indexes && every_file_has_one && key_indexes.len() == data_keys.len() {
+        snapshot.key_indexes = Some(
+            data_keys
+                .into_iter()
+                .filter_map(|(place, (data, rows))| {
+                    key_indexes
+                        .remove(&place)
+                        .map(|index| IndexedFile { index, data, rows })
+                })
+                .collect(),
+        );
+    }
+    snapshot.pins = Some(Arc::new(fetched));
+    Ok(snapshot)
+}
+
+/// Where a `task_attempts` file is among the files a snapshot reads.
+#[derive(Clone, Copy, Debug)]
+enum FileRead {
+    Base(usize),
+    Delta(usize),
+}
+
+impl FileRead {
+    /// Its index among every file read, base files first (`bases` of them).
+    fn index(self, bases: usize) -> usize {
+        match self {
+            Self::Base(index) => index,
+            Self::Delta(index) => bases + index,
+        }
+    }
+}
+
+/// The statistics of every session in `scope`, from the catalog alone.
+pub async fn session_stats(
+    storage: &dyn Storage,
+    scope: &Scope,
+) -> Result<BTreeMap<String, BTreeMap<String, SessionStats>>, QueryError> {
+    let mut clusters = catalog(storage).await?.clusters;
+    clusters.retain(|cluster, sessions| {
+        sessions.retain(|session, _| scope.includes(cluster, session));
+        !sessions.is_empty()
+    });
+    Ok(clusters)
+}
+
+/// Where a fetched file goes in the [`Snapshot`]: `task_attempts` files by their session (its
+/// place in the snapshot) and position in its manifest, which deletion vectors refer to.
+#[derive(Clone, Copy, Debug)]
+enum Slot {
+    Base {
+        ordinal: usize,
+        position: usize,
+    },
+    Delta {
+        ordinal: usize,
+        position: usize,
+    },
+    Deletes {
+        ordinal: usize,
+        position: usize,
+        rows: u64,
+    },
+    Rollup,
+    KeyIndex {
+        ordinal: usize,
+        position: usize,
+    },
+    Entity(EntityKind),
+}

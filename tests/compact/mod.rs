@@ -1,0 +1,35 @@
+//! Compaction end to end: Ray's captured bodies are posted to ingest, compacted into Parquet,
+//! and the rows a reader sees are held to Ray's own state-API output. A file per behaviour;
+//! each sets up its store with [`afterglow_tests::scenario::Scenario`]:
+//!
+//! - `agreement`: the rows agree with Ray; order, duplicates, compacting again and `rebuild`
+//!   change no row; unreadable events are quarantined; placement groups land in their table.
+//! - `commits`: the commit protocol on both backends: racing compactions both land, a manifest
+//!   write whose response was lost still counts, files no manifest names are collected.
+//! - `folds`: a session's deltas fold into a base by count, by share and on request; a small
+//!   session stays in one file.
+//! - `earlier_build`: a store an earlier build wrote is carried on by this one.
+//! - `batches`: the compact Lambda function's SQS batches: S3 notifications, failures per
+//!   message, byte caps and deadlines.
+//! - `queue`: the function's own queue: the delayed quiet checks that fold a session no run
+//!   changed, and messages past a batch's byte cap sent back to it.
+//! - `tidying`: `serve` folds and tidies quiet sessions, those an earlier process left too.
+//! - `backlog`: `serve` compacts at its next start what it stored and never compacted.
+//! - `held_back`: a fault holds back only the raw objects it touches, and they are compacted
+//!   once it clears.
+//! - `retention`: expiry removes old sessions whole; `rebuild` is refused once the raw history
+//!   it would replay is gone.
+//!
+//! `sqs` is no suite: it holds the compact function and the messages its tests drive it with.
+
+mod agreement;
+mod backlog;
+mod batches;
+mod commits;
+mod earlier_build;
+mod folds;
+mod held_back;
+mod queue;
+mod retention;
+mod sqs;
+mod tidying;

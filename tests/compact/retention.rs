@@ -1,0 +1,192 @@
+//! Retention: expiry removes a session whole once its newest event is older than the retention,
+//! and keeps one a compaction is writing meanwhile; `rebuild` is refused once raw objects the
+//! tables came from have expired.
+
+use std::sync::Arc;
+
+use afterglow_tests::scenario::Scenario;
+use afterglow_tests::{FixtureRun, compactor_over, now_ms};
+use anyhow::{Context as _, ensure};
+use shared::compact::CompactSettings;
+use shared::storage::Storage;
+
+/// Retention removes a session whole once its newest event is older than the retention: its
+/// manifest, then every file the manifest named, then its catalog entry. Newer sessions are
+/// left alone, and still agree with Ray.
+#[tokio::test]
+async fn expiry_removes_old_sessions_whole_and_keeps_the_rest() -> anyhow::Result<()> {
+    use shared::tables::catalog;
+
+    let old_run = FixtureRun::named("basic-workload")?;
+    let new_run = FixtureRun::named("edge-cases")?;
+    let scenario = Scenario::local()?
+        .with_compacted(&old_run, "old")
+        .await?
+        .with_compacted(&new_run, "new")
+        .await?;
+    let storage = scenario.storage();
+
+    // The captures' event times are fixed; place the sessions in time relative to now.
+    let now = i64::try_from(now_ms()?)?;
+    let day = 86_400_000;
+    age_sessions(&*storage, "old", now - 10 * day).await?;
+    age_sessions(&*storage, "new", now - day / 24).await?;
+    let mut old_files = Vec::new();
+    let old_manifests = storage.list("tables/manifests/cluster=old/").await?;
+    for meta in &old_manifests {
+        let manifest = shared::tables::manifest::load(&*storage, &meta.key)
+            .await?
+            .manifest;
+        old_files.extend(
+            manifest
+                .task_attempts
+                .all()
+                .chain(manifest.entities.values())
+                .flat_map(|file| file.keys().cloned()),
+        );
+    }
+    ensure!(
+        old_files
+            .iter()
+            .any(|key| key.as_str().contains("/rollup-")),
+        "the old session's files include their rollups"
+    );
+    ensure!(!old_files.is_empty(), "the old session has no files");
+
+    let (compactor, _scratch) = scenario.compactor(CompactSettings::default())?;
+    let expired = compactor
+        .expire_sessions(std::time::Duration::from_secs(7 * 86_400), now)
+        .await?;
+    ensure!(
+        expired == old_manifests.len(),
+        "expired {expired} sessions, {} were old",
+        old_manifests.len()
+    );
+    for meta in &old_manifests {
+        let left = shared::tables::manifest::load(&*storage, &meta.key)
+            .await?
+            .manifest;
+        ensure!(
+            left.task_attempts.all().next().is_none() && left.entities.is_empty(),
+            "an old manifest still names files"
+        );
+    }
+    for file in &old_files {
+        ensure!(
+            matches!(
+                storage.get(file).await,
+                Err(shared::storage::StorageError::NotFound { .. })
+            ),
+            "{file} was left behind"
+        );
+    }
+    let (after, _) = catalog::load(&*storage).await?;
+    ensure!(
+        !after.clusters.contains_key("old"),
+        "the catalog still lists the old cluster"
+    );
+    ensure!(
+        after.clusters.contains_key("new"),
+        "the recent cluster was removed"
+    );
+    scenario
+        .check(&new_run, "new", "a recent session after expiry")
+        .await
+}
+
+/// A compaction committing into a session while expiry removes it: the manifest expiry read is
+/// replaced before expiry writes. The session is kept whole (manifest, files, catalog entry):
+/// deleting the manifest unconditionally would lose the commit and orphan every file.
+#[tokio::test]
+async fn a_session_written_while_it_expires_is_kept() -> anyhow::Result<()> {
+    use afterglow_tests::faults::CommitsAfterRead;
+
+    let run = FixtureRun::named("basic-workload")?;
+    let scenario = Scenario::local()?.with_compacted(&run, "racing").await?;
+    let storage = scenario.storage();
+    let now = i64::try_from(now_ms()?)?;
+    let day = 86_400_000;
+    age_sessions(&*storage, "racing", now - 10 * day).await?;
+
+    let racing = Arc::new(CommitsAfterRead::new(
+        Arc::clone(&storage),
+        "tables/manifests/",
+        now,
+    ));
+    let (compactor, _scratch) = compactor_over(&racing, CompactSettings::default())?;
+    let expired = compactor
+        .expire_sessions(std::time::Duration::from_secs(7 * 86_400), now)
+        .await?;
+    ensure!(racing.committed(), "no commit raced the expiry");
+    ensure!(expired == 0, "a session written meanwhile was expired");
+    scenario
+        .check(&run, "racing", "a session written while it expired")
+        .await?;
+    let (catalog, _) = shared::tables::catalog::load(&*storage).await?;
+    ensure!(
+        catalog.clusters.contains_key("racing"),
+        "the catalog lost the session"
+    );
+    Ok(())
+}
+
+/// `rebuild` replays the raw objects, which expire (`RawRetentionDays`) while tables may be kept
+/// longer: once a raw object the tables were built from is gone, a rebuild would drop history
+/// that only the tables still hold, so it is refused.
+#[tokio::test]
+async fn rebuild_is_refused_once_raw_objects_the_tables_came_from_are_gone() -> anyhow::Result<()> {
+    let run = FixtureRun::named("basic-workload")?;
+    let scenario = Scenario::local()?.with_compacted(&run, "expiring").await?;
+    let storage = scenario.storage();
+    let (compactor, _scratch) = scenario.compactor(CompactSettings::default())?;
+    compactor
+        .ensure_rebuildable()
+        .await
+        .context("refused while every raw object is stored")?;
+    // Keys are ordered by hour and ULID: the first is the oldest, the first to expire.
+    let oldest = storage
+        .list("raw/expiring/")
+        .await?
+        .into_iter()
+        .next()
+        .context("no raw object")?;
+    storage.delete(&oldest.key).await?;
+    match compactor.ensure_rebuildable().await {
+        Err(shared::compact::CompactError::RawHistoryGone { cluster, .. }) => {
+            ensure!(cluster == "expiring", "refused for {cluster}");
+            Ok(())
+        }
+        other => anyhow::bail!("a rebuild that drops history was allowed: {other:?}"),
+    }
+}
+
+/// Sets the newest event time of every session of `cluster` to `last_ms`, in its manifest and
+/// in the catalog, as if its events had been that old. The catalog is written directly:
+/// `catalog::record` only ever widens a session's span, as compaction needs.
+async fn age_sessions(storage: &dyn Storage, cluster: &str, last_ms: i64) -> anyhow::Result<()> {
+    use shared::tables::{catalog, manifest};
+    let (mut listed, _) = catalog::load(storage).await?;
+    for meta in storage
+        .list(&format!("tables/manifests/cluster={cluster}/"))
+        .await?
+    {
+        let read = manifest::load(storage, &meta.key).await?;
+        let mut aged = read.manifest;
+        aged.stats.last_ms = Some(last_ms);
+        manifest::store(storage, &meta.key, &aged, read.etag.as_ref()).await?;
+        let (_, session) = shared::keys::manifest_session(&meta.key).context("a manifest key")?;
+        listed
+            .clusters
+            .entry(cluster.to_owned())
+            .or_default()
+            .insert(session.to_string(), aged.stats);
+    }
+    storage
+        .put(
+            &shared::keys::catalog_key()?,
+            bytes::Bytes::from(serde_json::to_vec(&listed)?),
+            shared::storage::PutMode::Overwrite,
+        )
+        .await?;
+    Ok(())
+}
