@@ -22,6 +22,7 @@ use shared::auth::AccessToken;
 use shared::config::Config;
 use tokio::net::TcpListener;
 
+use crate::query::{LOG_COMPLETE, LOG_RANGE};
 use crate::state::error_response;
 
 /// How `afterglow proxy` authenticates upstream.
@@ -55,12 +56,14 @@ pub struct ProxyArgs {
 const MAX_BODY: usize = 1024 * 1024;
 /// Longest an upstream request may take (API Gateway gives up at 30 s).
 const UPSTREAM_TIMEOUT: Duration = Duration::from_secs(35);
-/// Response headers passed back to the client.
-const PASSED_BACK: [header::HeaderName; 4] = [
+/// Response headers passed back to the client: the page reads a task's output's two.
+const PASSED_BACK: [header::HeaderName; 6] = [
     header::CONTENT_TYPE,
     header::CONTENT_DISPOSITION,
     header::CACHE_CONTROL,
     header::CONTENT_SECURITY_POLICY,
+    LOG_COMPLETE,
+    LOG_RANGE,
 ];
 
 /// How requests are authenticated upstream.

@@ -72,6 +72,12 @@ async fn answer(state: &AppState, route: ApiRoute, headers: &HeaderMap, pairs: P
     }
 }
 
+/// `false` when the end of a task's output was never shipped.
+pub const LOG_COMPLETE: header::HeaderName =
+    header::HeaderName::from_static("x-afterglow-log-complete");
+/// `inferred` when Ray never reported where a task's output is, `reported` otherwise.
+pub const LOG_RANGE: header::HeaderName = header::HeaderName::from_static("x-afterglow-log-range");
+
 /// `GET /api/tasks/{task_id}/logs`: the attempt's own output as `text/plain`, exactly the bytes
 /// it wrote; `X-Afterglow-Log-Complete: false` when its end was not shipped,
 /// `X-Afterglow-Log-Range: inferred` when Ray never reported where it is.
@@ -89,7 +95,7 @@ async fn task_log(
         Ok(log) => {
             let mut response = text_response(log.bytes, log.complete);
             response.headers_mut().insert(
-                header::HeaderName::from_static("x-afterglow-log-range"),
+                LOG_RANGE,
                 HeaderValue::from_static(if log.inferred { "inferred" } else { "reported" }),
             );
             response
@@ -140,7 +146,7 @@ fn text_response(bytes: Vec<u8>, complete: bool) -> Response {
             ),
             (header::CACHE_CONTROL, HeaderValue::from_static("no-store")),
             (
-                header::HeaderName::from_static("x-afterglow-log-complete"),
+                LOG_COMPLETE,
                 HeaderValue::from_static(if complete { "true" } else { "false" }),
             ),
         ],

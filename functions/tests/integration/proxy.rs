@@ -63,7 +63,11 @@ async fn recording_upstream() -> anyhow::Result<(String, Arc<Mutex<Vec<Seen>>>)>
                 return StatusCode::NOT_FOUND.into_response();
             }
             (
-                [("content-type", "application/json")],
+                [
+                    ("content-type", "application/json"),
+                    ("x-afterglow-log-complete", "false"),
+                    ("x-afterglow-log-range", "inferred"),
+                ],
                 r#"{"result": true}"#,
             )
                 .into_response()
@@ -242,6 +246,17 @@ async fn bearer_requests_carry_the_token() -> anyhow::Result<()> {
     let url = proxy(&upstream_url, Upstream::Bearer(token)).await?;
     let answer = reqwest::get(format!("{url}/api/summary?cluster=x")).await?;
     ensure!(answer.status() == 200);
+    // What the page reads of a task's output comes back through the proxy.
+    for (name, value) in [
+        ("x-afterglow-log-complete", "false"),
+        ("x-afterglow-log-range", "inferred"),
+    ] {
+        ensure!(
+            answer.headers().get(name).and_then(|got| got.to_str().ok()) == Some(value),
+            "{name}: {:?}",
+            answer.headers()
+        );
+    }
     let seen = seen
         .lock()
         .map_err(|_| anyhow::anyhow!("poisoned"))?
