@@ -1,9 +1,10 @@
 //! Ingest: Ray's captured POST bodies replayed over HTTP (through `serve`'s router and through
-//! the Lambda adapter), read back from storage byte for byte, and every kind of bad request.
+//! the Lambda adapter), read back from storage byte for byte, every kind of bad request, and
+//! the bounds on the sessions a cluster's bodies may start.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use afterglow::http::router;
 use afterglow::serve::ServeSettings;
@@ -13,7 +14,11 @@ use afterglow_tests::{
     stored_raw_lines,
 };
 use anyhow::{Context as _, ensure};
-use shared::ingest::{IngestAccess, IngestLimits, Ingestor, RAY_BATCH_SIZE_VARIABLE};
+use shared::ingest::{
+    IngestAccess, IngestError, IngestLimits, Ingestor, MAX_SESSIONS_PER_BODY,
+    NEW_SESSIONS_VARIABLE, RAY_BATCH_SIZE_VARIABLE,
+};
+use shared::keys::ClusterName;
 use shared::storage::{LocalDirStorage, S3Storage, Storage};
 use tower::ServiceExt as _;
 
@@ -207,6 +212,7 @@ async fn oversized_bodies_answer_413_naming_the_ray_variable() -> anyhow::Result
     let limits = IngestLimits {
         max_body_bytes: body.len() - 1,
         max_events: 10_000,
+        ..IngestLimits::default()
     };
     ensure_too_large(body, limits).await
 }
@@ -220,6 +226,7 @@ async fn batches_with_too_many_events_answer_413_naming_the_ray_variable() -> an
     let limits = IngestLimits {
         max_body_bytes: 5 * 1024 * 1024,
         max_events: events - 1,
+        ..IngestLimits::default()
     };
     ensure_too_large(body, limits).await
 }
@@ -239,6 +246,185 @@ async fn ensure_too_large(body: Vec<u8>, limits: IngestLimits) -> anyhow::Result
     ensure!(text.contains(RAY_BATCH_SIZE_VARIABLE), "{text}");
     ensure!(storage.list("raw/").await?.is_empty());
     server.stop().await
+}
+
+/// Events of `run`'s bodies with their sessions renamed to `sessions` in turn, in the key form
+/// the run uses: what a token holder fanning out over made-up sessions sends.
+fn body_with_sessions(run: &str, sessions: &[String]) -> anyhow::Result<Vec<u8>> {
+    let mut events = Vec::new();
+    for request in FixtureRun::named(run)?.requests()? {
+        events.extend(serde_json::from_slice::<Vec<serde_json::Value>>(
+            &request.body,
+        )?);
+    }
+    events.truncate(sessions.len().max(20));
+    ensure!(events.len() >= sessions.len(), "{run} has too few events");
+    for (event, session) in events.iter_mut().zip(sessions.iter().cycle()) {
+        let event = event.as_object_mut().context("an event is a JSON object")?;
+        let key = if event.contains_key("session_name") {
+            "session_name"
+        } else {
+            "sessionName"
+        };
+        event.insert(key.to_owned(), serde_json::Value::String(session.clone()));
+    }
+    Ok(serde_json::to_vec(&events)?)
+}
+
+/// `count` session names in Ray's form, told apart by `tag`.
+fn session_names(tag: &str, count: usize) -> Vec<String> {
+    (0..count)
+        .map(|index| format!("session_2026-11-22_06-11-29_{index:06}_{tag}"))
+        .collect()
+}
+
+/// [`post`], with the answer's `Retry-After` header.
+async fn post_retry_after(
+    url: &str,
+    body: Vec<u8>,
+) -> anyhow::Result<(u16, Option<String>, String)> {
+    let response = reqwest::Client::new()
+        .post(url)
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await?;
+    let status = response.status().as_u16();
+    let retry_after = response
+        .headers()
+        .get("retry-after")
+        .map(|value| value.to_str())
+        .transpose()?
+        .map(str::to_owned);
+    Ok((status, retry_after, response.text().await?))
+}
+
+/// Ray's aggregator sends the events of one session per body. A body naming more sessions than
+/// [`MAX_SESSIONS_PER_BODY`] (each would become a manifest, a catalog entry and a quiet check)
+/// is refused with a 400 in either key form and nothing of it is stored; Ray's own bodies, and
+/// bodies within the bound, pass.
+#[tokio::test]
+async fn a_body_of_more_sessions_than_ray_sends_answers_400_and_stores_nothing()
+-> anyhow::Result<()> {
+    let (_guard, storage, server) = local_server(Ok).await?;
+    let url = format!("{}/v1/events/c", server.url);
+    let fan_out = session_names("fan", MAX_SESSIONS_PER_BODY + 1);
+    for run in ["basic-workload", "snake-case-keys"] {
+        let (status, text) = post(&url, body_with_sessions(run, &fan_out)?).await?;
+        ensure!(status == 400, "{run}: {status} {text}");
+        ensure!(text.contains("one session per request"), "{run}: {text}");
+    }
+    ensure!(storage.list("raw/").await?.is_empty());
+    for run in ["basic-workload", "snake-case-keys"] {
+        let (status, text) = post(&url, body_of(run).await?).await?;
+        ensure!(status == 200, "{run}: {status} {text}");
+    }
+    let few = session_names("few", MAX_SESSIONS_PER_BODY);
+    let (status, text) = post(&url, body_with_sessions("basic-workload", &few)?).await?;
+    ensure!(status == 200, "{} sessions: {status} {text}", few.len());
+    ensure!(storage.list("raw/c/").await?.len() == 3);
+    server.stop().await
+}
+
+/// A cluster starting sessions faster than its budget (a token holder fanning out over made-up
+/// session names, one body after another) is answered 429, naming the bound and its variable,
+/// with a `Retry-After`; a refused body is stored in no part, even beside a session already
+/// seen. The cluster's sessions already seen are still accepted, and other clusters are
+/// admitted and stored as if nothing happened.
+#[tokio::test]
+async fn a_cluster_starting_sessions_too_fast_answers_429_and_other_clusters_are_admitted()
+-> anyhow::Result<()> {
+    let budget = 3;
+    let (_guard, storage, server) = local_server(|settings| {
+        Ok(ServeSettings {
+            ingest_limits: IngestLimits {
+                new_sessions_per_minute: budget,
+                ..IngestLimits::default()
+            },
+            ..settings
+        })
+    })
+    .await?;
+    let flood = format!("{}/v1/events/flood", server.url);
+    let sessions = session_names("flood", budget + 2);
+    for session in sessions.iter().take(budget) {
+        let body = body_with_sessions("basic-workload", std::slice::from_ref(session))?;
+        let (status, text) = post(&flood, body).await?;
+        ensure!(status == 200, "{session}: {status} {text}");
+    }
+    for refused in [
+        vec![sessions[budget].clone()],
+        vec![sessions[0].clone(), sessions[budget + 1].clone()],
+    ] {
+        let body = body_with_sessions("basic-workload", &refused)?;
+        let (status, retry_after, text) = post_retry_after(&flood, body).await?;
+        ensure!(status == 429, "{refused:?}: {status} {text}");
+        ensure!(
+            text.contains(NEW_SESSIONS_VARIABLE) && text.contains(&format!("limit of {budget}")),
+            "{text}"
+        );
+        let seconds: u64 = retry_after.context("no Retry-After")?.parse()?;
+        ensure!((1..=60).contains(&seconds), "Retry-After: {seconds}");
+    }
+    let seen = body_with_sessions("basic-workload", &sessions[..1])?;
+    let (status, text) = post(&flood, seen).await?;
+    ensure!(status == 200, "a session already seen: {status} {text}");
+    let stored = storage.list("raw/flood/").await?.len();
+    ensure!(
+        stored == budget + 1,
+        "{stored} objects stored for the flooding cluster"
+    );
+
+    for other in ["calm-a", "calm-b"] {
+        let url = format!("{}/v1/events/{other}", server.url);
+        let (status, text) = post(&url, body_of("basic-workload").await?).await?;
+        ensure!(status == 200, "{other}: {status} {text}");
+        ensure!(storage.list(&format!("raw/{other}/")).await?.len() == 1);
+    }
+    server.stop().await
+}
+
+/// The budget counts a rolling minute: once a minute has passed since a cluster's earlier
+/// admissions, new sessions are admitted again. The clock is the test's.
+#[tokio::test]
+async fn the_new_session_budget_refills_as_the_minute_rolls() -> anyhow::Result<()> {
+    let (_guard, local) = local_storage()?;
+    let storage: Arc<dyn Storage> = Arc::new(local);
+    let limits = IngestLimits {
+        new_sessions_per_minute: 2,
+        ..IngestLimits::default()
+    };
+    let ingestor = Ingestor::new(Arc::clone(&storage), IngestAccess::Open, limits);
+    let cluster = ClusterName::new("flood")?;
+    let sessions = session_names("minute", 4);
+    let body = |index: usize| body_with_sessions("edge-cases", &sessions[index..=index]);
+    let start = Instant::now();
+    let at = |seconds: u64| {
+        start
+            .checked_add(Duration::from_secs(seconds))
+            .context("instant overflow")
+    };
+
+    ingestor.ingest_at(&cluster, &body(0)?, at(0)?).await?;
+    ingestor.ingest_at(&cluster, &body(1)?, at(30)?).await?;
+    match ingestor.ingest_at(&cluster, &body(2)?, at(59)?).await {
+        Err(IngestError::SessionFlood {
+            new_sessions: 1,
+            limit: 2,
+            retry_after_secs: 1,
+        }) => {}
+        other => anyhow::bail!("a third session within the minute: {other:?}"),
+    }
+    // The first admission has left the window; the second has not.
+    ingestor.ingest_at(&cluster, &body(2)?, at(60)?).await?;
+    let early = ingestor.ingest_at(&cluster, &body(3)?, at(89)?).await;
+    ensure!(
+        matches!(early, Err(IngestError::SessionFlood { .. })),
+        "{early:?}"
+    );
+    ingestor.ingest_at(&cluster, &body(3)?, at(90)?).await?;
+    ensure!(storage.list("raw/flood/").await?.len() == 4);
+    Ok(())
 }
 
 #[tokio::test]

@@ -325,6 +325,102 @@ async fn a_stalled_s3_endpoint_fails_calls_instead_of_hanging() -> anyhow::Resul
     }
 }
 
+/// An S3 endpoint answering every request with `status` and S3's error `code`, as S3 answers a
+/// conditional write it refuses; returns its URL.
+async fn s3_refusing_with(status: u16, code: &'static str) -> anyhow::Result<String> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let endpoint = format!("http://{}", listener.local_addr()?);
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                // The whole request (headers, then Content-Length bytes of body) before answering,
+                // so the client sees an answer, not a connection cut while it was sending.
+                let mut read = Vec::new();
+                let mut buffer = [0u8; 8192];
+                loop {
+                    let Ok(n) = socket.read(&mut buffer).await else {
+                        return;
+                    };
+                    if n == 0 {
+                        return;
+                    }
+                    read.extend_from_slice(&buffer[..n]);
+                    let Some(end) = read.windows(4).position(|w| w == b"\r\n\r\n") else {
+                        continue;
+                    };
+                    let head = String::from_utf8_lossy(&read[..end]).to_ascii_lowercase();
+                    let length = head
+                        .lines()
+                        .find_map(|line| line.strip_prefix("content-length:"))
+                        .and_then(|value| value.trim().parse::<usize>().ok())
+                        .unwrap_or(0);
+                    if read.len() >= end + 4 + length {
+                        break;
+                    }
+                }
+                let body = format!(
+                    "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>{code}</Code>\
+                     <Message>refused by the test</Message><RequestId>1</RequestId></Error>"
+                );
+                let answer = format!(
+                    "HTTP/1.1 {status} Refused\r\ncontent-type: application/xml\r\n\
+                     content-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = socket.write_all(answer.as_bytes()).await;
+            });
+        }
+    });
+    Ok(endpoint)
+}
+
+/// S3's two refusals of a conditional write are told apart: `412 PreconditionFailed` is a lost
+/// race (the version moved on), `409 ConditionalRequestConflict` is another write still in flight,
+/// which may be the caller's own first attempt and may still land, so never a lost race.
+#[tokio::test]
+async fn s3_conflicts_are_not_taken_for_lost_races() -> anyhow::Result<()> {
+    if !afterglow_tests::s3_enabled() {
+        eprintln!("skipping: set AFTERGLOW_TEST_S3=1 (scripts/test does) for AWS credentials");
+        return Ok(());
+    }
+    let manifest = key("tables/manifests/cluster=c/session=s.json")?;
+    for (status, code, create) in [
+        (409, "ConditionalRequestConflict", false),
+        (409, "ConditionalRequestConflict", true),
+        (412, "PreconditionFailed", false),
+        (412, "PreconditionFailed", true),
+    ] {
+        let storage = shared::storage::S3Storage::connect(shared::storage::S3Settings {
+            bucket: "afterglow-test".into(),
+            prefix: String::new(),
+            endpoint_url: Some(s3_refusing_with(status, code).await?),
+            force_path_style: true,
+            operation_timeout: Some(std::time::Duration::from_secs(20)),
+            stall_timeout: std::time::Duration::from_secs(5),
+        })
+        .await;
+        let mode = if create {
+            PutMode::Create
+        } else {
+            PutMode::Update(shared::storage::ETag::new("\"v1\""))
+        };
+        let outcome = storage
+            .put(&manifest, Bytes::from_static(b"{}"), mode)
+            .await;
+        let told = match (&outcome, status) {
+            (Err(StorageError::Conflict { key }), 409)
+            | (Err(StorageError::Precondition { key }), 412) => key == &manifest,
+            _ => false,
+        };
+        ensure!(
+            told,
+            "a {status} {code} (create: {create}) became {outcome:?}"
+        );
+    }
+    Ok(())
+}
+
 /// The bounded file cache on SeaweedFS (a backend without local paths, so copies are made):
 /// the least recently used copy goes first, a copy asked for again counts as new, and copies a
 /// caller still holds are never deleted under it, even over the limit.

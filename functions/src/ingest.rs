@@ -7,7 +7,7 @@ use std::sync::Arc;
 use axum::Json;
 use axum::body::to_bytes;
 use axum::extract::{Path, Query, Request, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use shared::ingest::{IngestError, IngestReceipt, Ingestor};
@@ -83,7 +83,8 @@ async fn ingest(
 }
 
 /// The one place ingest errors become HTTP statuses. Ray retries anything ≥ 400, so only what
-/// a retry cannot fix is a 4xx; storage trouble is a 503 so that Ray retries.
+/// a retry cannot fix is a 4xx, besides a cluster starting sessions too fast (429, which a
+/// retry after `Retry-After` seconds passes); storage trouble is a 503 so that Ray retries.
 fn ingest_error_response(err: &IngestError) -> Response {
     let status = match err {
         IngestError::MissingToken => StatusCode::UNAUTHORIZED,
@@ -91,7 +92,8 @@ fn ingest_error_response(err: &IngestError) -> Response {
         IngestError::BodyTooLarge { .. } | IngestError::TooManyEvents { .. } => {
             StatusCode::PAYLOAD_TOO_LARGE
         }
-        IngestError::NotABatch(_) => StatusCode::BAD_REQUEST,
+        IngestError::NotABatch(_) | IngestError::TooManySessions { .. } => StatusCode::BAD_REQUEST,
+        IngestError::SessionFlood { .. } => StatusCode::TOO_MANY_REQUESTS,
         IngestError::Write(WriteError::Storage(_)) => StatusCode::SERVICE_UNAVAILABLE,
         IngestError::Write(_) => StatusCode::INTERNAL_SERVER_ERROR,
     };
@@ -100,7 +102,16 @@ fn ingest_error_response(err: &IngestError) -> Response {
     } else {
         tracing::warn!(error = %err, "ingest refused");
     }
-    error_response(status, err.to_string())
+    let mut response = error_response(status, err.to_string());
+    if let IngestError::SessionFlood {
+        retry_after_secs, ..
+    } = err
+    {
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(*retry_after_secs));
+    }
+    response
 }
 
 /// The query string of a log chunk: the token as for events, and where the bytes belong.

@@ -1,5 +1,6 @@
 //! The Lambda entry point: `_HANDLER` names the function; each runs the shared router (HTTP
-//! functions behind API Gateway's HTTP API, payload v2).
+//! functions behind API Gateway's HTTP API, payload v2; ingest also behind the firewalled REST
+//! API, payload v1, whose stage the template keeps out of the path).
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -3,13 +3,16 @@
 //! `ray list --address`. Each request is forwarded as is (method, path, query, body) and signed
 //! with SigV4 for API Gateway's IAM auth, from the standard AWS credential chain, or given the
 //! bearer token of a deployment in bearer mode. Answers come back unchanged, 404s included (Ray's
-//! dashboard then serves its own UI files).
+//! dashboard then serves its own UI files). The chain is asked for credentials once, and again
+//! only as they near expiry ([`CREDENTIALS_REFRESH_MARGIN`]).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use anyhow::{Context as _, bail};
+use aws_credential_types::Credentials;
+use aws_credential_types::provider::error::CredentialsError;
 use aws_credential_types::provider::{ProvideCredentials as _, SharedCredentialsProvider};
 use aws_sigv4::http_request::{SignableBody, SignableRequest, SigningSettings, sign};
 use aws_sigv4::sign::v4;
@@ -21,6 +24,7 @@ use axum::response::{IntoResponse, Response};
 use shared::auth::AccessToken;
 use shared::config::Config;
 use tokio::net::TcpListener;
+use tokio::sync::Mutex;
 
 use crate::query::{LOG_COMPLETE, LOG_RANGE};
 use crate::state::error_response;
@@ -65,6 +69,13 @@ const PASSED_BACK: [header::HeaderName; 6] = [
     LOG_COMPLETE,
     LOG_RANGE,
 ];
+/// How long before they expire credentials are resolved again: longer than any request may take
+/// (`UPSTREAM_TIMEOUT`), so none is signed with credentials that lapse on the way, and short
+/// beside the 15 minutes of the shortest STS session.
+pub const CREDENTIALS_REFRESH_MARGIN: Duration = Duration::from_secs(5 * 60);
+/// How long credentials that name no expiry (access keys) are kept, as the SDK's own identity
+/// cache keeps them: keys rotated in the environment or the profile are then picked up.
+const UNEXPIRING_CREDENTIALS_KEPT: Duration = Duration::from_secs(15 * 60);
 
 /// How requests are authenticated upstream.
 #[derive(Debug)]
@@ -73,11 +84,75 @@ pub enum Upstream {
     Iam {
         /// The API's region.
         region: String,
-        /// Where credentials come from (refreshed by the provider as they expire).
+        /// Where credentials come from. The proxy asks once and keeps what it gets until
+        /// [`CREDENTIALS_REFRESH_MARGIN`] before it expires.
         credentials: SharedCredentialsProvider,
     },
     /// `Authorization: Bearer <token>`.
     Bearer(AccessToken),
+}
+
+/// [`Upstream`], with the IAM credentials cached.
+#[derive(Debug)]
+enum Auth {
+    /// SigV4 for `execute-api` in `region`.
+    Iam {
+        /// The API's region.
+        region: String,
+        /// The credentials to sign with.
+        credentials: CachedCredentials,
+    },
+    /// `Authorization: Bearer <token>`.
+    Bearer(AccessToken),
+}
+
+/// Credentials from a provider, kept until [`CREDENTIALS_REFRESH_MARGIN`] before they expire.
+/// The default chain does not cache by itself (an SDK client's identity cache does): its SSO and
+/// assume-role providers make a network call each time they are asked.
+///
+/// The SDK's identity cache (`IdentityCache::lazy()`) is not used: its `resolve_cached_identity`
+/// takes an operation's `RuntimeComponents`, whose builder requires an endpoint resolver, an auth
+/// scheme and its option resolver, an identity resolver and a retry strategy: parts of an SDK
+/// client that the proxy, signing its own requests, does not have.
+#[derive(Debug)]
+struct CachedCredentials {
+    /// Where credentials come from.
+    provider: SharedCredentialsProvider,
+    /// The credentials last resolved and when to resolve them again. The lock is held while
+    /// resolving, so concurrent requests wait for one resolution rather than each starting one.
+    current: Mutex<Option<(Credentials, SystemTime)>>,
+}
+
+impl CachedCredentials {
+    /// Nothing resolved yet: the first request asks `provider`.
+    fn new(provider: SharedCredentialsProvider) -> Self {
+        Self {
+            provider,
+            current: Mutex::new(None),
+        }
+    }
+
+    /// The kept credentials, or new ones from the provider once the kept ones are due.
+    async fn get(&self) -> Result<Credentials, CredentialsError> {
+        let mut current = self.current.lock().await;
+        let now = SystemTime::now();
+        if let Some((credentials, refresh_at)) = current.as_ref()
+            && now < *refresh_at
+        {
+            return Ok(credentials.clone());
+        }
+        let credentials = self.provider.provide_credentials().await?;
+        // Credentials already within the margin are used once and resolved again next time.
+        let refresh_at = match credentials.expiry() {
+            Some(expiry) => expiry
+                .checked_sub(CREDENTIALS_REFRESH_MARGIN)
+                .unwrap_or(now),
+            None => now + UNEXPIRING_CREDENTIALS_KEPT,
+        };
+        tracing::debug!(expiry = ?credentials.expiry(), "AWS credentials resolved");
+        *current = Some((credentials.clone(), refresh_at));
+        Ok(credentials)
+    }
 }
 
 /// What the proxy holds for every request.
@@ -86,12 +161,13 @@ pub struct Proxy {
     /// The query API's base URL, without a trailing slash.
     base: String,
     /// How to authenticate.
-    upstream: Upstream,
+    auth: Auth,
     client: reqwest::Client,
 }
 
 impl Proxy {
-    /// A proxy to `base` (such as `https://abc.execute-api.eu-west-1.amazonaws.com`).
+    /// A proxy to `base` (such as `https://abc.execute-api.eu-west-1.amazonaws.com`),
+    /// authenticated as `upstream` says. Nothing is resolved until the first request.
     pub fn new(base: &str, upstream: Upstream) -> anyhow::Result<Self> {
         let parsed = url::Url::parse(base).with_context(|| format!("--url {base:?}"))?;
         if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
@@ -102,9 +178,19 @@ impl Proxy {
             .redirect(reqwest::redirect::Policy::none())
             .build()
             .context("cannot build the HTTP client")?;
+        let auth = match upstream {
+            Upstream::Iam {
+                region,
+                credentials,
+            } => Auth::Iam {
+                region,
+                credentials: CachedCredentials::new(credentials),
+            },
+            Upstream::Bearer(token) => Auth::Bearer(token),
+        };
         Ok(Self {
             base: base.trim_end_matches('/').to_owned(),
-            upstream,
+            auth,
             client,
         })
     }
@@ -172,18 +258,18 @@ async fn send(
             headers.push((name.as_str().to_owned(), value.to_owned()));
         }
     }
-    match &proxy.upstream {
-        Upstream::Bearer(token) => {
+    match &proxy.auth {
+        Auth::Bearer(token) => {
             headers.push((
                 header::AUTHORIZATION.as_str().to_owned(),
                 format!("Bearer {}", token.expose()),
             ));
         }
-        Upstream::Iam {
+        Auth::Iam {
             region,
             credentials,
         } => {
-            let credentials = credentials.provide_credentials().await.context(
+            let credentials = credentials.get().await.context(
                 "no AWS credentials (the standard chain: AWS_PROFILE, AWS_ACCESS_KEY_ID, SSO, …)",
             )?;
             let identity = credentials.into();
@@ -251,9 +337,7 @@ pub async fn run_cli(args: ProxyArgs, config: Config) -> anyhow::Result<()> {
                 .context("--auth bearer needs the query API's token in AFTERGLOW_QUERY_TOKEN")?,
         ),
         ProxyAuth::Iam => {
-            let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest())
-                .load()
-                .await;
+            let sdk = shared::aws::sdk_config().await;
             let region = args
                 .region
                 .clone()

@@ -12,6 +12,7 @@
 //! | `AFTERGLOW_DATA_DIR` | local data directory when no bucket is set | `./afterglow-data` |
 //! | `AFTERGLOW_MAX_BODY_BYTES` | largest ingest body | 5 MiB |
 //! | `AFTERGLOW_MAX_EVENTS_PER_REQUEST` | most events in one ingest body | 10000 |
+//! | `AFTERGLOW_NEW_SESSIONS_PER_MINUTE` | most sessions a cluster may start per minute on one ingest instance (a Lambda sandbox or `serve`; a body past it is answered `429`) | 30 |
 //! | `AFTERGLOW_CACHE_MIB` | most MiB of table files the query and compact functions keep in their local cache (least recently used go first) | no limit |
 //! | `AFTERGLOW_STORED_KEYS_MIB` | most MiB the compact function keeps between runs of where each stored attempt is (16 B a row; least recently used files go first; `0`: every run scans the stored task ids) | `512` |
 //! | `AFTERGLOW_TABLES_RETENTION_DAYS` | compaction removes sessions whose newest event is older (whole: manifest, files, catalog entry) | `0`: keep forever |
@@ -189,6 +190,11 @@ impl Config {
                 "AFTERGLOW_MAX_EVENTS_PER_REQUEST",
                 get("AFTERGLOW_MAX_EVENTS_PER_REQUEST"),
                 defaults.max_events,
+            )?,
+            new_sessions_per_minute: parse_count(
+                "AFTERGLOW_NEW_SESSIONS_PER_MINUTE",
+                get("AFTERGLOW_NEW_SESSIONS_PER_MINUTE"),
+                defaults.new_sessions_per_minute,
             )?,
         };
 
@@ -467,6 +473,22 @@ mod tests {
                 err.is_some_and(|err| err
                     .to_string()
                     .contains(&format!("AFTERGLOW_STORED_KEYS_MIB={bad}"))),
+                "{bad}"
+            );
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn the_new_session_budget_is_a_positive_count() -> Result<(), ConfigError> {
+        let read = config(&[(crate::ingest::NEW_SESSIONS_VARIABLE, "5")])?;
+        assert_eq!(read.ingest_limits.new_sessions_per_minute, 5);
+        for bad in ["0", "-1", "lots"] {
+            let err = config(&[("AFTERGLOW_NEW_SESSIONS_PER_MINUTE", bad)]).err();
+            assert!(
+                err.is_some_and(|err| err
+                    .to_string()
+                    .contains(&format!("AFTERGLOW_NEW_SESSIONS_PER_MINUTE={bad}"))),
                 "{bad}"
             );
         }

@@ -3,29 +3,50 @@
 //!
 //! Ray re-sends a batch on any status ≥ 400, on a connection error, or after 3 s, forever. So a
 //! batch is answered `Ok` only once its object is durable, and refused (4xx) only when it is not
-//! Ray traffic at all or exceeds the configured size: an array of unknown or malformed events is
-//! stored as received, for compaction to quarantine what it cannot read.
+//! Ray traffic at all, exceeds the configured size, or starts sessions faster than its cluster's
+//! budget ([`sessions`]): an array of unknown or malformed events is stored as received, for
+//! compaction to quarantine what it cannot read. Events are not parsed here beyond their session
+//! name.
 
+pub mod sessions;
+
+use std::borrow::Cow;
+use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
 
 use crate::auth::ingest::IngestKeys;
-use crate::event::{BatchError, split_batch};
+use crate::event::{BatchError, RayEvent, split_batch};
 use crate::keys::{ClusterName, LogFile};
 use crate::logs::store::{ChunkReceipt, LogError, put_chunk};
 use crate::raw::write::{self, WriteError};
 use crate::storage::{ObjectKey, Storage};
+use sessions::{REMEMBERED_SESSIONS, SessionAdmission};
 
 /// The Ray setting that bounds events per POST, named in every size refusal.
 pub const RAY_BATCH_SIZE_VARIABLE: &str =
     "RAY_DASHBOARD_AGGREGATOR_AGENT_MAX_EVENT_SEND_BATCH_SIZE";
 
-/// Size bounds of one ingest request.
+/// The setting that bounds new sessions per cluster per minute, named in its refusal.
+pub const NEW_SESSIONS_VARIABLE: &str = "AFTERGLOW_NEW_SESSIONS_PER_MINUTE";
+
+/// Most distinct sessions one body may carry. Ray runs one aggregator agent per node and
+/// session, so each of its bodies carries one; the margin is for hand-made traffic.
+pub const MAX_SESSIONS_PER_BODY: usize = 4;
+
+/// Bounds of ingest requests: the size of one, and how fast a cluster may start sessions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct IngestLimits {
     /// Largest accepted body. Lambda's synchronous payload limit is 6 MB, envelope included.
     pub max_body_bytes: usize,
     /// Most events accepted in one body (Ray sends at most 1000 since 2.55, 10 000 before).
     pub max_events: usize,
+    /// Most sessions a cluster may start per minute on one ingest instance (a Ray cluster
+    /// starts one at each `ray start`); see [`sessions`].
+    pub new_sessions_per_minute: usize,
 }
 
 impl Default for IngestLimits {
@@ -33,6 +54,7 @@ impl Default for IngestLimits {
         Self {
             max_body_bytes: 5 * 1024 * 1024,
             max_events: 10_000,
+            new_sessions_per_minute: 30,
         }
     }
 }
@@ -83,6 +105,32 @@ pub enum IngestError {
         /// The limit.
         limit: usize,
     },
+    /// Events of more than [`MAX_SESSIONS_PER_BODY`] sessions: not Ray's export traffic.
+    #[error(
+        "request carries events of {sessions} sessions, more than the limit of {limit}: Ray's \
+         aggregator agent sends the events of one session per request"
+    )]
+    TooManySessions {
+        /// Distinct session names in the body.
+        sessions: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// The body would start more sessions for its cluster than
+    /// [`IngestLimits::new_sessions_per_minute`] allows.
+    #[error(
+        "request starts {new_sessions} new sessions for this cluster, past the limit of {limit} \
+         new sessions per cluster per minute on this ingest instance ({NEW_SESSIONS_VARIABLE}): \
+         retry in {retry_after_secs} s"
+    )]
+    SessionFlood {
+        /// Sessions of the body this instance had not seen for the cluster.
+        new_sessions: usize,
+        /// The limit.
+        limit: usize,
+        /// Whole seconds until the body would be admitted (at least 1).
+        retry_after_secs: u64,
+    },
     /// Not a JSON array: not Ray's export traffic.
     #[error(transparent)]
     NotABatch(#[from] BatchError),
@@ -103,12 +151,14 @@ pub struct IngestReceipt {
     pub stored_bytes: usize,
 }
 
-/// The ingest service: configuration plus the storage it writes to.
+/// The ingest service: configuration plus the storage it writes to, and the sessions it has
+/// seen (shared by its clones).
 #[derive(Clone, Debug)]
 pub struct Ingestor {
     storage: Arc<dyn Storage>,
     access: IngestAccess,
     limits: IngestLimits,
+    admission: Arc<SessionAdmission>,
 }
 
 impl Ingestor {
@@ -118,10 +168,14 @@ impl Ingestor {
             storage,
             access,
             limits,
+            admission: Arc::new(SessionAdmission::new(
+                limits.new_sessions_per_minute,
+                REMEMBERED_SESSIONS,
+            )),
         }
     }
 
-    /// The size limits in force.
+    /// The limits in force.
     pub fn limits(&self) -> IngestLimits {
         self.limits
     }
@@ -147,11 +201,22 @@ impl Ingestor {
 
     /// Stores an authorized request body for `cluster` as one raw object, returning only once it
     /// is durable.
-    #[tracing::instrument(name = "ingest", skip(self, body), fields(cluster = %cluster, bytes = body.len(), events))]
     pub async fn ingest(
         &self,
         cluster: &ClusterName,
         body: &[u8],
+    ) -> Result<IngestReceipt, IngestError> {
+        self.ingest_at(cluster, body, Instant::now()).await
+    }
+
+    /// [`Ingestor::ingest`] at `now`, the time the cluster's budget of new sessions is counted
+    /// at (tests move it).
+    #[tracing::instrument(name = "ingest", skip(self, body, now), fields(cluster = %cluster, bytes = body.len(), events))]
+    pub async fn ingest_at(
+        &self,
+        cluster: &ClusterName,
+        body: &[u8],
+        now: Instant,
     ) -> Result<IngestReceipt, IngestError> {
         if body.len() > self.limits.max_body_bytes {
             return Err(IngestError::BodyTooLarge {
@@ -174,6 +239,21 @@ impl Ingestor {
                 stored_bytes: 0,
             });
         }
+        let named = session_names(&events);
+        if named.len() > MAX_SESSIONS_PER_BODY {
+            return Err(IngestError::TooManySessions {
+                sessions: named.len(),
+                limit: MAX_SESSIONS_PER_BODY,
+            });
+        }
+        let names: Vec<&str> = named.iter().map(|name| &**name).collect();
+        self.admission
+            .admit(cluster, &names, now)
+            .map_err(|over| IngestError::SessionFlood {
+                new_sessions: over.new_sessions,
+                limit: self.admission.per_window(),
+                retry_after_secs: whole_seconds(over.retry_after),
+            })?;
         let write::Stored {
             key,
             bytes: stored_bytes,
@@ -195,5 +275,82 @@ impl Ingestor {
         bytes: &[u8],
     ) -> Result<ChunkReceipt, LogError> {
         put_chunk(&*self.storage, file, offset, bytes).await
+    }
+}
+
+/// The one field of an event ingest reads: its session, in either key form, as serde reads it
+/// into [`RayEvent`] (an escaped name is unescaped, so it counts as compaction will see it).
+#[derive(Deserialize)]
+struct SessionOf<'a> {
+    #[serde(borrow, default, rename = "sessionName", alias = "session_name")]
+    session_name: Cow<'a, str>,
+}
+
+/// The distinct sessions named by `events`. An event naming none, or an empty one, counts for
+/// none: compaction sets it aside rather than starting a session for it.
+fn session_names<'a>(events: &[&'a RawValue]) -> BTreeSet<Cow<'a, str>> {
+    let mut names = BTreeSet::new();
+    for &event in events {
+        let text = event.get();
+        let name = if text.trim_start().starts_with('[') {
+            // serde reads a struct from an array too, by field position, and so does
+            // compaction: such an event (never Ray's) is read the way compaction reads it.
+            RayEvent::from_json(text)
+                .ok()
+                .map(|event| Cow::Owned(event.session_name))
+        } else {
+            serde_json::from_str::<SessionOf<'a>>(text)
+                .ok()
+                .map(|event| event.session_name)
+        };
+        if let Some(name) = name.filter(|name| !name.is_empty()) {
+            names.insert(name);
+        }
+    }
+    names
+}
+
+/// `duration` in whole seconds, rounded up, at least 1: what a `Retry-After` header carries.
+fn whole_seconds(duration: Duration) -> u64 {
+    let seconds = duration
+        .as_secs()
+        .saturating_add(u64::from(duration.subsec_nanos() > 0));
+    seconds.max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(body: &str) -> Result<Vec<String>, BatchError> {
+        let events = split_batch(body.as_bytes())?;
+        Ok(session_names(&events)
+            .into_iter()
+            .map(Cow::into_owned)
+            .collect())
+    }
+
+    #[test]
+    fn sessions_are_read_as_compaction_reads_them() -> Result<(), BatchError> {
+        let body = r#"[
+            {"eventType": "TASK_LIFECYCLE_EVENT", "sessionName": "session_a", "x": [[[1]]]},
+            {"event_type": "TASK_LIFECYCLE_EVENT", "session_name": "session_b"},
+            {"sessionName": "session_\u0063"},
+            {"sessionName": "session_a"},
+            [null, "CORE_WORKER", "FROM_THE_FUTURE_EVENT", null, "INFO", "", "session_d", null],
+            {"sessionName": ""}, {"eventType": "X"}, {"sessionName": 7}, 42, "text", null, []
+        ]"#;
+        assert_eq!(
+            names(body)?,
+            ["session_a", "session_b", "session_c", "session_d"]
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn retry_after_is_whole_seconds_rounded_up() {
+        assert_eq!(whole_seconds(Duration::ZERO), 1);
+        assert_eq!(whole_seconds(Duration::from_millis(1_001)), 2);
+        assert_eq!(whole_seconds(Duration::from_secs(60)), 60);
     }
 }

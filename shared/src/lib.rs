@@ -9,7 +9,7 @@
 //!
 //! The pipeline's stages, in the order data goes through them:
 //!
-//! - [`ingest`]: checking a Ray POST (token, size, shape) before [`raw`] stores it.
+//! - [`ingest`]: checking a Ray POST (token, size, shape, sessions) before [`raw`] stores it.
 //! - [`raw`]: the raw stage: each accepted batch as one gzip NDJSON object, its key, its
 //!   encoding both ways, and listing.
 //! - [`compact`]: raw objects → Parquet tables, per session: the run, the commit protocol, the
@@ -26,13 +26,15 @@
 //! - [`merge`]: Ray's rules for merging a task attempt's or entity's events into one row (pure).
 //! - [`keys`]: where things live in storage, and the validated names that become key segments.
 //! - [`storage`]: the object-store trait with its S3 and local-directory backends.
-//! - [`gzip`]: compressing whole buffers (log chunks, answers).
+//! - [`aws`]: the AWS SDK's configuration, one HTTPS client for every AWS client.
+//! - [`gzip`]: compressing buffers (log chunks, answers), and answers built a row at a time.
 //! - [`auth`]: the ingest token.
 //! - [`config`]: the environment variables, read in one place.
 
 #![deny(missing_docs, unreachable_pub)]
 
 pub mod auth;
+pub mod aws;
 pub mod compact;
 pub mod config;
 pub mod event;

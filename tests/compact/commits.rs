@@ -4,9 +4,9 @@
 
 use std::sync::Arc;
 
-use afterglow_tests::faults::LosesConditionalResponses;
+use afterglow_tests::faults::{LosesConditionalResponses, UnreliableManifestWrites, WriteFate};
 use afterglow_tests::scenario::Scenario;
-use afterglow_tests::{FixtureRun, bodies, compactor_over, keys_under};
+use afterglow_tests::{FixtureRun, bodies, compactor_over, folding_past, keys_under};
 use anyhow::{Context as _, ensure};
 use shared::compact::CompactSettings;
 use shared::storage::{ObjectKey, Storage};
@@ -64,6 +64,85 @@ async fn lost_manifest_responses_lose_no_file(storage: Arc<dyn Storage>) -> anyh
     scenario
         .check(&run, "lost", "every manifest response lost")
         .await
+}
+
+/// No sequence of timeouts, lost answers and writes still in flight makes a manifest name a
+/// deleted file. Each seed is one sequence of manifest-write fates ([`WriteFate`]), over a run
+/// compacted two raw objects at a time, folding often; a compaction that fails is run again,
+/// as SQS delivers its message again. After every compaction, every file the manifest names
+/// exists, and at the end the rows are Ray's. Across the seeds, every fate happened.
+async fn no_fault_sequence_makes_a_manifest_name_a_deleted_file(
+    storage: Arc<dyn Storage>,
+) -> anyhow::Result<()> {
+    const SEEDS: u64 = 3;
+    const DELIVERIES: usize = 12;
+    let run = FixtureRun::named("basic-workload")?;
+    let mut fates = std::collections::BTreeMap::<WriteFate, usize>::new();
+    for seed in 0..SEEDS {
+        let cluster = format!("unreliable{seed}");
+        let scenario = Scenario::over(Arc::clone(&storage))
+            .with_raw(&run, &cluster)
+            .await?;
+        // One write stuck in flight in all: its caller waits seconds before giving up.
+        let faulty = Arc::new(UnreliableManifestWrites::new(
+            Arc::clone(&storage),
+            seed,
+            seed == 0,
+        ));
+        let (compactor, _scratch) = compactor_over(&faulty, folding_past(3))?;
+        let keys = keys_under(&*storage, &format!("raw/{cluster}/")).await?;
+        for pair in keys.chunks(2) {
+            let key = &pair[0];
+            let mut failures = Vec::new();
+            while let Err(err) = compactor.compact(pair).await {
+                failures.push(format!("{err:#}"));
+                ensure!(
+                    failures.len() < DELIVERIES,
+                    "seed {seed}: {key} failed {} times: {failures:?}",
+                    failures.len()
+                );
+            }
+            let manifest = scenario.only_manifest(&cluster).await?;
+            let deleted = faulty.deleted();
+            for file in manifest.keys() {
+                ensure!(
+                    !deleted.contains(file),
+                    "seed {seed}, after {key}: the manifest names {file}, which was deleted \
+                     (fates so far: {:?})",
+                    faulty.fates()
+                );
+                storage
+                    .get(file)
+                    .await
+                    .with_context(|| format!("seed {seed}: the manifest names {file}"))?;
+            }
+        }
+        for (fate, count) in faulty.fates() {
+            *fates.entry(fate).or_default() += count;
+        }
+        scenario
+            .check(
+                &run,
+                &cluster,
+                &format!("manifest writes failing with seed {seed}"),
+            )
+            .await?;
+    }
+    for fate in [
+        WriteFate::Answered,
+        WriteFate::AnswerLost,
+        WriteFate::TimedOutBefore,
+        WriteFate::TimedOutAfter,
+        WriteFate::InFlightLands,
+        WriteFate::InFlightFails,
+    ] {
+        ensure!(
+            fates.get(&fate).copied().unwrap_or(0) > 0,
+            "no manifest write met {fate:?} (fates: {fates:?})"
+        );
+    }
+    println!("manifest write fates over {SEEDS} seeds: {fates:?}");
+    Ok(())
 }
 
 /// Files a cut-off run wrote but never committed are deleted once old enough, by the store's
@@ -134,5 +213,6 @@ async fn orphan_files_are_collected_once_old(storage: Arc<dyn Storage>) -> anyho
 afterglow_tests::for_each_backend!(
     racing_compactions_both_land,
     lost_manifest_responses_lose_no_file,
+    no_fault_sequence_makes_a_manifest_name_a_deleted_file,
     orphan_files_are_collected_once_old
 );

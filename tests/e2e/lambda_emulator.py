@@ -14,6 +14,9 @@ It follows the documented protocols and nothing more:
 * Invoke API (`POST /2015-03-31/functions/{name}/invocations`): the event as sent, the
   function's answer as returned, and `X-Amz-Function-Error: Unhandled` with the runtime's error
   document when it failed.
+* REST API (`/restapis/{name}/{stage}/{path}`): payload format 1.0, as a REST API's proxy
+  integration sends it (the template's firewalled ingest API): the path without its stage,
+  bodies of the binary media types base64-encoded; answers as below.
 * Function URL (`/lambda-url/{name}/{path}`): headers lowercased and joined with commas,
   cookies apart, the query string raw and parsed, a body that is not UTF-8 text (or carries a
   Content-Encoding) base64-encoded; the answer's `statusCode`, `headers`, `multiValueHeaders`,
@@ -52,8 +55,10 @@ class Invocation:
 class Emulator:
     """Lambda for the function `name`: its server on `port`, the runtime's queue, and the log."""
 
-    def __init__(self, name, port, timeout_s, log, patience=120):
+    def __init__(self, name, port, timeout_s, log, patience=120, binary_types=()):
         self.name, self.port, self.timeout_s, self.patience = name, port, timeout_s, patience
+        # The REST API's binary media types: bodies of these types arrive base64-encoded.
+        self.binary_types = tuple(binary_types)
         self._log_file = log
         self._log_lock = threading.Lock()
         self._due = []
@@ -179,6 +184,58 @@ def http_event(method, path, query, headers, body, port):
     return event
 
 
+def rest_event(method, path, stage, query, headers, body, port, binary_types=()):
+    """The API Gateway REST API (payload format 1.0, proxy integration) event for one HTTP
+    request to `path` on `stage`: the path without the stage, which only the request context's
+    path carries; headers and query parameters both single- and multi-valued; a body of a
+    binary media type base64-encoded, any other as text."""
+    single, multi = {}, {}
+    for name, value in headers:
+        single[name] = value
+        multi.setdefault(name, []).append(value)
+    parameters, multi_parameters = {}, {}
+    for name, value in urllib.parse.parse_qsl(query, keep_blank_values=True):
+        parameters[name] = value
+        multi_parameters.setdefault(name, []).append(value)
+    content_type = next((value for name, value in headers if name.lower() == "content-type"), "")
+    now = time.time()
+    event = {
+        "resource": "/{proxy+}",
+        "path": path,
+        "httpMethod": method,
+        "headers": single,
+        "multiValueHeaders": multi,
+        "queryStringParameters": parameters or None,
+        "multiValueQueryStringParameters": multi_parameters or None,
+        "pathParameters": {"proxy": path.lstrip("/")},
+        "stageVariables": None,
+        "requestContext": {
+            "accountId": ACCOUNT,
+            "apiId": "afterglow-e2e",
+            "domainName": f"127.0.0.1:{port}",
+            "httpMethod": method,
+            "identity": {"sourceIp": "127.0.0.1", "userAgent": single.get("User-Agent", "")},
+            "path": f"/{stage}{path}",
+            "protocol": "HTTP/1.1",
+            "requestId": str(uuid.uuid4()),
+            "requestTime": time.strftime("%d/%b/%Y:%H:%M:%S +0000", time.gmtime(now)),
+            "requestTimeEpoch": int(now * 1000),
+            "resourceId": "e2e",
+            "resourcePath": "/{proxy+}",
+            "stage": stage,
+        },
+        "body": None,
+        "isBase64Encoded": False,
+    }
+    if body:
+        if content_type.split(";")[0].strip().lower() in binary_types:
+            event["body"] = base64.b64encode(body).decode("ascii")
+            event["isBase64Encoded"] = True
+        else:
+            event["body"] = body.decode("utf-8", errors="replace")
+    return event
+
+
 def http_answer(answer):
     """(status, [(header, value)], body bytes) of a function's answer to a v2 event."""
     try:
@@ -247,6 +304,10 @@ def _handler(emulator):
             url = f"/lambda-url/{emulator.name}"
             if path == url or path.startswith(url + "/"):
                 return self.function_url(path[len(url):] or "/", parsed.query, body)
+            rest = f"/restapis/{emulator.name}/"
+            if path.startswith(rest) and "/" in path[len(rest):]:
+                stage, rest_path = path[len(rest):].split("/", 1)
+                return self.rest_api(stage, "/" + rest_path, parsed.query, body)
             emulator.log(f"{self.command} {self.path}: no such route")
             return self.send(404, b'{"message":"Not Found"}')
 
@@ -305,6 +366,18 @@ def _handler(emulator):
             status, headers, content = http_answer(payload)
             if self.command == "HEAD":
                 content = b""
+            return self.send(status, content, headers)
+
+        def rest_api(self, stage, path, query, body):
+            event = rest_event(self.command, path, stage, query, self.headers.items(), body,
+                               emulator.port, emulator.binary_types)
+            answer = emulator.invoke(event)
+            if answer is None:
+                return self.send(504, b'{"message":"Endpoint request timed out"}')
+            failed, payload = answer
+            if failed:
+                return self.send(502, b'{"message":"Internal server error"}')
+            status, headers, content = http_answer(payload)
             return self.send(status, content, headers)
 
         do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = route

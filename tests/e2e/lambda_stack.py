@@ -76,13 +76,21 @@ def template_settings(path=TEMPLATE):
         return raw
 
     resources = template["Resources"]
-    memory, timeouts, batch_sizes = {}, {}, []
+    memory, timeouts, batch_sizes, literal_env = {}, {}, [], {}
+    binary_types = []
     for resource in resources.values():
+        if resource.get("Type") == "AWS::Serverless::Api":
+            # "~1" is how API Gateway writes "/" in a media type.
+            binary_types.extend(media.replace("~1", "/")
+                                for media in resource["Properties"].get("BinaryMediaTypes", []))
         if resource.get("Type") != "AWS::Serverless::Function":
             continue
         properties = resource["Properties"]
         memory[properties["Handler"]] = int(value(properties["MemorySize"]))
         timeouts[properties["Handler"]] = int(value(properties["Timeout"]))
+        variables = properties.get("Environment", {}).get("Variables", {})
+        literal_env[properties["Handler"]] = {name: setting for name, setting in variables.items()
+                                              if isinstance(setting, str)}
         for source in properties.get("Events", {}).values():
             if source.get("Type") == "SQS":
                 batch_sizes.append(int(source["Properties"]["BatchSize"]))
@@ -96,7 +104,7 @@ def template_settings(path=TEMPLATE):
         raise ValueError(f"{path}: expected one SQS event source and one redrive policy, "
                          f"found {len(batch_sizes)} and {len(receives)}")
     return {"batch_size": batch_sizes[0], "max_receives": receives[0], "memory_mb": memory,
-            "timeout_s": timeouts}
+            "timeout_s": timeouts, "literal_env": literal_env, "binary_types": binary_types}
 
 
 SETTINGS = template_settings()
@@ -114,6 +122,11 @@ MEMORY_MB = SETTINGS["memory_mb"]
 TIMEOUT_S = SETTINGS["timeout_s"]
 # The name each emulator serves its one function under.
 FUNCTION = "_"
+# Each function's environment variables that the template sets to fixed strings (the others
+# are the stack's resources, which the test makes itself).
+LITERAL_ENV = SETTINGS["literal_env"]
+# The REST API's stage, as the template names it (the firewalled ingest endpoint's path).
+INGEST_STAGE = "ingest"
 
 
 def free_port(below=55000):
@@ -273,13 +286,19 @@ class LambdaFunction:
         return f"http://127.0.0.1:{self.port}/lambda-url/{FUNCTION}"
 
     @property
+    def rest_url(self):
+        """The function behind the template's REST API (payload 1.0 events), on its stage."""
+        return f"http://127.0.0.1:{self.port}/restapis/{FUNCTION}/{INGEST_STAGE}"
+
+    @property
     def invoke_url(self):
         """The Lambda Invoke API, for event sources."""
         return f"http://127.0.0.1:{self.port}/2015-03-31/functions/{FUNCTION}/invocations"
 
     def start(self):
         self.log_file = open(self.log_path, "a")
-        self.emulator = Emulator(FUNCTION, self.port, TIMEOUT_S[self.handler], self.log_file)
+        self.emulator = Emulator(FUNCTION, self.port, TIMEOUT_S[self.handler], self.log_file,
+                                 binary_types=SETTINGS["binary_types"])
         self.emulator.start()
         # What Lambda sets for a function.
         env = dict(os.environ, **self.env, _HANDLER=self.handler,
@@ -487,17 +506,36 @@ class LambdaStack:
             # Each sandbox has a /tmp of its own (the query cache, compaction scratch).
             sandbox_tmp = os.path.join(tmp, handler)
             os.makedirs(sandbox_tmp, exist_ok=True)
-            env = dict(common, TMPDIR=sandbox_tmp, **extra)
+            env = dict(LITERAL_ENV.get(handler, {}), **common, TMPDIR=sandbox_tmp, **extra)
             self.functions[handler] = LambdaFunction(handler, self.binary, env, self.repo,
                                                      self.work)
         for handler, function in self.functions.items():
             function.start()
             function.wait_ready(self.probe(handler), timeout=120)
             self.log(f"{handler} function is up on port {function.port}")
+        self.check_firewalled_ingest()
         self.relay = NotificationRelay(self.storage, self.prefix,
                                        self.functions["compact"].invoke_url,
                                        (self.moto.sqs(), queue_url), self.log)
         self.relay.start()
+
+    def check_firewalled_ingest(self):
+        """The ingest function answers the REST API's events as the HTTP API's: the template's
+        firewalled endpoint (IngestFirewall=Enabled) reaches the same routes with its stage in
+        the path, and checks the token the same way."""
+        base = f"{self.functions['ingest'].rest_url}/v1/events/{self.cluster}"
+        for query, expected in ((f"?token={self.ingest_token(self.cluster)}", 200), ("", 401)):
+            request = urllib.request.Request(f"{base}{query}", data=b"[]", method="POST",
+                                             headers={"content-type": "application/json"})
+            try:
+                with urllib.request.urlopen(request, timeout=60) as response:
+                    status = response.status
+            except urllib.error.HTTPError as err:
+                status = err.code
+            if status != expected:
+                raise RuntimeError(f"the REST API's ingest event{' with' if query else ' without'}"
+                                   f" a token was answered {status}, not {expected}")
+        self.log("ingest answers the REST API's events (the firewalled endpoint)")
 
     def probe(self, handler):
         """True once the function answers through the emulator."""

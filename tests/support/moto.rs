@@ -62,6 +62,7 @@ impl Moto {
             .endpoint_url(&self.endpoint)
             .region(Region::new("us-east-1"))
             .credentials_provider(Credentials::new("moto", "moto", None, None, "moto"))
+            .http_client(shared::aws::http_client())
             .build();
         aws_sdk_secretsmanager::Client::from_conf(config)
     }
@@ -75,6 +76,7 @@ impl Moto {
             .credentials_provider(aws_sdk_sqs::config::Credentials::new(
                 "moto", "moto", None, None, "moto",
             ))
+            .http_client(shared::aws::http_client())
             .build();
         aws_sdk_sqs::Client::from_conf(config)
     }

@@ -1,16 +1,19 @@
 //! `afterglow proxy` in front of an upstream that records what it receives: IAM requests carry
 //! a SigV4 signature that an independent implementation of AWS's algorithm (below, from the
-//! published specification) accepts for exactly the request that arrived; bearer requests
-//! carry the token; answers, 404s included, come back unchanged.
+//! published specification) accepts for exactly the request that arrived, made with credentials
+//! asked of the provider once while they are valid; bearer requests carry the token; answers,
+//! 404s included, come back unchanged.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
 
-use afterglow::proxy::{Proxy, Upstream, region_of};
+use afterglow::proxy::{CREDENTIALS_REFRESH_MARGIN, Proxy, Upstream, region_of};
 use afterglow_tests::api::percent_encoded;
 use anyhow::{Context as _, ensure};
 use aws_credential_types::Credentials;
-use aws_credential_types::provider::SharedCredentialsProvider;
+use aws_credential_types::provider::{ProvideCredentials, SharedCredentialsProvider, future};
 use axum::Router;
 use axum::extract::Request;
 use axum::http::StatusCode;
@@ -86,6 +89,93 @@ async fn proxy(upstream_url: &str, upstream: Upstream) -> anyhow::Result<String>
     let url = format!("http://{}", listener.local_addr()?);
     tokio::spawn(async move { axum::serve(listener, router).await });
     Ok(url)
+}
+
+/// The secret key of every [`CountingProvider`]'s credentials.
+const COUNTED_SECRET: &str = "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY";
+
+/// A credential provider that counts its calls: call `n` gives access key `AKIDn` and session
+/// token `session-n`, valid for `lifetime` from then.
+#[derive(Debug)]
+struct CountingProvider {
+    calls: Arc<AtomicUsize>,
+    lifetime: Duration,
+}
+
+impl ProvideCredentials for CountingProvider {
+    fn provide_credentials<'a>(&'a self) -> future::ProvideCredentials<'a>
+    where
+        Self: 'a,
+    {
+        let call = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
+        future::ProvideCredentials::ready(Ok(Credentials::new(
+            format!("AKID{call}"),
+            COUNTED_SECRET,
+            Some(format!("session-{call}")),
+            Some(SystemTime::now() + self.lifetime),
+            "counting",
+        )))
+    }
+}
+
+/// `requests` GETs, one after another, through an IAM proxy whose credentials come from a
+/// [`CountingProvider`] with `lifetime`: how many times the provider was asked, and the requests
+/// the upstream received, in order.
+async fn through_counting_proxy(
+    lifetime: Duration,
+    requests: usize,
+) -> anyhow::Result<(usize, Vec<Seen>)> {
+    let (upstream_url, seen) = recording_upstream().await?;
+    let calls = Arc::new(AtomicUsize::new(0));
+    let provider = CountingProvider {
+        calls: Arc::clone(&calls),
+        lifetime,
+    };
+    let url = proxy(
+        &upstream_url,
+        Upstream::Iam {
+            region: "eu-west-1".into(),
+            credentials: SharedCredentialsProvider::new(provider),
+        },
+    )
+    .await?;
+    let client = reqwest::Client::new();
+    for _ in 0..requests {
+        let answer = client
+            .get(format!("{url}/api/summary?cluster=x"))
+            .send()
+            .await?;
+        ensure!(answer.status() == 200, "{}", answer.status());
+    }
+    let seen = seen
+        .lock()
+        .map_err(|_| anyhow::anyhow!("poisoned"))?
+        .clone();
+    ensure!(seen.len() == requests, "{seen:?}");
+    Ok((calls.load(Ordering::SeqCst), seen))
+}
+
+/// Checks that `request` was signed with call `call`'s credentials of a [`CountingProvider`].
+fn signed_by_call(request: &Seen, call: usize) -> anyhow::Result<()> {
+    let authorization = request
+        .headers
+        .get("authorization")
+        .context("no Authorization header")?;
+    ensure!(
+        authorization.starts_with(&format!("AWS4-HMAC-SHA256 Credential=AKID{call}/")),
+        "{authorization}"
+    );
+    ensure!(
+        request.headers.get("x-amz-security-token") == Some(&format!("session-{call}")),
+        "{:?}",
+        request.headers
+    );
+    let (expected, sent) = expected_signature(request, COUNTED_SECRET)?;
+    ensure!(
+        expected == sent,
+        "signature {sent}, AWS would compute {expected}"
+    );
+    Ok(())
 }
 
 fn hmac(key: &[u8], data: &str) -> anyhow::Result<Vec<u8>> {
@@ -236,6 +326,33 @@ async fn iam_requests_carry_a_signature_aws_would_accept() -> anyhow::Result<()>
     tampered.query = tampered.query.replace("FAILED", "FINISHED");
     let (expected, sent) = expected_signature(&tampered, secret)?;
     ensure!(expected != sent);
+    Ok(())
+}
+
+#[tokio::test]
+async fn iam_credentials_are_resolved_once_while_valid() -> anyhow::Result<()> {
+    let (calls, seen) = through_counting_proxy(Duration::from_secs(60 * 60), 5).await?;
+    ensure!(
+        calls == 1,
+        "the provider was asked {calls} times for 5 requests"
+    );
+    for request in &seen {
+        signed_by_call(request, 1)?;
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn iam_credentials_near_expiry_are_resolved_again() -> anyhow::Result<()> {
+    // Valid for half the margin: already due for refresh when the next request comes.
+    let (calls, seen) = through_counting_proxy(CREDENTIALS_REFRESH_MARGIN / 2, 3).await?;
+    ensure!(
+        calls == 3,
+        "the provider was asked {calls} times for 3 requests"
+    );
+    for (call, request) in (1..).zip(&seen) {
+        signed_by_call(request, call)?;
+    }
     Ok(())
 }
 

@@ -162,7 +162,7 @@ impl IngestKeys {
         match source {
             SecretSource::Value(secret) => Ok(Self::fixed(secret)),
             SecretSource::SecretsManager(secret_id) => {
-                let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+                let sdk = crate::aws::sdk_config().await;
                 let client = aws_sdk_secretsmanager::Client::new(&sdk);
                 Self::from_secrets_manager(client, secret_id, policy).await
             }

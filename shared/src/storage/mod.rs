@@ -86,6 +86,16 @@ pub enum StorageError {
         /// The key written.
         key: ObjectKey,
     },
+    /// A conditional put met another conditional write to the same key still in flight (S3's
+    /// `409 ConditionalRequestConflict`), which may be this caller's own earlier attempt of the
+    /// same request: the SDK retries a write whose response timed out. Either write may still
+    /// land, so this is not a lost race: read the key again once the other write has ended
+    /// before deciding what happened.
+    #[error("another write to {key} was in flight (the conditional write was not decided)")]
+    Conflict {
+        /// The key written.
+        key: ObjectKey,
+    },
     /// The backend failed (network, permissions, disk). Nothing is known to be written.
     #[error("storage failed at {key}: {source}")]
     Backend {
@@ -115,7 +125,9 @@ impl StorageError {
 /// - `put` is atomic: no reader ever sees a partially written object, and when it returns `Ok`
 ///   the object is durable (it survives a crash of this process).
 /// - Conditional puts are linearizable per key: of two racing `Update`s with the same tag, at
-///   most one succeeds; the loser gets [`StorageError::Precondition`].
+///   most one succeeds; the loser gets [`StorageError::Precondition`], or
+///   [`StorageError::Conflict`] while the winner is still in flight (whose outcome the loser
+///   then learns only by reading the key again).
 /// - `list` returns keys in lexicographic order.
 /// - `delete` of a missing key succeeds.
 #[async_trait]

@@ -1,7 +1,8 @@
 //! The S3 backend (aws-sdk-s3), also used against S3-compatible servers such as SeaweedFS.
 //!
 //! Conditional puts map to S3's `If-None-Match: *` and `If-Match`; a `412 Precondition Failed`
-//! or `409 ConditionalRequestConflict` answer becomes [`StorageError::Precondition`].
+//! answer becomes [`StorageError::Precondition`], a `409 ConditionalRequestConflict` (another
+//! conditional write to the key in flight) [`StorageError::Conflict`].
 
 use std::time::Duration;
 
@@ -50,7 +51,7 @@ impl S3Storage {
     /// Builds a client from the standard AWS configuration chain (environment, profile, IMDS,
     /// Lambda role) plus `settings`.
     pub async fn connect(settings: S3Settings) -> Self {
-        let shared = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+        let shared = crate::aws::sdk_config().await;
         let mut builder =
             aws_sdk_s3::config::Builder::from(&shared).force_path_style(settings.force_path_style);
         if let Some(endpoint) = &settings.endpoint_url {
@@ -81,7 +82,8 @@ impl S3Storage {
     }
 
     /// Puts `body` at `key` under `mode`; a precondition that fails is
-    /// [`StorageError::Precondition`].
+    /// [`StorageError::Precondition`], one that met another write in flight
+    /// [`StorageError::Conflict`].
     async fn put_body(
         &self,
         key: &ObjectKey,
@@ -101,10 +103,13 @@ impl S3Storage {
         };
         match request.send().await {
             Ok(output) => Ok(ETag::new(output.e_tag.unwrap_or_default())),
-            Err(err)
-                if mode != PutMode::Overwrite && matches!(status_of(&err), Some(412 | 409)) =>
-            {
+            Err(err) if mode != PutMode::Overwrite && status_of(&err) == Some(412) => {
                 Err(StorageError::Precondition { key: key.clone() })
+            }
+            // ConditionalRequestConflict: another conditional write to the key is in flight,
+            // possibly the SDK's own earlier attempt of this request.
+            Err(err) if mode != PutMode::Overwrite && status_of(&err) == Some(409) => {
+                Err(StorageError::Conflict { key: key.clone() })
             }
             // S3 answers 404 to If-Match on a missing object; for Update that is a lost race.
             Err(err) if matches!(mode, PutMode::Update(_)) && status_of(&err) == Some(404) => {

@@ -143,7 +143,11 @@ async fn update(
         let mode = etag.map_or(PutMode::Create, PutMode::Update);
         match storage.put(&key, Bytes::from(body), mode).await {
             Ok(_) => return Ok(()),
-            Err(err @ StorageError::Precondition { .. }) => last_error = Some(err),
+            // The catalog is re-read and the change applied again: a write still in flight
+            // is as harmless to that as one that won.
+            Err(err @ (StorageError::Precondition { .. } | StorageError::Conflict { .. })) => {
+                last_error = Some(err)
+            }
             Err(err) => return Err(err.into()),
         }
     }

@@ -556,8 +556,13 @@ pub enum Commit {
 /// already changed the version. So a refusal is checked by reading the manifest again: the
 /// change landed when the manifest names a file `written` for it (keys are unique, so no other
 /// change names them, and a later fold keeps them in `retired` through the grace period), or,
-/// for a change that wrote no file, when the manifest is `next` itself. Any other failure is an
-/// error whose outcome is unknown: callers must then leave the written files alone.
+/// for a change that wrote no file, when the manifest is `next` itself.
+///
+/// A write that met another one in flight ([`StorageError::Conflict`]) is undecided while the
+/// manifest is still the version read: the write in flight may be this change's own first
+/// attempt, which can still land. It is read again, a little later each time, until the
+/// version moves on ([`SETTLE_DELAYS`]); one that never moves on is the error itself. Any error
+/// is an outcome unknown: callers must then leave the written files alone.
 #[tracing::instrument(name = "manifest.commit", skip_all, fields(key = %key))]
 pub async fn commit(
     storage: &dyn Storage,
@@ -569,20 +574,53 @@ pub async fn commit(
     match store(storage, key, next, read_version).await {
         Ok(_) => Ok(Commit::Landed),
         Err(ManifestError::Storage(StorageError::Precondition { .. })) => {
-            let now = load(storage, key).await?.manifest;
-            let landed = if written.is_empty() {
-                now == *next
-            } else {
-                written.iter().any(|file| now.names(file))
-            };
-            if landed {
-                tracing::info!("the manifest write was refused, but holds this change already");
-                Ok(Commit::Landed)
-            } else {
-                Ok(Commit::Lost)
+            let now = load(storage, key).await?;
+            Ok(decided(&now, next, written))
+        }
+        Err(ManifestError::Storage(conflict @ StorageError::Conflict { .. })) => {
+            for delay in SETTLE_DELAYS {
+                let now = load(storage, key).await?;
+                if now.etag.as_ref() != read_version {
+                    return Ok(decided(&now, next, written));
+                }
+                tracing::info!(?delay, "another manifest write is in flight; reading again");
+                tokio::time::sleep(delay).await;
             }
+            let now = load(storage, key).await?;
+            if now.etag.as_ref() != read_version {
+                return Ok(decided(&now, next, written));
+            }
+            Err(conflict.into())
         }
         Err(err) => Err(err),
+    }
+}
+
+/// How long a commit that met a write in flight waits, between readings, for the manifest's
+/// version to move on: about six seconds in all, longer than a manifest PUT takes unless S3
+/// itself is failing.
+pub const SETTLE_DELAYS: [std::time::Duration; 6] = [
+    std::time::Duration::from_millis(100),
+    std::time::Duration::from_millis(200),
+    std::time::Duration::from_millis(400),
+    std::time::Duration::from_millis(800),
+    std::time::Duration::from_millis(1600),
+    std::time::Duration::from_millis(3200),
+];
+
+/// Whether a change refused under a version that has since moved on landed: its condition names
+/// a version that is gone, so it can no longer land later.
+fn decided(now: &VersionedManifest, next: &Manifest, written: &[ObjectKey]) -> Commit {
+    let landed = if written.is_empty() {
+        now.manifest == *next
+    } else {
+        written.iter().any(|file| now.manifest.names(file))
+    };
+    if landed {
+        tracing::info!("the manifest write was refused, but holds this change already");
+        Commit::Landed
+    } else {
+        Commit::Lost
     }
 }
 

@@ -52,7 +52,7 @@ impl CheckQueue {
     /// The queue at `queue_url`, with the SDK's configuration from the environment
     /// (`AWS_ENDPOINT_URL_SQS` points it at another server).
     pub async fn connect(queue_url: String, delay: Duration) -> Self {
-        let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+        let sdk = crate::aws::sdk_config().await;
         Self::new(aws_sdk_sqs::Client::new(&sdk), queue_url, delay)
     }
 

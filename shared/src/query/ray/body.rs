@@ -3,73 +3,218 @@
 
 use serde_json::{Value as Json, json};
 
-use crate::query::{QueryEngine, QueryError};
+use crate::gzip::{Deflating, GZIP_FRAME, deflated_at_most, gzip_around};
+use crate::query::QueryError;
 
-/// The leading rows of a Ray list that fit a response of `budget` bytes (of JSON), taken one
-/// at a time, so that rows past the budget are never built: the first row always, then each
-/// while the total stays within the budget.
+/// The most bytes an answer may have, and whether they are counted gzipped.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct ResponseLimit {
+    /// The most bytes.
+    pub(super) bytes: usize,
+    /// Whether the answer is gzipped, so that `bytes` counts compressed bytes.
+    pub(super) gzipped: bool,
+}
+
+/// A Ray list's leading rows that fit the response, taken one at a time, so that rows past the
+/// limit are never built: the first row always, then each while the answer stays within the
+/// limit. The rows become the list's answer ([`Self::into_list`]).
+///
+/// A plain answer counts its rows' JSON bytes. A gzipped one compresses each row as it is
+/// taken ([`Deflating`]) and counts what the compressed answer may then be: the compressed
+/// rows, a bound on what the compressor still holds, and the most the envelope around them
+/// can take; when that bound would pass the limit, the compressor is flushed and the row
+/// measured again. The answer is the rows as they were compressed, so it is built once and
+/// never passes the limit (unless its first row alone does).
 #[derive(Debug)]
 pub(super) struct RowBudget {
-    budget: usize,
-    bytes: usize,
-    rows: Vec<Json>,
+    limit: ResponseLimit,
+    /// What the list holds, plural (`tasks`, `actors`), for its warning.
+    what: &'static str,
+    taken: Taken,
+}
+
+/// The rows a [`RowBudget`] took.
+#[derive(Debug)]
+enum Taken {
+    /// For a plain answer: the rows, and their JSON bytes with 2 for each separator.
+    Json { rows: Vec<Json>, bytes: usize },
+    /// For a gzipped answer: the rows already compressed.
+    Gzipped(Box<GzippedRows>),
+}
+
+/// Rows written, comma-separated, into the middle of a gzipped list.
+#[derive(Debug)]
+struct GzippedRows {
+    deflating: Deflating,
+    rows: usize,
+    /// The most the gzip frame and the compressed envelope around the rows can take.
+    reserve: usize,
+    /// Why compressing failed, when it did: the list stops there and its answer is this error.
+    failure: Option<String>,
+}
+
+impl GzippedRows {
+    /// Compresses `row` when the answer with it stays within `limit` bytes (or it is the first).
+    fn admit(&mut self, row: &Json, limit: usize) -> bool {
+        if self.failure.is_some() {
+            return false;
+        }
+        let mut text = if self.rows == 0 {
+            Vec::new()
+        } else {
+            vec![b',']
+        };
+        if let Err(err) = serde_json::to_writer(&mut text, row) {
+            self.failure = Some(err.to_string());
+            return false;
+        }
+        let (reserve, len) = (self.reserve, text.len());
+        let fits = |deflating: &Deflating| reserve.saturating_add(deflating.at_most(len)) <= limit;
+        if self.rows > 0 && !fits(&self.deflating) {
+            // The bound counts what the compressor holds as if it could not shrink: written
+            // out, it is known.
+            if let Err(err) = self.deflating.flush() {
+                self.failure = Some(err.to_string());
+                return false;
+            }
+            if !fits(&self.deflating) {
+                return false;
+            }
+        }
+        if let Err(err) = self.deflating.write(&text) {
+            self.failure = Some(err.to_string());
+            return false;
+        }
+        self.rows += 1;
+        true
+    }
 }
 
 impl RowBudget {
-    /// An empty list of `budget` bytes.
-    pub(super) fn new(budget: usize) -> Self {
-        Self {
-            budget,
-            bytes: 0,
-            rows: Vec::new(),
-        }
+    /// An empty list of `what` (plural, as its warning names the rows) within `limit`.
+    pub(super) fn new(limit: ResponseLimit, what: &'static str) -> Self {
+        let taken = if limit.gzipped {
+            // The longest envelope this list can have: every count at its largest, and the
+            // warning about a cut with the longest numbers.
+            let longest = list_envelope_around(
+                u64::MAX,
+                u64::MAX,
+                vec![cut_warning(usize::MAX, usize::MAX, what, limit)],
+            )
+            .to_string();
+            let marker = Json::from(SPLICE_HERE).to_string();
+            let (before, after) = longest
+                .split_once(&marker)
+                .unwrap_or((longest.as_str(), ""));
+            // `[` and `]` go with the text before and after the rows.
+            let reserve = GZIP_FRAME
+                .saturating_add(deflated_at_most(before.len() + 1))
+                .saturating_add(deflated_at_most(after.len() + 1));
+            Taken::Gzipped(Box::new(GzippedRows {
+                deflating: Deflating::default(),
+                rows: 0,
+                reserve,
+                failure: None,
+            }))
+        } else {
+            Taken::Json {
+                rows: Vec::new(),
+                bytes: 0,
+            }
+        };
+        Self { limit, what, taken }
     }
 
     /// Keeps `row` when it fits; `false` once one does not, where the list is cut.
     pub(super) fn admit(&mut self, row: Json) -> bool {
-        let size = serde_json::to_vec(&row).map_or(0, |text| text.len()) + 2;
-        if !self.rows.is_empty() && self.bytes + size > self.budget {
-            return false;
+        match &mut self.taken {
+            Taken::Json { rows, bytes } => {
+                let size = serde_json::to_vec(&row).map_or(0, |text| text.len()) + 2;
+                if !rows.is_empty() && *bytes + size > self.limit.bytes {
+                    return false;
+                }
+                *bytes += size;
+                rows.push(row);
+                true
+            }
+            Taken::Gzipped(gzipped) => gzipped.admit(&row, self.limit.bytes),
         }
-        self.bytes += size;
-        self.rows.push(row);
-        true
     }
 
-    /// The rows kept, with a warning when they are fewer than the `total` the list had.
-    pub(super) fn finish(self, what: &str, total: usize) -> (Vec<Json>, Vec<String>) {
-        let keep = self.rows.len();
-        if keep >= total {
-            return (self.rows, Vec::new());
-        }
-        let budget = self.budget;
-        tracing::info!(rows = keep, budget, "Ray list cut short by its size");
-        let warning = format!(
-            "Afterglow returned the first {keep} of {total} {what}: more would exceed this \
-             deployment's response size limit of {budget} bytes (of JSON). Narrow the list with filters \
-             (--filter) or a lower limit."
-        );
-        (self.rows, vec![warning])
-    }
-}
-
-impl QueryEngine {
-    /// Keeps the leading `rows` that fit in `budget` bytes, with a warning when some did not.
-    pub(super) fn within_response(
-        &self,
-        rows: Vec<Json>,
-        what: &str,
-        budget: usize,
-    ) -> (Vec<Json>, Vec<String>) {
-        let total = rows.len();
-        let mut kept = RowBudget::new(budget);
+    /// Keeps the leading `rows` that fit.
+    pub(super) fn admit_leading(&mut self, rows: impl IntoIterator<Item = Json>) {
         for row in rows {
-            if !kept.admit(row) {
+            if !self.admit(row) {
                 break;
             }
         }
-        kept.finish(what, total)
     }
+
+    /// The list's answer: Ray's list envelope with the rows kept, `total` rows in all and
+    /// `filtered` matching the filters, and a warning when fewer than the `listed` rows the
+    /// list had were kept; gzipped when the limit counts gzipped bytes.
+    pub(super) fn into_list(
+        self,
+        total: u64,
+        filtered: u64,
+        listed: usize,
+    ) -> Result<RayBody, QueryError> {
+        let keep = match &self.taken {
+            Taken::Json { rows, .. } => rows.len(),
+            Taken::Gzipped(gzipped) => gzipped.rows,
+        };
+        let mut warnings = Vec::new();
+        if keep < listed {
+            let (bytes, gzipped) = (self.limit.bytes, self.limit.gzipped);
+            tracing::info!(
+                rows = keep,
+                bytes,
+                gzipped,
+                "Ray list cut short by its size"
+            );
+            warnings.push(cut_warning(keep, listed, self.what, self.limit));
+        }
+        match self.taken {
+            Taken::Json { rows, .. } => {
+                RayBody::from_json(&list_envelope(total, filtered, rows, warnings))
+            }
+            Taken::Gzipped(gzipped) => {
+                let GzippedRows {
+                    deflating, failure, ..
+                } = *gzipped;
+                if let Some(failure) = failure {
+                    return Err(QueryError::Internal(format!(
+                        "compressing a Ray answer: {failure}"
+                    )));
+                }
+                let (before, after) =
+                    around_splice(&list_envelope_around(total, filtered, warnings))?;
+                let head = format!("{before}[");
+                let tail = format!("]{after}");
+                let bytes =
+                    gzip_around(head.as_bytes(), deflating, tail.as_bytes()).map_err(|err| {
+                        QueryError::Internal(format!("compressing a Ray answer: {err}"))
+                    })?;
+                Ok(RayBody {
+                    bytes,
+                    content_type: "application/json",
+                    gzipped: true,
+                })
+            }
+        }
+    }
+}
+
+/// Ray's `warnings` entry for a list cut to the response's size after `keep` of its `listed`
+/// rows.
+fn cut_warning(keep: usize, listed: usize, what: &str, limit: ResponseLimit) -> String {
+    let bytes = limit.bytes;
+    let counted = if limit.gzipped { "gzipped" } else { "of JSON" };
+    format!(
+        "Afterglow returned the first {keep} of {listed} {what}: more would exceed this \
+         deployment's response size limit of {bytes} bytes ({counted}). Narrow the list with filters \
+         (--filter) or a lower limit."
+    )
 }
 
 /// A Ray route's answer: the bytes to send, their media type and whether they are gzipped.
@@ -90,8 +235,9 @@ impl RayBody {
         self.content_type
     }
 
-    /// `gzip` when the body is gzipped ([`QueryEngine::answer_ray_gzipped`]), to be sent as
-    /// its `Content-Encoding`.
+    /// `gzip` when the body is gzipped
+    /// ([`QueryEngine::answer_ray_gzipped`](crate::query::QueryEngine::answer_ray_gzipped)),
+    /// to be sent as its `Content-Encoding`.
     pub fn content_encoding(&self) -> Option<&'static str> {
         self.gzipped.then_some("gzip")
     }
@@ -143,13 +289,8 @@ impl RayBody {
     /// `envelope` with the JSON text `inner` in place of the string [`SPLICE_HERE`] (which
     /// must occur once), so that one function still defines each envelope.
     pub(super) fn spliced(envelope: &Json, inner: &str) -> Result<Self, QueryError> {
-        let outer = serde_json::to_string(envelope)
-            .map_err(|err| QueryError::Internal(format!("writing a Ray answer: {err}")))?;
-        let marker = Json::from(SPLICE_HERE).to_string();
-        let Some((before, after)) = outer.split_once(&marker) else {
-            return Err(QueryError::Internal("a Ray envelope lost its place".into()));
-        };
-        let mut bytes = Vec::with_capacity(outer.len() + inner.len());
+        let (before, after) = around_splice(envelope)?;
+        let mut bytes = Vec::with_capacity(before.len() + inner.len() + after.len());
         bytes.extend_from_slice(before.as_bytes());
         bytes.extend_from_slice(inner.as_bytes());
         bytes.extend_from_slice(after.as_bytes());
@@ -159,6 +300,18 @@ impl RayBody {
             gzipped: false,
         })
     }
+}
+
+/// The JSON text of `envelope` before and after the string [`SPLICE_HERE`] (which must occur
+/// once).
+fn around_splice(envelope: &Json) -> Result<(String, String), QueryError> {
+    let outer = serde_json::to_string(envelope)
+        .map_err(|err| QueryError::Internal(format!("writing a Ray answer: {err}")))?;
+    let marker = Json::from(SPLICE_HERE).to_string();
+    let Some((before, after)) = outer.split_once(&marker) else {
+        return Err(QueryError::Internal("a Ray envelope lost its place".into()));
+    };
+    Ok((before.to_owned(), after.to_owned()))
 }
 
 /// Where [`RayBody::spliced`] puts a value written as text. The NULs keep it out of any
@@ -174,6 +327,11 @@ pub(super) fn list_envelope(
     warnings: Vec<String>,
 ) -> Json {
     state_envelope(total, total, filtered, Json::Array(rows), warnings)
+}
+
+/// [`list_envelope`] with [`SPLICE_HERE`] in place of its rows, which are written as text.
+fn list_envelope_around(total: u64, filtered: u64, warnings: Vec<String>) -> Json {
+    state_envelope(total, total, filtered, Json::from(SPLICE_HERE), warnings)
 }
 
 /// `{"result": true, "msg": "", "data": {"result": {counts…, "result": …}}}`.

@@ -7,7 +7,7 @@
 
 use serde_json::{Map, Value as Json, json};
 
-use super::body::{list_envelope, state_envelope};
+use super::body::{RayBody, ResponseLimit, RowBudget, state_envelope};
 use super::request::{Column, ColumnKind, RayQuery};
 use crate::merge::entities::{
     ActorRecord, JobRecord, NodeRecord, PlacementGroupRecord, SessionEntities, WorkerRecord,
@@ -116,14 +116,14 @@ fn columns(kind: EntityKind) -> (&'static [Column], &'static [&'static str]) {
     }
 }
 
-/// `GET api/v0/{resource}` for an entity kind, with at most `response_bytes` of rows.
+/// `GET api/v0/{resource}` for an entity kind, with the rows that fit the `response`.
 pub(super) async fn list(
     engine: &QueryEngine,
     scope: &Scope,
     kind: EntityKind,
     pairs: &[(String, String)],
-    response_bytes: usize,
-) -> Result<Json, QueryError> {
+    response: ResponseLimit,
+) -> Result<RayBody, QueryError> {
     let (filterable, brief) = columns(kind);
     let query = RayQuery::parse(pairs, filterable)?;
     let entities = records(engine, scope, kind).await?;
@@ -160,8 +160,10 @@ pub(super) async fn list(
             });
         }
     }
-    let (kept, warnings) = engine.within_response(kept, kind.table(), response_bytes);
-    Ok(list_envelope(total, filtered, kept, warnings))
+    let listed = kept.len();
+    let mut taken = RowBudget::new(response, kind.table());
+    taken.admit_leading(kept);
+    taken.into_list(total, filtered, listed)
 }
 
 /// Every record of `kind` as Ray's detail row, sorted by id as Ray sorts them.

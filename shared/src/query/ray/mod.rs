@@ -11,10 +11,11 @@
 //!
 //! Ray caps every list at 10 000 rows; Afterglow has no cap of its own, only the response's
 //! size ([`QuerySettings::response_bytes`](crate::query::QuerySettings)), and says so in
-//! `warnings` when a list is cut. A client that takes gzip
-//! ([`QueryEngine::answer_ray_gzipped`]) gets lists [`GZIPPED_ROWS`] times that size,
-//! compressed, whenever they then fit: on Lambda (6 MB answers) the stock dashboard's job page
-//! of 10 000 attempts with every detail field fits only gzipped.
+//! `warnings` when a list is cut. For a client that takes gzip
+//! ([`QueryEngine::answer_ray_gzipped`]) that size counts compressed bytes: rows are
+//! compressed as they are taken, and the list stops where the compressed answer would pass
+//! it. On Lambda (6 MB answers) the stock dashboard's job page of 10 000 attempts with every
+//! detail field fits only gzipped.
 //!
 //! # Layout
 //!
@@ -34,7 +35,7 @@ pub mod summary;
 mod tasks;
 
 pub use self::body::RayBody;
-use self::body::list_envelope;
+use self::body::{ResponseLimit, list_envelope};
 use self::fixed::{events, fixed_answer};
 use self::route::StateResource;
 pub use self::route::{RayPathError, RayRequest, RayRoute, RayTarget, SessionChoice};
@@ -45,12 +46,6 @@ use crate::query::{QueryEngine, QueryError};
 /// The Ray release whose routes and shapes are served.
 pub const RAY_VERSION: &str = "2.60.0";
 
-/// How many times the response size a gzipped answer's lists may hold before compression:
-/// Ray's task rows compress several times over even at gzip's fastest level, and an answer that
-/// still does not fit is answered again within the plain size (see
-/// [`QueryEngine::answer_ray_gzipped`]).
-pub const GZIPPED_ROWS: usize = 6;
-
 impl QueryEngine {
     /// Answers a Ray route with the query-string `pairs` (repeated keys allowed, as Ray's
     /// filters repeat them).
@@ -60,51 +55,46 @@ impl QueryEngine {
         request: &RayRequest,
         pairs: &[(String, String)],
     ) -> Result<RayBody, QueryError> {
-        self.answer_ray_within(request, pairs, self.settings.response_bytes)
-            .await
+        let limit = ResponseLimit {
+            bytes: self.settings.response_bytes,
+            gzipped: false,
+        };
+        self.answer_ray_within(request, pairs, limit).await
     }
 
-    /// [`Self::answer_ray`] for a client that takes gzip: compressed, with lists of up to
-    /// [`GZIPPED_ROWS`] times the response size when the compressed answer then fits in it;
-    /// otherwise the plain answer, compressed.
+    /// [`Self::answer_ray`] for a client that takes gzip, compressed. A list is cut where its
+    /// compressed answer (rather than its JSON) would pass the response size, so it holds about
+    /// as many times more rows as its rows compress; it is compressed as it is built, once.
     #[tracing::instrument(name = "ray_query", skip(self, pairs), fields(route = ?request.route, gzip = true))]
     pub async fn answer_ray_gzipped(
         &self,
         request: &RayRequest,
         pairs: &[(String, String)],
     ) -> Result<RayBody, QueryError> {
-        let limit = self.settings.response_bytes;
-        let larger = self
-            .answer_ray_within(request, pairs, limit.saturating_mul(GZIPPED_ROWS))
-            .await?
-            .gzipped()?;
-        if larger.as_bytes().len() <= limit {
-            return Ok(larger);
-        }
-        tracing::info!(
-            gzipped = larger.as_bytes().len(),
-            limit,
-            "a gzipped Ray answer does not fit; answering within the plain size"
-        );
+        let limit = ResponseLimit {
+            bytes: self.settings.response_bytes,
+            gzipped: true,
+        };
         self.answer_ray_within(request, pairs, limit)
             .await?
             .gzipped()
     }
 
-    /// [`Self::answer_ray`] with lists of at most `response_bytes` of rows.
+    /// [`Self::answer_ray`] with lists cut to `limit` (a list's answer is gzipped already
+    /// when the limit counts gzipped bytes; other answers are not).
     async fn answer_ray_within(
         &self,
         request: &RayRequest,
         pairs: &[(String, String)],
-        response_bytes: usize,
+        limit: ResponseLimit,
     ) -> Result<RayBody, QueryError> {
         let (scope, session) = self.resolve(&request.target).await?;
         let answer = match &request.route {
             RayRoute::List(StateResource::Tasks) => {
-                tasks::list(self, &scope, pairs, response_bytes).await
+                return tasks::list(self, &scope, pairs, limit).await;
             }
             RayRoute::List(StateResource::Entity(kind)) => {
-                entities::list(self, &scope, *kind, pairs, response_bytes).await
+                return entities::list(self, &scope, *kind, pairs, limit).await;
             }
             RayRoute::List(StateResource::Unexported) => {
                 Ok(list_envelope(0, 0, Vec::new(), Vec::new()))

@@ -8,7 +8,7 @@
 use serde::Deserialize;
 use serde_json::{Map, Value as Json, json};
 
-use super::body::{RayBody, RowBudget, SPLICE_HERE, list_envelope, state_envelope};
+use super::body::{RayBody, ResponseLimit, RowBudget, SPLICE_HERE, list_envelope, state_envelope};
 use super::request::{Column, ColumnKind, FilterValue, Predicate, RayQuery};
 use super::summary::{self, SummaryActor, SummaryTask};
 use crate::query::read::attempts::attempts_relation;
@@ -100,21 +100,21 @@ fn source_conditions(exclude_driver: bool) -> Sql {
     sql
 }
 
-/// `GET api/v0/tasks`, with at most `response_bytes` of rows.
+/// `GET api/v0/tasks`, with the rows that fit the `response`.
 pub(super) async fn list(
     engine: &QueryEngine,
     scope: &Scope,
     pairs: &[(String, String)],
-    response_bytes: usize,
-) -> Result<Json, QueryError> {
+    response: ResponseLimit,
+) -> Result<RayBody, QueryError> {
     let query = RayQuery::parse(pairs, FILTERABLE)?;
     if let Some(task_id) = one_task(&query)
-        && let Some(answer) = list_one_task(engine, scope, &query, &task_id, response_bytes).await?
+        && let Some(answer) = list_one_task(engine, scope, &query, &task_id, response).await?
     {
         return Ok(answer);
     }
     let Some(relation) = attempts_relation(engine, scope).await? else {
-        return Ok(list_envelope(0, 0, Vec::new(), Vec::new()));
+        return RayBody::from_json(&list_envelope(0, 0, Vec::new(), Vec::new()));
     };
     let mut counts = Sql::default();
     counts
@@ -170,9 +170,10 @@ pub(super) async fn list(
             // Ray sorts by task id; its source yields a task's newest attempt first.
             rows.push(" ORDER BY task_id, attempt_number DESC LIMIT ")
                 .number(limit);
-            // Rows become Ray's rows as they are read, and reading stops where the response's
-            // size would be passed: `limit` bounds what is sorted, the budget what is held.
-            let mut kept = RowBudget::new(response_bytes);
+            // Rows become Ray's rows as they are read (and, gzipped, are compressed as they
+            // are taken), and reading stops where the response's size would be passed:
+            // `limit` bounds what is sorted, the budget what is held.
+            let mut kept = RowBudget::new(response, "tasks");
             for_each_row(connection, &rows.text, &rows.params, |row| {
                 kept.admit(task_state(row, detail))
             })?;
@@ -188,8 +189,7 @@ pub(super) async fn list(
     };
     let filtered = count("filtered");
     let listed = usize::try_from(filtered).map_or(limit, |filtered| filtered.min(limit));
-    let (rows, warnings) = kept.finish("tasks", listed);
-    Ok(list_envelope(count("total"), filtered, rows, warnings))
+    kept.into_list(count("total"), filtered, listed)
 }
 
 /// The task id `query` asks for alone (`filter_keys=task_id`, `=`, a hex id, and no other
@@ -213,8 +213,8 @@ async fn list_one_task(
     scope: &Scope,
     query: &RayQuery,
     task_id: &str,
-    response_bytes: usize,
-) -> Result<Option<Json>, QueryError> {
+    response: ResponseLimit,
+) -> Result<Option<RayBody>, QueryError> {
     // What Ray's lists show ([`source_conditions`]) as a task filter.
     let filter = TaskFilter {
         scope: scope.clone(),
@@ -230,12 +230,10 @@ async fn list_one_task(
     found.sort_by_key(|row| std::cmp::Reverse(row.get("attempt_number").and_then(Json::as_i64)));
     let filtered = found.len() as u64;
     found.truncate(query.limit);
-    let rows = found
-        .into_iter()
-        .map(|row| task_state(row, query.detail))
-        .collect();
-    let (rows, warnings) = engine.within_response(rows, "tasks", response_bytes);
-    Ok(Some(list_envelope(total, filtered, rows, warnings)))
+    let listed = found.len();
+    let mut kept = RowBudget::new(response, "tasks");
+    kept.admit_leading(found.into_iter().map(|row| task_state(row, query.detail)));
+    kept.into_list(total, filtered, listed).map(Some)
 }
 
 /// A stored attempt as Ray's `TaskState` row: the brief columns, and with `detail` the rest, as
