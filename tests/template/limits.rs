@@ -1,0 +1,145 @@
+//! Bounded bills and private logs: every function and route has a limit, and logs expire
+//! without the query string (where ingest tokens travel).
+
+use anyhow::{Context as _, ensure};
+use serde_yaml_ng::Value;
+
+use super::*;
+
+/// A leaked export URL or a runaway client must not run up an unbounded bill: every function
+/// has reserved concurrency from a parameter, and each public route its own throttle, the
+/// firewalled ingest API's included (a REST stage without one allows the account's limit).
+#[test]
+fn every_function_and_route_is_bounded() -> anyhow::Result<()> {
+    let template = template()?;
+    for (id, function) in resources(&template, "AWS::Serverless::Function")? {
+        let reserved = at(function, &["Properties", "ReservedConcurrentExecutions"])
+            .with_context(|| format!("{id} has no reserved concurrency"))?;
+        ensure!(
+            ref_name(reserved).is_some(),
+            "{id}'s reserved concurrency is not a parameter"
+        );
+        number(&template, reserved)?;
+    }
+    let api = at(&template, &["Resources", "HttpApi", "Properties"])?;
+    for setting in ["ThrottlingBurstLimit", "ThrottlingRateLimit"] {
+        let default = at(api, &["DefaultRouteSettings", setting])?;
+        ensure!(ref_name(default).is_some(), "the API's {setting} is fixed");
+        for route in ["POST /v1/events/{cluster}", "POST /v1/logs/{cluster}"] {
+            let ingest = at(api, &["RouteSettings", route, setting])?;
+            ensure!(ref_name(ingest).is_some(), "{route}'s {setting} is fixed");
+        }
+    }
+    let rest = at(
+        &template,
+        &["Resources", "IngestRestApi", "Properties", "MethodSettings"],
+    )?
+    .as_sequence()
+    .context("the firewalled API's MethodSettings are not a list")?;
+    let every_method = rest
+        .iter()
+        .find(|setting| {
+            setting.get("ResourcePath").and_then(Value::as_str) == Some("/*")
+                && setting.get("HttpMethod").and_then(Value::as_str) == Some("*")
+        })
+        .context("the firewalled API has no throttle for every method")?;
+    for (setting, parameter) in [
+        ("ThrottlingRateLimit", "IngestRateLimit"),
+        ("ThrottlingBurstLimit", "IngestBurstLimit"),
+    ] {
+        ensure!(
+            ref_name(at(every_method, &[setting])?) == Some(parameter),
+            "the firewalled API's {setting} is not {parameter}"
+        );
+    }
+    Ok(())
+}
+
+/// Logs are kept for a bounded time, and the API's access log never holds the ingest token,
+/// which travels in the query string (`?token=`).
+#[test]
+fn logs_expire_and_never_hold_the_query_string() -> anyhow::Result<()> {
+    let template = template()?;
+    let groups = resources(&template, "AWS::Logs::LogGroup")?;
+    for function in resources(&template, "AWS::Serverless::Function")?
+        .iter()
+        .map(|(id, _)| *id)
+    {
+        let kept = groups.iter().any(|(_, group)| {
+            serde_yaml_ng::to_string(group).is_ok_and(|text| {
+                text.contains(&format!("/aws/lambda/${{{function}}}"))
+                    && text.contains("RetentionInDays")
+            })
+        });
+        ensure!(kept, "{function}'s log group has no retention");
+    }
+    let settings = at(
+        &template,
+        &["Resources", "HttpApi", "Properties", "AccessLogSettings"],
+    )?;
+    records_no_query_string(at(settings, &["Format"])?)?;
+    let group = ref_or_getatt(at(settings, &["DestinationArn"])?);
+    ensure!(
+        groups.iter().any(|(id, group_resource)| Some(*id) == group
+            && group_resource
+                .get("Properties")
+                .and_then(|p| p.get("RetentionInDays"))
+                .is_some()),
+        "the access log's group has no retention"
+    );
+    // The firewalled ingest API logs (when the account lets REST APIs log) to the same group,
+    // where the same rules hold and the same metric filter counts its 429s.
+    let rest = at(
+        &template,
+        &[
+            "Resources",
+            "IngestRestApi",
+            "Properties",
+            "AccessLogSetting",
+        ],
+    )?;
+    let (_, rest, _) =
+        if_branches(rest).context("the firewalled API's access log is not a choice")?;
+    records_no_query_string(at(rest, &["Format"])?)?;
+    ensure!(
+        ref_or_getatt(at(rest, &["DestinationArn"])?) == group,
+        "the firewalled API logs to another group than the HTTP API"
+    );
+    Ok(())
+}
+
+/// Fails when an access log `format` records a `$context` variable that may hold the query
+/// string (where the ingest token travels), or records nothing.
+fn records_no_query_string(format: &Value) -> anyhow::Result<()> {
+    let format = format
+        .as_str()
+        .context("the access log format is not a string")?;
+    // $context variables of HTTP and REST APIs that hold no part of the query string.
+    const SAFE: &[&str] = &[
+        "requestId",
+        "requestTime",
+        "identity.sourceIp",
+        "httpMethod",
+        "path",
+        "routeKey",
+        "status",
+        "responseLatency",
+        "responseLength",
+        "integrationErrorMessage",
+        "wafResponseCode",
+    ];
+    let mut variables = 0;
+    for piece in format.split("$context.").skip(1) {
+        let name: String = piece
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '.')
+            .collect();
+        ensure!(
+            SAFE.contains(&name.as_str()),
+            "the access log records $context.{name}, which may hold the query string"
+        );
+        variables += 1;
+    }
+    ensure!(variables > 0, "the access log records nothing");
+    Ok(())
+}

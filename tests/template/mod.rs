@@ -1,0 +1,123 @@
+//! The deployment's safety rules, read from `template.yaml`: what cfn-lint and `sam validate`
+//! cannot know is wrong for Afterglow. Each test names the failure it prevents: good data
+//! dead-lettered unrun, alarms that never reach anyone, an unbounded bill, a history that dies
+//! with its stack, a token in an access log, one flooding address refusing every cluster.
+
+mod access;
+mod alarms;
+mod compaction;
+mod firewall;
+mod limits;
+
+use std::path::Path;
+
+use anyhow::{Context as _, bail};
+use serde_yaml_ng::Value;
+
+/// The template, parsed (CloudFormation's short-form tags kept as YAML tags).
+fn template() -> anyhow::Result<Value> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../template.yaml");
+    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {path:?}"))?;
+    serde_yaml_ng::from_str(&text).with_context(|| format!("parsing {path:?}"))
+}
+
+/// The value at a path of mapping keys.
+fn at<'a>(value: &'a Value, path: &[&str]) -> anyhow::Result<&'a Value> {
+    let mut here = value;
+    for (depth, key) in path.iter().enumerate() {
+        here = here
+            .get(*key)
+            .with_context(|| format!("template has no {}", path[..=depth].join(".")))?;
+    }
+    Ok(here)
+}
+
+/// The name a `!Ref NAME` refers to, if `value` is one.
+fn ref_name(value: &Value) -> Option<&str> {
+    match value {
+        Value::Tagged(tagged) if tagged.tag == "Ref" => tagged.value.as_str(),
+        _ => None,
+    }
+}
+
+/// The condition and both branches of an `!If [CONDITION, THEN, ELSE]`, if `value` is one.
+fn if_branches(value: &Value) -> Option<(&str, &Value, &Value)> {
+    let Value::Tagged(tagged) = value else {
+        return None;
+    };
+    if tagged.tag != "If" {
+        return None;
+    }
+    match tagged.value.as_sequence()?.as_slice() {
+        [condition, then, otherwise] => Some((condition.as_str()?, then, otherwise)),
+        _ => None,
+    }
+}
+
+/// A number, or the default of the parameter a `!Ref` names.
+fn number(template: &Value, value: &Value) -> anyhow::Result<i64> {
+    if let Some(name) = ref_name(value) {
+        let default = at(template, &["Parameters", name, "Default"])?;
+        return default
+            .as_i64()
+            .with_context(|| format!("parameter {name} has no numeric default"));
+    }
+    value
+        .as_i64()
+        .or_else(|| value.as_str().and_then(|text| text.parse().ok()))
+        .with_context(|| format!("{value:?} is not a number"))
+}
+
+/// Resources of one type, by logical id.
+fn resources<'a>(template: &'a Value, kind: &str) -> anyhow::Result<Vec<(&'a str, &'a Value)>> {
+    let Some(all) = at(template, &["Resources"])?.as_mapping() else {
+        bail!("Resources is not a mapping");
+    };
+    Ok(all
+        .iter()
+        .filter(|(_, resource)| resource.get("Type").and_then(Value::as_str) == Some(kind))
+        .filter_map(|(id, resource)| Some((id.as_str()?, resource)))
+        .collect())
+}
+
+const DAY_S: i64 = 86_400;
+
+/// The value of an alarm's dimension `name`.
+fn dimension<'a>(alarm: &'a Value, name: &str) -> Option<&'a Value> {
+    alarm
+        .get("Properties")?
+        .get("Dimensions")?
+        .as_sequence()?
+        .iter()
+        .find(|pair| pair.get("Name").and_then(Value::as_str) == Some(name))?
+        .get("Value")
+}
+
+/// The resources a function's inline policy statements allow one `action` on (statements
+/// naming that action alone).
+fn allowed<'a>(
+    function: &'a Value,
+    action: &'a str,
+) -> anyhow::Result<impl Iterator<Item = &'a Value>> {
+    Ok(at(function, &["Policies"])?
+        .as_sequence()
+        .into_iter()
+        .flatten()
+        .filter_map(|policy| policy.get("Statement")?.as_sequence())
+        .flatten()
+        .filter(move |statement| statement.get("Action").and_then(Value::as_str) == Some(action))
+        .filter_map(|statement| statement.get("Resource")))
+}
+
+/// The logical id a `!Ref` or `!GetAtt ID.Attr` names.
+fn ref_or_getatt(value: &Value) -> Option<&str> {
+    match value {
+        Value::Tagged(tagged) if tagged.tag == "GetAtt" => tagged.value.as_str()?.split('.').next(),
+        other => ref_name(other),
+    }
+}
+
+/// The environment variable `name` a function's properties (or `Globals.Function`) set.
+fn variable<'a>(function: &'a Value, name: &str) -> Option<&'a Value> {
+    function.get("Environment")?.get("Variables")?.get(name)
+}
