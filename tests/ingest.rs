@@ -33,14 +33,8 @@ fn counts(lines: impl IntoIterator<Item = String>) -> BTreeMap<String, usize> {
 }
 
 async fn post(url: &str, body: impl Into<reqwest::Body>) -> anyhow::Result<(u16, String)> {
-    let response = reqwest::Client::new()
-        .post(url)
-        .header("content-type", "application/json")
-        .body(body)
-        .send()
-        .await?;
-    let status = response.status().as_u16();
-    Ok((status, response.text().await?))
+    let (status, _, text) = post_retry_after(url, body).await?;
+    Ok((status, text))
 }
 
 /// Every request of every captured run, in arrival order and including the deliveries Ray
@@ -278,10 +272,10 @@ fn session_names(tag: &str, count: usize) -> Vec<String> {
         .collect()
 }
 
-/// [`post`], with the answer's `Retry-After` header.
+/// A POST of a JSON body: its status, `Retry-After` header and text.
 async fn post_retry_after(
     url: &str,
-    body: Vec<u8>,
+    body: impl Into<reqwest::Body>,
 ) -> anyhow::Result<(u16, Option<String>, String)> {
     let response = reqwest::Client::new()
         .post(url)

@@ -357,12 +357,17 @@ def _handler(emulator):
         def function_url(self, path, query, body):
             event = http_event(self.command, path, query, self.headers.items(), body,
                                emulator.port)
+            return self.relay(event, b'{"message":"Internal Server Error"}', 500)
+
+        def relay(self, event, failure, failure_status):
+            """Invokes the function with `event` and sends its answer as HTTP; a function that
+            failed is `failure_status` with the body `failure`, as each front answers it."""
             answer = emulator.invoke(event)
             if answer is None:
                 return self.send(504, b'{"message":"Endpoint request timed out"}')
             failed, payload = answer
             if failed:
-                return self.send(500, b'{"message":"Internal Server Error"}')
+                return self.send(failure_status, failure)
             status, headers, content = http_answer(payload)
             if self.command == "HEAD":
                 content = b""
@@ -371,14 +376,7 @@ def _handler(emulator):
         def rest_api(self, stage, path, query, body):
             event = rest_event(self.command, path, stage, query, self.headers.items(), body,
                                emulator.port, emulator.binary_types)
-            answer = emulator.invoke(event)
-            if answer is None:
-                return self.send(504, b'{"message":"Endpoint request timed out"}')
-            failed, payload = answer
-            if failed:
-                return self.send(502, b'{"message":"Internal server error"}')
-            status, headers, content = http_answer(payload)
-            return self.send(status, content, headers)
+            return self.relay(event, b'{"message":"Internal server error"}', 502)
 
         do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = route
 
