@@ -190,11 +190,21 @@ async fn answer_ray(
     match answer {
         Ok(body) => {
             let encoding = body.content_encoding();
+            let disposition = body
+                .content_disposition()
+                .and_then(|value| HeaderValue::from_str(&value).ok());
+            let failed = body.failed();
             let mut response = body_response(body.content_type(), body.into_bytes());
+            if failed {
+                *response.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
+            }
+            let headers = response.headers_mut();
             if let Some(encoding) = encoding {
-                let headers = response.headers_mut();
                 headers.insert(header::CONTENT_ENCODING, HeaderValue::from_static(encoding));
                 headers.insert(header::VARY, HeaderValue::from_static("accept-encoding"));
+            }
+            if let Some(disposition) = disposition {
+                headers.insert(header::CONTENT_DISPOSITION, disposition);
             }
             response
         }

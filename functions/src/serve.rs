@@ -198,7 +198,7 @@ fn banner(local: SocketAddr, cluster: &str, location: &str, has_secret: bool) ->
          \x20 export RAY_enable_ray_event=1\n\
          \x20 export RAY_DASHBOARD_AGGREGATOR_AGENT_EXPOSABLE_EVENT_TYPES=ALL\n\
          \x20 export RAY_DASHBOARD_AGGREGATOR_AGENT_EVENTS_EXPORT_ADDR=\"{export}\"\n\
-         Keep tasks' stdout/stderr too: on every node, next to `ray start`:\n\
-         \x20 afterglow ship-logs --to \"$RAY_DASHBOARD_AGGREGATOR_AGENT_EVENTS_EXPORT_ADDR\" &"
+         Keep tasks' stdout/stderr too: on every node, with the same variable exported:\n\
+         \x20 afterglow ship-logs &"
     )
 }

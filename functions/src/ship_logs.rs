@@ -24,7 +24,8 @@ pub struct ShipLogsArgs {
         hide_env_values = true
     )]
     pub to: String,
-    /// Ray's temporary directory (ray start --temp-dir).
+    /// Ray's temporary directory (ray start --temp-dir); waited for when it does not exist
+    /// yet, so the shipper may start before `ray start`.
     #[arg(long, value_name = "DIR", default_value = "/tmp/ray")]
     pub ray_dir: PathBuf,
     /// This node's id (56 hex digits); read from each session's port files when not given.
@@ -188,9 +189,17 @@ pub async fn run_cli(args: ShipLogsArgs) -> anyhow::Result<()> {
     let mut terminate = signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?;
     let mut interrupt = signal(SignalKind::interrupt()).context("cannot listen for SIGINT")?;
     let mut failures = 0_u32;
+    let mut awaiting_ray = false;
     loop {
         let wait = match shipper.pass(&sink).await {
             Ok(report) => {
+                if report.awaiting_ray && !awaiting_ray {
+                    tracing::info!(
+                        ray_dir = %args.ray_dir.display(),
+                        "waiting for Ray to create its directory (--ray-dir)"
+                    );
+                }
+                awaiting_ray = report.awaiting_ray;
                 if report.chunks > 0 {
                     tracing::info!(chunks = report.chunks, bytes = report.bytes, "sent");
                 }

@@ -6,7 +6,9 @@
 //! (its keys are [`crate::raw::key`]'s);
 //! `tables/{table}/cluster={cluster}/session={session}/{delta|base|table}-{ulid}.parquet` the
 //! tables' files, `tables/manifests/cluster={cluster}/session={session}.json` which of them are
-//! live, `tables/catalog.json` every cluster's sessions;
+//! live, `tables/catalog/cluster={cluster}.json` one cluster's sessions and
+//! `tables/catalog/clusters.json` which clusters have one (`tables/catalog.json`, every cluster in
+//! one document, is the catalog's older format, still read);
 //! `logs/{cluster}/{session}/{node_id}/{file}/{offset:020}.gz` each shipped piece of a node's log
 //! file, named by the byte offset where it starts in that file; `quarantine/{ulid}.ndjson` lines
 //! compaction could not use; `state/serve/compacted/{ulid}.txt` what `serve` has compacted.
@@ -63,8 +65,12 @@ pub const TABLES_PREFIX: &str = "tables/";
 /// Where the manifests live: one per session.
 pub const MANIFESTS_PREFIX: &str = "tables/manifests/";
 
-/// Every cluster's sessions and their statistics.
-pub const CATALOG_KEY: &str = "tables/catalog.json";
+/// Where the catalog lives: a document per cluster and the list of clusters.
+pub const CATALOG_PREFIX: &str = "tables/catalog/";
+
+/// The catalog's older format: every cluster's sessions in one document. This build reads it
+/// and moves it into a document per cluster (see [`crate::tables::catalog`]).
+pub const SINGLE_CATALOG_KEY: &str = "tables/catalog.json";
 
 /// Lines compaction could not use, kept for a look.
 pub const QUARANTINE_PREFIX: &str = "quarantine/";
@@ -173,9 +179,19 @@ pub fn manifest_session(key: &ObjectKey) -> Option<(ClusterName, SessionName)> {
     ))
 }
 
-/// The catalog's key.
-pub fn catalog_key() -> Result<ObjectKey, InvalidKey> {
-    ObjectKey::new(CATALOG_KEY)
+/// The key of one cluster's catalog document: its sessions and their statistics.
+pub fn cluster_catalog_key(cluster: &ClusterName) -> Result<ObjectKey, InvalidKey> {
+    ObjectKey::new(format!("{CATALOG_PREFIX}cluster={cluster}.json"))
+}
+
+/// The key of the list of clusters the catalog has a document for.
+pub fn cluster_list_key() -> Result<ObjectKey, InvalidKey> {
+    ObjectKey::new(format!("{CATALOG_PREFIX}clusters.json"))
+}
+
+/// The key of the catalog's older, single document ([`SINGLE_CATALOG_KEY`]).
+pub fn single_catalog_key() -> Result<ObjectKey, InvalidKey> {
+    ObjectKey::new(SINGLE_CATALOG_KEY)
 }
 
 /// The key of a new quarantine object, named by `id`.
@@ -381,7 +397,12 @@ mod tests {
             manifest_session(&manifest),
             Some((cluster.clone(), session.clone()))
         );
-        assert!(manifest_session(&catalog_key()?).is_none());
+        assert!(manifest_session(&single_catalog_key()?).is_none());
+        assert!(manifest_session(&cluster_list_key()?).is_none());
+        let catalog = cluster_catalog_key(&cluster)?;
+        assert_eq!(catalog.as_str(), "tables/catalog/cluster=prod-1.json");
+        assert!(manifest_session(&catalog).is_none());
+        assert_ne!(catalog, cluster_list_key()?);
         let jobs = Table::Entity(EntityKind::Jobs);
         assert_eq!(
             table_file_key(jobs, &cluster, &session, TableFile::Whole, id)?.as_str(),

@@ -19,12 +19,16 @@
 //!   once it clears.
 //! - `retention`: expiry removes old sessions whole; `rebuild` is refused once the raw history
 //!   it would replay is gone.
+//! - `catalog`: on both backends, records racing across clusters lose no entry, each cluster
+//!   keeps a document of its own, and the single document an earlier build wrote is moved,
+//!   even when the response to the list's creation is lost.
 //!
 //! `sqs` is no suite: it holds the compact function and the messages its tests drive it with.
 
 mod agreement;
 mod backlog;
 mod batches;
+mod catalog;
 mod commits;
 mod earlier_build;
 mod folds;

@@ -80,7 +80,7 @@ async fn expiry_removes_old_sessions_whole_and_keeps_the_rest() -> anyhow::Resul
             "{file} was left behind"
         );
     }
-    let (after, _) = catalog::load(&*storage).await?;
+    let after = catalog::load(&storage).await?;
     ensure!(
         !after.clusters.contains_key("old"),
         "the catalog still lists the old cluster"
@@ -122,7 +122,7 @@ async fn a_session_written_while_it_expires_is_kept() -> anyhow::Result<()> {
     scenario
         .check(&run, "racing", "a session written while it expired")
         .await?;
-    let (catalog, _) = shared::tables::catalog::load(&*storage).await?;
+    let catalog = shared::tables::catalog::load(&storage).await?;
     ensure!(
         catalog.clusters.contains_key("racing"),
         "the catalog lost the session"
@@ -161,11 +161,12 @@ async fn rebuild_is_refused_once_raw_objects_the_tables_came_from_are_gone() -> 
 }
 
 /// Sets the newest event time of every session of `cluster` to `last_ms`, in its manifest and
-/// in the catalog, as if its events had been that old. The catalog is written directly:
-/// `catalog::record` only ever widens a session's span, as compaction needs.
+/// in the cluster's catalog document, as if its events had been that old. The document is
+/// written directly: `catalog::record` only ever widens a session's span, as compaction needs.
 async fn age_sessions(storage: &dyn Storage, cluster: &str, last_ms: i64) -> anyhow::Result<()> {
     use shared::tables::{catalog, manifest};
-    let (mut listed, _) = catalog::load(storage).await?;
+    let name = shared::keys::ClusterName::new(cluster)?;
+    let mut listed = catalog::load_cluster(storage, &name).await?;
     for meta in storage
         .list(&format!("tables/manifests/cluster={cluster}/"))
         .await?
@@ -175,15 +176,11 @@ async fn age_sessions(storage: &dyn Storage, cluster: &str, last_ms: i64) -> any
         aged.stats.last_ms = Some(last_ms);
         manifest::store(storage, &meta.key, &aged, read.etag.as_ref()).await?;
         let (_, session) = shared::keys::manifest_session(&meta.key).context("a manifest key")?;
-        listed
-            .clusters
-            .entry(cluster.to_owned())
-            .or_default()
-            .insert(session.to_string(), aged.stats);
+        listed.sessions.insert(session.to_string(), aged.stats);
     }
     storage
         .put(
-            &shared::keys::catalog_key()?,
+            &shared::keys::cluster_catalog_key(&name)?,
             bytes::Bytes::from(serde_json::to_vec(&listed)?),
             shared::storage::PutMode::Overwrite,
         )

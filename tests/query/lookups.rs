@@ -6,6 +6,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use afterglow_tests::faults::RecordsGets;
 use afterglow_tests::folding_past;
 use afterglow_tests::scenario::Scenario;
 use anyhow::{Context as _, ensure};
@@ -490,68 +491,4 @@ async fn lookup_cases(
         session,
         recent,
     })
-}
-
-/// Storage that records the keys it is asked to get and, unlike a local directory, never lets
-/// readers use its files in place: the query cache downloads them, as from S3.
-#[derive(Debug)]
-struct RecordsGets {
-    inner: Arc<dyn Storage>,
-    gets: std::sync::Mutex<Vec<String>>,
-}
-
-impl RecordsGets {
-    fn new(inner: Arc<dyn Storage>) -> Self {
-        Self {
-            inner,
-            gets: std::sync::Mutex::new(Vec::new()),
-        }
-    }
-
-    fn gets(&self) -> Vec<String> {
-        self.gets
-            .lock()
-            .map(|gets| gets.clone())
-            .unwrap_or_default()
-    }
-}
-
-#[async_trait::async_trait]
-impl Storage for RecordsGets {
-    async fn put(
-        &self,
-        key: &shared::storage::ObjectKey,
-        body: bytes::Bytes,
-        mode: shared::storage::PutMode,
-    ) -> Result<shared::storage::ETag, shared::storage::StorageError> {
-        self.inner.put(key, body, mode).await
-    }
-
-    async fn get(
-        &self,
-        key: &shared::storage::ObjectKey,
-    ) -> Result<shared::storage::StoredObject, shared::storage::StorageError> {
-        if let Ok(mut gets) = self.gets.lock() {
-            gets.push(key.to_string());
-        }
-        self.inner.get(key).await
-    }
-
-    async fn list(
-        &self,
-        prefix: &str,
-    ) -> Result<Vec<shared::storage::ObjectMeta>, shared::storage::StorageError> {
-        self.inner.list(prefix).await
-    }
-
-    async fn delete(
-        &self,
-        key: &shared::storage::ObjectKey,
-    ) -> Result<(), shared::storage::StorageError> {
-        self.inner.delete(key).await
-    }
-
-    fn location(&self) -> String {
-        self.inner.location()
-    }
 }

@@ -16,8 +16,13 @@
 //! - `table_files`: a lost file costs its rows, not the session; deletion vectors read as
 //!   reads by key.
 //! - `lookups`: task lookups through key indexes and from rows held in memory equal a scan.
+//! - `clusters`: `/api/clusters` pages newest first with a cursor (each session of many
+//!   clusters once, at most 64 cluster documents read a page), a large cluster is paged (and
+//!   Ray's `latest` found) from its own catalog document alone, and a store whose catalog is the
+//!   single document an earlier build wrote is still listed.
 
 mod agreement;
+mod clusters;
 mod counts;
 mod lookups;
 mod serving;

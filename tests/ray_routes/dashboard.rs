@@ -235,3 +235,75 @@ async fn the_dashboards_routes_answer_the_shapes_the_live_dashboard_did() -> any
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn downloads_are_named_as_ray_names_them() -> anyhow::Result<()> {
+    let run = FixtureRun::named("basic-workload")?;
+    let served = serve_runs(std::slice::from_ref(&run), None).await?;
+    let (_, jobs) = get(&served, "/ray/basic-workload/api/jobs/").await?;
+    let job = jobs[0]["job_id"].as_str().context("a job")?.to_owned();
+    let disposition = |path: String| {
+        let url = format!("{}{path}", served.server.url);
+        async move {
+            let response = reqwest::get(&url).await?;
+            ensure!(response.status() == 200, "{url}: {}", response.status());
+            let value = response
+                .headers()
+                .get("content-disposition")
+                .map(|value| value.to_str().map(str::to_owned))
+                .transpose()?;
+            let _: Json = serde_json::from_slice(&response.bytes().await?)?;
+            anyhow::Ok(value)
+        }
+    };
+
+    // Ray 2.60's dashboard saves the trace file its "Download" button asks for
+    // (state_head.py's tasks_timeline): `timeline-{job_id}-%Y-%m-%d_%H-%M-%S.json`.
+    let timeline = format!("/ray/basic-workload/api/v0/tasks/timeline?job_id={job}");
+    let saved = disposition(format!("{timeline}&download=1"))
+        .await?
+        .context("a download without Content-Disposition")?;
+    let prefix = format!("attachment; filename=\"timeline-{job}-");
+    let stamp = saved
+        .strip_prefix(&prefix)
+        .and_then(|rest| rest.strip_suffix(".json\""))
+        .with_context(|| format!("{saved:?}"))?;
+    let digits = |range: std::ops::Range<usize>| {
+        stamp
+            .get(range)
+            .is_some_and(|part| part.bytes().all(|b| b.is_ascii_digit()))
+    };
+    ensure!(
+        stamp.len() == 19
+            && [(4, b'-'), (7, b'-'), (10, b'_'), (13, b'-'), (16, b'-')]
+                .iter()
+                .all(|&(at, sep)| stamp.as_bytes()[at] == sep)
+            && [0..4, 5..7, 8..10, 11..13, 14..16, 17..19]
+                .into_iter()
+                .all(digits),
+        "{saved:?}"
+    );
+    // Shown, not saved, when not asked to download.
+    ensure!(disposition(timeline).await?.is_none());
+    Ok(())
+}
+
+#[tokio::test]
+async fn prometheus_is_answered_as_a_cluster_without_it_answers() -> anyhow::Result<()> {
+    let run = FixtureRun::named("basic-workload")?;
+    let served = serve_runs(std::slice::from_ref(&run), None).await?;
+    // The live cluster had no Prometheus: its dashboard then tells the user to set one up, where
+    // a healthy answer had it frame Grafana's "DISABLED" host.
+    let live = captured("GET__api_prometheus_health.500.json")?;
+    let (status, ours) = get(&served, "/ray/basic-workload/latest/api/prometheus_health").await?;
+    ensure!(status == 500, "{status} {ours}");
+    ensure!(
+        ours["result"] == live["result"] && ours["msg"] == live["msg"],
+        "{ours}"
+    );
+    let (mut want, mut have) = (BTreeSet::new(), BTreeSet::new());
+    shape(&live, "", &mut want);
+    shape(&ours, "", &mut have);
+    ensure!(want == have, "{want:?} != {have:?}");
+    Ok(())
+}

@@ -1,8 +1,9 @@
 //! Ray's own routes (`/ray/{cluster}/{session|latest}/…`; docs/architecture.md, "Ray's own
 //! tools") over Ray's captured traffic: the task list held to Ray's own `ray list tasks
 //! --detail` for the same runs, the summaries to Ray's `summarize_tasks` and to Ray's own
-//! summary code, and every data route the 2.60 dashboard requests to the shape the live
-//! dashboard answered (`fixtures/ray-routes-2.60/`).
+//! summary code, every data route the 2.60 dashboard requests to the shape the live
+//! dashboard answered (`fixtures/ray-routes-2.60/`), and runtime envs to Ray's own answers
+//! masked by Ray's own redaction (`redaction`, which also holds `/api/…` to it).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -17,6 +18,7 @@ mod cuts;
 mod dashboard;
 mod jobs;
 mod lists;
+mod redaction;
 mod summaries;
 
 /// `serve` with every fixture run posted (one cluster per run) and compacted, and Ray answers

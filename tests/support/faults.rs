@@ -1,5 +1,6 @@
 //! Storage that fails the way S3 fails in production, wrapped around a real backend: the
 //! faults are injected at the `Storage` boundary, the objects still live in the real store.
+//! Beside them, storage that only watches ([`RecordsGets`]) or holds reads back.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -645,5 +646,57 @@ impl Storage for UnreliableManifestWrites {
 
     fn local_path(&self, key: &ObjectKey) -> Option<std::path::PathBuf> {
         self.inner.local_path(key)
+    }
+}
+
+/// Storage that records the keys it is asked to get and, unlike a local directory, never lets
+/// readers use its files in place: the query cache downloads them, as from S3.
+#[derive(Debug)]
+pub struct RecordsGets {
+    inner: Arc<dyn Storage>,
+    gets: std::sync::Mutex<Vec<String>>,
+}
+
+impl RecordsGets {
+    /// Wraps `inner`, recording from now on.
+    pub fn new(inner: Arc<dyn Storage>) -> Self {
+        Self {
+            inner,
+            gets: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Every key asked for so far, in the order asked.
+    pub fn gets(&self) -> Vec<String> {
+        self.gets
+            .lock()
+            .map(|gets| gets.clone())
+            .unwrap_or_default()
+    }
+}
+
+#[async_trait]
+impl Storage for RecordsGets {
+    async fn put(&self, key: &ObjectKey, body: Bytes, mode: PutMode) -> Result<ETag, StorageError> {
+        self.inner.put(key, body, mode).await
+    }
+
+    async fn get(&self, key: &ObjectKey) -> Result<StoredObject, StorageError> {
+        if let Ok(mut gets) = self.gets.lock() {
+            gets.push(key.to_string());
+        }
+        self.inner.get(key).await
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<ObjectMeta>, StorageError> {
+        self.inner.list(prefix).await
+    }
+
+    async fn delete(&self, key: &ObjectKey) -> Result<(), StorageError> {
+        self.inner.delete(key).await
+    }
+
+    fn location(&self) -> String {
+        self.inner.location()
     }
 }

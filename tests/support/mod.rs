@@ -124,7 +124,9 @@ impl FixtureRun {
         Ok(requests)
     }
 
-    /// A ground-truth file (Ray's own answer), parsed.
+    /// A ground-truth file (Ray's own answer), parsed; `redacted-runtime-envs.json` holds the
+    /// runtime envs of `tasks.json`, `actors.json` and `jobs.json` with their secrets masked by
+    /// Ray's own redaction, as Ray's dashboard shows them.
     pub fn ground_truth(&self, file: &str) -> anyhow::Result<serde_json::Value> {
         let path = self.dir.join("ground-truth").join(file);
         let text = std::fs::read_to_string(&path).with_context(|| format!("{}", path.display()))?;

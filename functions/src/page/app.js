@@ -144,9 +144,39 @@ function setFilter(changes) {
 
 // --- scope pickers -------------------------------------------------------------------------
 
+// Every cluster and session, newest first, page after page; a cluster whose sessions go on
+// past a page comes again on the next one, with the rest of them. A session whose first event
+// time moved earlier between two pages may come twice: it is kept where it came first.
+async function allClusters() {
+  const merged = [];
+  const byName = new Map();
+  let cursor = null;
+  do {
+    const params = new URLSearchParams({ limit: "1000" });
+    if (cursor) params.set("cursor", cursor);
+    const page = await api("clusters", params);
+    for (const c of page.clusters) {
+      const known = byName.get(c.cluster);
+      if (!known) {
+        const entry = { cluster: { ...c, sessions: [...c.sessions] },
+          names: new Set(c.sessions.map((s) => s.session_name)) };
+        byName.set(c.cluster, entry);
+        merged.push(entry.cluster);
+        continue;
+      }
+      for (const s of c.sessions) {
+        if (known.names.has(s.session_name)) continue;
+        known.names.add(s.session_name);
+        known.cluster.sessions.push(s);
+      }
+    }
+    cursor = page.next;
+  } while (cursor);
+  return merged;
+}
+
 async function loadScope() {
-  const answer = await api("clusters");
-  clusters = answer.clusters;
+  clusters = await allClusters();
   const cluster = $("cluster"), session = $("session");
   const chosenCluster = cluster.value, chosenSession = session.value;
   cluster.replaceChildren(el("option", { value: "" }, "all"),

@@ -64,7 +64,7 @@ impl Compactor {
                 Commit::Landed => {
                     self.delete_expired(&next, &current.manifest).await;
                     catalog::record(
-                        &*self.storage,
+                        &self.storage,
                         cluster,
                         session,
                         &next.stats,

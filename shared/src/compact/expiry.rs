@@ -21,7 +21,8 @@ use crate::tables::{catalog, manifest};
 
 impl Compactor {
     /// Removes every session whose newest event is older than `retention` before `now_ms`;
-    /// returns how many. A session with no event time is kept.
+    /// returns how many. A session with no event time is kept. Reads every cluster's catalog
+    /// document (see [`catalog::load`]).
     #[tracing::instrument(name = "expire", skip(self))]
     pub async fn expire_sessions(
         &self,
@@ -30,7 +31,7 @@ impl Compactor {
     ) -> Result<usize, CompactError> {
         let keep_ms = i64::try_from(retention.as_millis()).unwrap_or(i64::MAX);
         let cutoff = now_ms.saturating_sub(keep_ms);
-        let (catalog, _) = catalog::load(&**self.storage()).await?;
+        let catalog = catalog::load(self.storage()).await?;
         let mut expired = 0;
         for (cluster, sessions) in &catalog.clusters {
             for (session, stats) in sessions {
@@ -92,7 +93,7 @@ impl Compactor {
         for file in files {
             storage.delete(file).await?;
         }
-        catalog::forget(storage, cluster, session, cutoff).await?;
+        catalog::forget(self.storage(), cluster, session, cutoff).await?;
         tracing::info!(%cluster, %session, "session expired");
         Ok(true)
     }

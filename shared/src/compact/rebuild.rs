@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use super::{CompactError, Compactor};
-use crate::keys::{MANIFESTS_PREFIX, TABLES_PREFIX};
+use crate::keys::{self, CATALOG_PREFIX, MANIFESTS_PREFIX, SINGLE_CATALOG_KEY, TABLES_PREFIX};
 use crate::raw;
 use crate::storage::ObjectKey;
 use crate::tables::catalog;
@@ -15,7 +15,7 @@ impl Compactor {
     /// `RawRetentionDays` while tables may be kept longer; rebuilding then would drop the
     /// history only the tables still hold.
     pub async fn ensure_rebuildable(&self) -> Result<(), CompactError> {
-        let (catalog, _) = catalog::load(&*self.storage).await?;
+        let catalog = catalog::load(&self.storage).await?;
         let mut stored: BTreeMap<String, u64> = BTreeMap::new();
         for meta in self.storage.list(raw::key::RAW_PREFIX).await? {
             if let (Some(cluster), Some(at)) = (
@@ -44,16 +44,30 @@ impl Compactor {
         Ok(raw::list::list_keys(&*self.storage).await?)
     }
 
-    /// Deletes every table file and manifest (raw objects stay), for `rebuild`. Returns how
-    /// many objects were deleted.
+    /// Deletes every table file, manifest and catalog document (raw objects stay), for
+    /// `rebuild`. Returns how many objects were deleted.
     pub async fn drop_tables(&self) -> Result<usize, CompactError> {
-        let objects = self.storage.list(TABLES_PREFIX).await?;
-        // Manifests first, so no reader is ever pointed at a deleted file.
-        let (manifests, data): (Vec<_>, Vec<_>) = objects
-            .into_iter()
-            .partition(|meta| meta.key.as_str().starts_with(MANIFESTS_PREFIX));
-        let count = manifests.len() + data.len();
-        for meta in manifests.into_iter().chain(data) {
+        let mut objects = self.storage.list(TABLES_PREFIX).await?;
+        // Manifests first, so no reader is ever pointed at a deleted file. The catalog last,
+        // and its list of clusters after the rest of it: a writer lists a cluster only when it
+        // finds no document for it, and starts a list from the single document when it finds
+        // none, so neither may outlive the list.
+        let list = keys::cluster_list_key()?;
+        let rank = |key: &ObjectKey| {
+            let key_text = key.as_str();
+            if key_text.starts_with(MANIFESTS_PREFIX) {
+                0
+            } else if *key == list {
+                3
+            } else if key_text.starts_with(CATALOG_PREFIX) || key_text == SINGLE_CATALOG_KEY {
+                2
+            } else {
+                1
+            }
+        };
+        objects.sort_by_key(|meta| rank(&meta.key));
+        let count = objects.len();
+        for meta in objects {
             self.storage.delete(&meta.key).await?;
         }
         Ok(count)

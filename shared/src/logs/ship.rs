@@ -117,6 +117,10 @@ pub struct PassReport {
     pub bytes: u64,
     /// Files followed, in every session.
     pub files: usize,
+    /// Ray's directory does not exist yet (the shipper started before `ray start`, as a
+    /// container's entrypoint starts it): nothing was read or saved, and the next pass looks
+    /// again.
+    pub awaiting_ray: bool,
 }
 
 /// A file's identity on disk.
@@ -218,6 +222,11 @@ impl Shipper {
     /// that asks to retry stops the pass; what was acknowledged before is saved.
     pub async fn pass(&mut self, sink: &dyn LogSink) -> Result<PassReport, ShipError> {
         let mut report = PassReport::default();
+        // The state file is kept in Ray's directory by default, so it cannot be saved either.
+        if !self.settings.ray_dir.is_dir() {
+            report.awaiting_ray = true;
+            return Ok(report);
+        }
         let outcome = self.send_all(sink, &mut report).await;
         self.save()?;
         outcome.map(|()| report)

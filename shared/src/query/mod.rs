@@ -16,8 +16,10 @@
 //!   `tasks` (the task table and one task), `aggregates`, `insights`, `timeline`, `entities`,
 //!   and `logs` (the engine's log methods: a task's output, a node's shipped files).
 //! - [`ray`]: Ray's own routes, with their own request parsing and envelopes.
+//! - [`redaction`]: the secrets of runtime envs (`env_vars` values), masked in every answer of
+//!   ours and Ray's as Ray's dashboard masks them; what is stored keeps them as sent.
 //!
-//! A route imports [`read`] and the engine, never another route.
+//! A route imports [`read`], [`redaction`] and the engine, never another route.
 //!
 //! # A request
 //!
@@ -40,6 +42,7 @@ mod insights;
 mod logs;
 pub mod ray;
 pub mod read;
+pub mod redaction;
 mod summary;
 mod tasks;
 mod timeline;

@@ -10,6 +10,7 @@ use super::read::page::{page_cursor, task_position};
 use super::read::params::{Cursor, Params, Scope, TaskFilter, parse_hex};
 use super::read::sql::{Relation, Sql, task_conditions};
 use super::read::task_page::{TIE_BREAK, TaskPage, TaskSort};
+use super::redaction::redact_serialized_value;
 use super::{QueryEngine, QueryError};
 use crate::tables::task_attempts::status_columns;
 
@@ -186,9 +187,10 @@ fn attempt_detail(row: JsonRow) -> Json {
     detail.insert("label_selector".into(), parsed("label_selector"));
     detail.insert("profile_events".into(), parsed("profile_events"));
     detail.insert("call_site".into(), text("call_site"));
+    // `env_vars` values are masked, as Ray's dashboard masks them (see `query::redaction`).
     detail.insert(
         "runtime_env_info".into(),
-        json!({"serialized_runtime_env": text("serialized_runtime_env")}),
+        json!({"serialized_runtime_env": redact_serialized_value(text("serialized_runtime_env"))}),
     );
     detail.insert(
         "task_log_info".into(),

@@ -148,6 +148,40 @@ async fn appended_bytes_are_sent_once_each_in_bounded_chunks() -> TestResult {
 }
 
 #[tokio::test]
+async fn a_shipper_started_before_ray_waits_for_its_directory() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let ray_dir = dir.path().join("ray");
+    let settings = ShipSettings {
+        ray_dir: ray_dir.clone(),
+        node_id: None,
+        state_file: ray_dir.join("afterglow-ship-logs.json"),
+        chunk_bytes: 1024,
+    };
+    let sink = Recorder::default();
+    let mut shipper = Shipper::new(settings)?;
+    let waiting = shipper.pass(&sink).await?;
+    assert!(waiting.awaiting_ray);
+    assert_eq!(waiting.chunks, 0);
+    assert!(!ray_dir.exists(), "the shipper made Ray's directory itself");
+
+    // `ray start` makes the directory and a session: the same shipper ships it.
+    let logs = ray_dir.join(SESSION).join("logs");
+    std::fs::create_dir_all(&logs)?;
+    std::fs::write(
+        ray_dir
+            .join(SESSION)
+            .join(format!("metrics_agent_port_{}", node_id())),
+        "4000",
+    )?;
+    std::fs::write(logs.join("worker-a-01000000-1.out"), "hello\n")?;
+    let shipped = shipper.pass(&sink).await?;
+    assert!(!shipped.awaiting_ray);
+    assert_eq!(sink.file("worker-a-01000000-1.out"), b"hello\n");
+    assert!(ray_dir.join("afterglow-ship-logs.json").is_file());
+    Ok(())
+}
+
+#[tokio::test]
 async fn a_restarted_shipper_neither_resends_nor_skips() -> TestResult {
     let node = Node::new()?;
     let sink = Recorder::default();

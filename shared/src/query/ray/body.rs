@@ -199,6 +199,8 @@ impl RowBudget {
                     bytes,
                     content_type: "application/json",
                     gzipped: true,
+                    attachment: None,
+                    failed: false,
                 })
             }
         }
@@ -227,6 +229,8 @@ pub struct RayBody {
     bytes: Vec<u8>,
     content_type: &'static str,
     gzipped: bool,
+    attachment: Option<String>,
+    failed: bool,
 }
 
 impl RayBody {
@@ -240,6 +244,49 @@ impl RayBody {
     /// to be sent as its `Content-Encoding`.
     pub fn content_encoding(&self) -> Option<&'static str> {
         self.gzipped.then_some("gzip")
+    }
+
+    /// `attachment; filename="…"` when Ray's answer is a download (a log file, a timeline asked
+    /// for with `download=1`), to be sent as its `Content-Disposition`: the browser then saves
+    /// the file instead of opening it.
+    pub fn content_disposition(&self) -> Option<String> {
+        self.attachment
+            .as_ref()
+            .map(|name| format!("attachment; filename=\"{name}\""))
+    }
+
+    /// The same body, to be saved as `name`. Characters that cannot stand in a quoted header
+    /// parameter (controls, quotes, backslashes: the name comes from the query string) become
+    /// `_`.
+    pub(super) fn attached_as(self, name: &str) -> Self {
+        let name = name
+            .chars()
+            .map(|c| {
+                if c.is_control() || c == '"' || c == '\\' {
+                    '_'
+                } else {
+                    c
+                }
+            })
+            .collect();
+        Self {
+            attachment: Some(name),
+            ..self
+        }
+    }
+
+    /// Whether Ray answers this with 500 (with Ray's envelope saying why): what a live cluster
+    /// answers when it cannot reach a part it is asked about, such as Prometheus.
+    pub fn failed(&self) -> bool {
+        self.failed
+    }
+
+    /// The same body, answered as a failure ([`Self::failed`]).
+    pub(super) fn into_failure(self) -> Self {
+        Self {
+            failed: true,
+            ..self
+        }
     }
 
     /// The body.
@@ -259,6 +306,8 @@ impl RayBody {
                 bytes,
                 content_type: "application/json",
                 gzipped: false,
+                attachment: None,
+                failed: false,
             })
             .map_err(|err| QueryError::Internal(format!("writing a Ray answer: {err}")))
     }
@@ -269,6 +318,8 @@ impl RayBody {
             bytes,
             content_type: "text/plain; charset=utf-8",
             gzipped: false,
+            attachment: None,
+            failed: false,
         }
     }
 
@@ -298,6 +349,8 @@ impl RayBody {
             bytes,
             content_type: "application/json",
             gzipped: false,
+            attachment: None,
+            failed: false,
         })
     }
 }

@@ -14,6 +14,7 @@ use crate::merge::entities::{
 };
 use crate::query::read::entity_records::records;
 use crate::query::read::params::Scope;
+use crate::query::redaction::{redact_runtime_env, redact_serialized_runtime_env};
 use crate::query::{QueryEngine, QueryError};
 use crate::tables::entities::EntityKind;
 
@@ -227,7 +228,10 @@ fn job_details(job: &JobRecord, node_ips: &Map<String, Json>) -> Json {
         "start_time": ms(job.start_ns()).unwrap_or(0),
         "end_time": ms(job.end_ns()).unwrap_or(0),
         "metadata": definition.map_or_else(|| json!({}), |d| parsed(&d.metadata)),
-        "runtime_env": definition.map_or_else(|| json!({}), |d| parsed(&d.serialized_runtime_env)),
+        // `env_vars` values masked, as Ray's job routes mask them for its dashboard.
+        "runtime_env": redact_runtime_env(
+            definition.map_or_else(|| json!({}), |d| parsed(&d.serialized_runtime_env)),
+        ),
         "driver_agent_http_address": null,
         // Ray names the driver's node only for jobs submitted through its job API.
         "driver_node_id": definition
@@ -254,7 +258,9 @@ fn actor_state(actor: &ActorRecord) -> Json {
         "node_id": actor.node_id(),
         "pid": actor.pid().unwrap_or(0),
         "ray_namespace": text(|d| d.ray_namespace.clone()),
-        "serialized_runtime_env": text(|d| d.serialized_runtime_env.clone()),
+        "serialized_runtime_env": definition
+            .map(|d| redact_serialized_runtime_env(&d.serialized_runtime_env))
+            .unwrap_or_default(),
         "required_resources": definition.map_or_else(|| json!({}), |d| parsed(&d.required_resources)),
         "death_cause": death_cause,
         "is_detached": definition.is_some_and(|d| d.is_detached),

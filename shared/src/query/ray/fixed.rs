@@ -40,7 +40,12 @@ pub(super) fn fixed_answer(route: FixedRoute, session: &str) -> Json {
         FixedRoute::RuntimeEnvRedaction => ok("", json!({"redactionEnabled": true})),
         // "Disabled" hides the metrics cards instead of showing an error.
         FixedRoute::GrafanaHealth => ok("Grafana disabled", json!({"grafanaHost": "DISABLED"})),
-        FixedRoute::PrometheusHealth => ok("prometheus running", json!({})),
+        // As a cluster without Prometheus answers (with 500, [`answered_as_failure`]): the
+        // metrics and Serve pages then say to set up Prometheus and Grafana instead of framing
+        // Grafana's disabled host.
+        FixedRoute::PrometheusHealth => json!({"result": false,
+            "msg": "prometheus healthcheck failed.",
+            "data": {"reason": "a history kept by Afterglow has no Prometheus"}}),
         FixedRoute::ServeApplications => json!({"controller_info": {}, "proxies": {},
             "applications": {}, "target_capacity": null}),
         FixedRoute::Datasets => json!({"datasets": []}),
@@ -53,4 +58,10 @@ pub(super) fn fixed_answer(route: FixedRoute, session: &str) -> Json {
             Vec::new(),
         ),
     }
+}
+
+/// Whether Ray answers `route` with 500: Prometheus's health, which a live cluster without
+/// Prometheus fails.
+pub(super) fn answered_as_failure(route: FixedRoute) -> bool {
+    route == FixedRoute::PrometheusHealth
 }

@@ -9,6 +9,7 @@
 use serde_json::{Map, Value as Json, json};
 
 use super::body::RayBody;
+use super::value;
 use crate::keys::{ClusterName, LogFile, LogFileName, NodeId, SessionName};
 use crate::query::read::entity_records::records;
 use crate::query::read::params::Scope;
@@ -195,13 +196,6 @@ async fn actor_worker(
             "actor {id} never reported the node and process it ran in"
         ))),
     }
-}
-
-fn value<'a>(pairs: &'a [(String, String)], key: &str) -> Option<&'a str> {
-    pairs
-        .iter()
-        .find(|(name, _)| name == key)
-        .map(|(_, value)| value.as_str())
 }
 
 /// The node a log request names; Ray's own words when it names none.

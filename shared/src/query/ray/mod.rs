@@ -36,15 +36,50 @@ mod tasks;
 
 pub use self::body::RayBody;
 use self::body::{ResponseLimit, list_envelope};
-use self::fixed::{events, fixed_answer};
+use self::fixed::{answered_as_failure, events, fixed_answer};
 use self::route::StateResource;
 pub use self::route::{RayPathError, RayRequest, RayRoute, RayTarget, SessionChoice};
 use crate::query::read::params::Scope;
-use crate::query::read::snapshot::session_stats;
 use crate::query::{QueryEngine, QueryError};
+use crate::tables::catalog::{self, PARALLEL_DOCUMENTS};
 
 /// The Ray release whose routes and shapes are served.
 pub const RAY_VERSION: &str = "2.60.0";
+
+/// The value of the query-string parameter `key` (the first, when it repeats).
+fn value<'a>(pairs: &'a [(String, String)], key: &str) -> Option<&'a str> {
+    pairs
+        .iter()
+        .find(|(name, _)| name == key)
+        .map(|(_, value)| value.as_str())
+}
+
+/// The file name Ray's dashboard saves a download as, as Ray 2.60 names it: a log file always
+/// (`download_filename`, by default `file.txt`), a timeline when asked with `download=1`
+/// (`timeline-{job_id}-{time}.json`, the time in UTC where Ray uses its head node's clock).
+fn download_name(
+    route: &RayRoute,
+    pairs: &[(String, String)],
+    now: chrono::DateTime<chrono::Utc>,
+) -> Option<String> {
+    let param = |key: &str| value(pairs, key);
+    match route {
+        RayRoute::LogFile => Some(param("download_filename").unwrap_or("file.txt").to_owned()),
+        RayRoute::Timeline if param("download") == Some("1") => Some(format!(
+            "timeline-{}-{}.json",
+            param("job_id").unwrap_or("None"),
+            now.format("%Y-%m-%d_%H-%M-%S")
+        )),
+        _ => None,
+    }
+}
+
+/// Most names a 404 lists of the clusters or sessions that are stored, newest first.
+const NAMED_IN_NOT_FOUND: usize = 20;
+
+/// Most cluster documents a 404 for a cluster reads to find clusters with sessions to name: a
+/// mistyped URL must not cost a read of every cluster's document.
+const READ_FOR_NOT_FOUND: usize = 64;
 
 impl QueryEngine {
     /// Answers a Ray route with the query-string `pairs` (repeated keys allowed, as Ray's
@@ -88,6 +123,20 @@ impl QueryEngine {
         pairs: &[(String, String)],
         limit: ResponseLimit,
     ) -> Result<RayBody, QueryError> {
+        let body = self.answer_ray_body(request, pairs, limit).await?;
+        let Some(name) = download_name(&request.route, pairs, chrono::Utc::now()) else {
+            return Ok(body);
+        };
+        Ok(body.attached_as(&name))
+    }
+
+    /// [`Self::answer_ray_within`]'s body, before it is named as a download.
+    async fn answer_ray_body(
+        &self,
+        request: &RayRequest,
+        pairs: &[(String, String)],
+        limit: ResponseLimit,
+    ) -> Result<RayBody, QueryError> {
         let (scope, session) = self.resolve(&request.target).await?;
         let answer = match &request.route {
             RayRoute::List(StateResource::Tasks) => {
@@ -117,47 +166,47 @@ impl QueryEngine {
                  deleted here."
                     .into(),
             )),
-            RayRoute::Fixed(fixed) => Ok(fixed_answer(*fixed, &session)),
+            RayRoute::Fixed(fixed) => {
+                let body = RayBody::from_json(&fixed_answer(*fixed, &session))?;
+                return Ok(if answered_as_failure(*fixed) {
+                    body.into_failure()
+                } else {
+                    body
+                });
+            }
         };
         RayBody::from_json(&answer?)
     }
 
-    /// The scope of one session: the named one, or the one that started last. A cluster or
-    /// session that is not stored is a 404 naming what is.
+    /// The scope of one session: the named one, or the one that started last, from the
+    /// cluster's catalog document alone. A cluster or session that is not stored is a 404
+    /// naming some that are.
     async fn resolve(&self, target: &RayTarget) -> Result<(Scope, String), QueryError> {
         let cluster = target.cluster.to_string();
-        let mut clusters = session_stats(
-            &**self.storage(),
-            &Scope {
-                cluster: Some(target.cluster.clone()),
-                session: None,
-            },
-        )
-        .await?;
-        let Some(sessions) = clusters.remove(&cluster) else {
-            let known = session_stats(&**self.storage(), &Scope::default()).await?;
-            let names: Vec<&str> = known.keys().map(String::as_str).collect();
+        let sessions = catalog::load_cluster(&**self.storage(), &target.cluster)
+            .await?
+            .sessions;
+        if sessions.is_empty() {
             return Err(QueryError::NotFound(format!(
                 "no cluster `{cluster}` in this Afterglow (clusters: {})",
-                if names.is_empty() {
-                    "none yet".to_owned()
-                } else {
-                    names.join(", ")
-                }
+                self.other_clusters(&cluster).await?
             )));
-        };
+        }
+        let newest_first = catalog::newest_first(&sessions);
         let session = match &target.session {
             SessionChoice::Named(name) if sessions.contains_key(name) => name.clone(),
             SessionChoice::Named(name) => {
                 return Err(QueryError::NotFound(format!(
                     "cluster `{cluster}` has no session `{name}` (sessions: {})",
-                    sessions.keys().cloned().collect::<Vec<_>>().join(", ")
+                    some_names(
+                        newest_first.iter().map(|(stored, _)| stored.as_str()),
+                        newest_first.len()
+                    )
                 )));
             }
-            SessionChoice::Latest => sessions
-                .iter()
-                .max_by(|a, b| (a.1.first_ms, a.0).cmp(&(b.1.first_ms, b.0)))
-                .map(|(name, _)| name.clone())
+            SessionChoice::Latest => newest_first
+                .first()
+                .map(|(latest, _)| (*latest).clone())
                 .ok_or_else(|| {
                     QueryError::NotFound(format!("cluster `{cluster}` has no sessions yet"))
                 })?,
@@ -169,5 +218,106 @@ impl QueryEngine {
             },
             session,
         ))
+    }
+
+    /// For a 404's message, the clusters other than `asked` that have sessions, newest first:
+    /// the first [`NAMED_IN_NOT_FOUND`] found among the newest [`READ_FOR_NOT_FOUND`] clusters,
+    /// then how many more there are, or may be among those not read. A cluster whose sessions
+    /// all expired is listed still, and is left out like one never recorded.
+    async fn other_clusters(&self, asked: &str) -> Result<String, QueryError> {
+        let listing = catalog::listing(&**self.storage()).await?;
+        let others: Vec<String> = listing
+            .newest_first()
+            .into_iter()
+            .map(|(name, _)| name)
+            .filter(|name| name != asked)
+            .collect();
+        let mut named: Vec<String> = Vec::new();
+        let mut read = 0;
+        for batch in others.chunks(PARALLEL_DOCUMENTS) {
+            if named.len() >= NAMED_IN_NOT_FOUND || read >= READ_FOR_NOT_FOUND {
+                break;
+            }
+            let documents = listing.documents(self.storage(), batch).await?;
+            read += batch.len();
+            named.extend(
+                batch
+                    .iter()
+                    .zip(&documents)
+                    .filter(|(_, document)| !document.sessions.is_empty())
+                    .map(|(name, _)| name.clone()),
+            );
+        }
+        let unread = others.len().saturating_sub(read);
+        if unread == 0 {
+            return Ok(some_names(named.iter().map(String::as_str), named.len()));
+        }
+        let shown: Vec<&str> = named
+            .iter()
+            .take(NAMED_IN_NOT_FOUND)
+            .map(String::as_str)
+            .collect();
+        let more = named.len().saturating_sub(shown.len()) + unread;
+        if shown.is_empty() {
+            return Ok(format!("none among the newest {read}, up to {more} more"));
+        }
+        Ok(format!("{}, and up to {more} more", shown.join(", ")))
+    }
+}
+
+/// `names` (of `count`) for a 404's message: the first [`NAMED_IN_NOT_FOUND`], then how many
+/// more there are.
+fn some_names<'a>(names: impl Iterator<Item = &'a str>, count: usize) -> String {
+    if count == 0 {
+        return "none yet".to_owned();
+    }
+    let named: Vec<&str> = names.take(NAMED_IN_NOT_FOUND).collect();
+    match count.saturating_sub(named.len()) {
+        0 => named.join(", "),
+        more => format!("{}, and {more} more", named.join(", ")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pairs(query: &[(&str, &str)]) -> Vec<(String, String)> {
+        query
+            .iter()
+            .map(|(key, value)| ((*key).to_owned(), (*value).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn a_download_names_what_it_was_asked_to_and_nothing_breaks_the_header() {
+        let now = chrono::DateTime::from_timestamp(1_764_650_000, 0).unwrap_or_default();
+        let log = |query: &[(&str, &str)]| {
+            let name = download_name(&RayRoute::LogFile, &pairs(query), now)?;
+            RayBody::text(Vec::new())
+                .attached_as(&name)
+                .content_disposition()
+        };
+        assert_eq!(
+            log(&[]).as_deref(),
+            Some("attachment; filename=\"file.txt\"")
+        );
+        assert_eq!(
+            log(&[("download_filename", "a\"b\\c\r\nSet-Cookie: x.log")]).as_deref(),
+            Some("attachment; filename=\"a_b_c__Set-Cookie: x.log\"")
+        );
+        assert_eq!(
+            download_name(&RayRoute::Timeline, &pairs(&[("job_id", "01000000")]), now),
+            None
+        );
+        assert_eq!(
+            download_name(
+                &RayRoute::Timeline,
+                &pairs(&[("job_id", "01000000"), ("download", "1")]),
+                now
+            )
+            .as_deref(),
+            Some("timeline-01000000-2025-12-02_04-33-20.json")
+        );
     }
 }

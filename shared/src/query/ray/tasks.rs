@@ -18,6 +18,7 @@ use crate::query::read::json::{JsonRow, for_each_row, query_as, query_rows};
 use crate::query::read::lookup::task_attempts_indexed;
 use crate::query::read::params::{Scope, TaskFilter, parse_hex};
 use crate::query::read::sql::Sql;
+use crate::query::redaction::redact_serialized_value;
 use crate::query::{QueryEngine, QueryError};
 use crate::tables::entities::EntityKind;
 use crate::tables::report_times;
@@ -272,7 +273,8 @@ fn task_state(mut row: JsonRow, detail: bool) -> Json {
         Json::Null => json!({}),
         resources => resources,
     };
-    let runtime_env = take("serialized_runtime_env");
+    // `env_vars` values masked, as Ray's state API masks them for its dashboard.
+    let runtime_env = redact_serialized_value(take("serialized_runtime_env"));
     let placement_group_id = take("placement_group_id");
     let profile = parsed(take("profile_events"));
     let mut log_info = Map::new();

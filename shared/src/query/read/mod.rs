@@ -3,6 +3,8 @@
 //!
 //! - [`params`]: the query string, parsed strictly into a [`params::Scope`], a
 //!   [`params::TaskFilter`] and a [`params::Cursor`].
+//! - [`catalog`]: the sessions in a scope, and pages of clusters and their sessions, newest
+//!   first, from the catalog alone.
 //! - [`snapshot`]: what one request reads: the sessions in scope and local copies of the live
 //!   files their manifests name.
 //! - [`sql`]: SQL text from fixed pieces and bound values, [`sql::Relation`]s over the files a
@@ -20,6 +22,7 @@
 //! Nothing here reads a route's own parameters or shapes its answer.
 
 pub(crate) mod attempts;
+pub mod catalog;
 pub(crate) mod counts;
 pub(crate) mod entity_records;
 pub mod json;

@@ -1,6 +1,7 @@
 //! What one request reads: the sessions in scope, their manifests, and local copies of the live
-//! files those manifests name. Nothing is listed: the catalog names the sessions and each
-//! manifest names its files, so a request costs one GET per manifest plus the files not cached.
+//! files those manifests name. Nothing is listed: the catalog names the sessions
+//! ([`super::catalog`]) and each manifest names its files, so a request costs the catalog's
+//! documents in scope (one, for a cluster), one GET per manifest, and the files not cached.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -8,13 +9,13 @@ use std::sync::Arc;
 
 use tokio::task::JoinSet;
 
+use super::catalog::session_stats;
 use super::params::Scope;
 use crate::keys::{self, ClusterName, SessionName};
 use crate::query::QueryError;
 use crate::storage::{CachedFiles, FileCache, ObjectKey, Storage};
-use crate::tables::catalog::{self, Catalog};
 use crate::tables::entities::EntityKind;
-use crate::tables::manifest::{self, Manifest, SessionStats};
+use crate::tables::manifest::{self, Manifest};
 use crate::tables::newest::{LocalDeletes, LocalFiles};
 
 /// One session's manifest.
@@ -62,24 +63,16 @@ pub struct IndexedFile {
 /// Cached files held for a query (see [`CachedFiles`]).
 pub type Pins = Arc<CachedFiles<Vec<Option<PathBuf>>>>;
 
-/// Reads the catalog: cluster → session → statistics.
-pub async fn catalog(storage: &dyn Storage) -> Result<Catalog, QueryError> {
-    Ok(catalog::load(storage).await?.0)
-}
-
 /// The manifests of every session in `scope`, fetched in parallel.
 #[tracing::instrument(name = "manifests", skip(storage), fields(sessions = tracing::field::Empty))]
 pub async fn manifests(
     storage: &Arc<dyn Storage>,
     scope: &Scope,
 ) -> Result<Vec<SessionManifest>, QueryError> {
-    let catalog = catalog(&**storage).await?;
+    let in_scope = session_stats(storage, scope).await?;
     let mut loads = JoinSet::new();
-    for (cluster, sessions) in &catalog.clusters {
+    for (cluster, sessions) in &in_scope {
         for session in sessions.keys() {
-            if !scope.includes(cluster, session) {
-                continue;
-            }
             let storage = Arc::clone(storage);
             let cluster = cluster.clone();
             let session = session.clone();
@@ -298,19 +291,6 @@ impl FileRead {
             Self::Delta(index) => bases + index,
         }
     }
-}
-
-/// The statistics of every session in `scope`, from the catalog alone.
-pub async fn session_stats(
-    storage: &dyn Storage,
-    scope: &Scope,
-) -> Result<BTreeMap<String, BTreeMap<String, SessionStats>>, QueryError> {
-    let mut clusters = catalog(storage).await?.clusters;
-    clusters.retain(|cluster, sessions| {
-        sessions.retain(|session, _| scope.includes(cluster, session));
-        !sessions.is_empty()
-    });
-    Ok(clusters)
 }
 
 /// Where a fetched file goes in the [`Snapshot`]: `task_attempts` files by their session (its
