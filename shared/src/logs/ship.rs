@@ -288,9 +288,10 @@ impl Shipper {
                     let on_disk = by_identity.get(&generation.identity);
                     match next_piece(generation, on_disk.copied(), self.settings.chunk_bytes) {
                         Piece::Send { path, from, len } => {
-                            let bytes = match read_at(&path, from, len) {
+                            let bytes = match read_at(&path, generation.identity, from, len) {
                                 Ok(bytes) if !bytes.is_empty() => bytes,
-                                // Gone or shrunk since the scan: the next pass sees why.
+                                // Gone, shrunk or replaced since the scan: the next pass sees
+                                // why.
                                 _ => break,
                             };
                             let chunk = LogChunk {
@@ -492,9 +493,16 @@ fn next_piece(generation: Generation, on_disk: Option<&Found>, chunk_bytes: usiz
     }
 }
 
-/// Up to `len` bytes of the file at `path` from `from`.
-fn read_at(path: &Path, from: u64, len: usize) -> std::io::Result<Vec<u8>> {
+/// Up to `len` bytes from `from` of the file at `path`, if it is still the file the scan found
+/// there (`expected`). A rotation between the scan and the read puts a new file at the path,
+/// whose bytes must not be shipped as the old one's.
+fn read_at(path: &Path, expected: Identity, from: u64, len: usize) -> std::io::Result<Vec<u8>> {
     let mut file = File::open(path)?;
+    if identity(&file.metadata()?) != expected {
+        return Err(std::io::Error::other(
+            "the file was replaced since the scan",
+        ));
+    }
     file.seek(SeekFrom::Start(from))?;
     let mut bytes = Vec::with_capacity(len);
     file.take(len as u64).read_to_end(&mut bytes)?;

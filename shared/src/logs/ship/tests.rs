@@ -181,6 +181,23 @@ async fn a_shipper_started_before_ray_waits_for_its_directory() -> TestResult {
     Ok(())
 }
 
+#[test]
+fn a_file_replaced_between_scan_and_read_is_not_read_as_the_scanned_one() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("worker-a-01000000-1.out");
+    std::fs::write(&path, "old generation\n")?;
+    let scanned = identity(&std::fs::metadata(&path)?);
+    assert_eq!(read_at(&path, scanned, 0, 64)?, b"old generation\n");
+    // Rotated: the old file moved away, a new one created under its name.
+    std::fs::rename(&path, dir.path().join("worker-a-01000000-1.out.1"))?;
+    std::fs::write(&path, "new generation\n")?;
+    assert!(
+        read_at(&path, scanned, 0, 64).is_err(),
+        "the new file's bytes were read as the scanned file's"
+    );
+    Ok(())
+}
+
 #[tokio::test]
 async fn a_restarted_shipper_neither_resends_nor_skips() -> TestResult {
     let node = Node::new()?;
