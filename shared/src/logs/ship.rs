@@ -218,8 +218,9 @@ impl Shipper {
         })
     }
 
-    /// One pass: sends everything appended since the last one, then saves the state. A sink
-    /// that asks to retry stops the pass; what was acknowledged before is saved.
+    /// One pass: sends everything appended since the last one, then saves the state. A file
+    /// the sink asks to retry waits for the next pass while the others are sent, and the pass
+    /// then reports the retry; whatever was acknowledged is saved.
     pub async fn pass(&mut self, sink: &dyn LogSink) -> Result<PassReport, ShipError> {
         let mut report = PassReport::default();
         // The state file is kept in Ray's directory by default, so it cannot be saved either.
@@ -237,6 +238,9 @@ impl Shipper {
         sink: &dyn LogSink,
         report: &mut PassReport,
     ) -> Result<(), ShipError> {
+        // The first file the sink asked to retry, reported when the pass ends: the other files
+        // are still sent, so one file the endpoint cannot take now holds no other back.
+        let mut retry = None;
         let sessions = sessions(&self.settings.ray_dir);
         // Sessions whose folder is gone (Ray's temp dir cleaned) are forgotten.
         if !sessions.is_empty() {
@@ -312,10 +316,11 @@ impl Shipper {
                                     followed.refused = true;
                                 }
                                 Err(SendError::Retry(reason)) => {
-                                    return Err(ShipError::Retry {
+                                    retry.get_or_insert(ShipError::Retry {
                                         file: format!("{session}/{name}"),
                                         reason,
                                     });
+                                    break;
                                 }
                             }
                         }
@@ -350,7 +355,7 @@ impl Shipper {
                 }
             }
         }
-        Ok(())
+        retry.map_or(Ok(()), Err)
     }
 
     /// The node id for `session`: the one configured, or the one its port files name.

@@ -181,6 +181,28 @@ async fn a_shipper_started_before_ray_waits_for_its_directory() -> TestResult {
     Ok(())
 }
 
+#[tokio::test]
+async fn a_file_the_endpoint_cannot_take_now_holds_no_other_back() -> TestResult {
+    let node = Node::new()?;
+    let sink = Recorder::default();
+    let mut shipper = Shipper::new(node.settings(1024))?;
+    node.append("worker-a-01000000-1.out", "a\n")?;
+    node.append("worker-b-01000000-2.out", "b\n")?;
+    // Files are sent in name order: the first send, worker-a's, is asked to retry.
+    sink.then(&[false]);
+    let failed = shipper.pass(&sink).await;
+    assert!(
+        matches!(failed, Err(ShipError::Retry { ref file, .. }) if file.ends_with("worker-a-01000000-1.out")),
+        "{failed:?}"
+    );
+    assert_eq!(sink.file("worker-b-01000000-2.out"), b"b\n");
+    assert_eq!(sink.file("worker-a-01000000-1.out"), b"");
+    shipper.pass(&sink).await?;
+    assert_eq!(sink.file("worker-a-01000000-1.out"), b"a\n");
+    assert_eq!(sink.file("worker-b-01000000-2.out"), b"b\n");
+    Ok(())
+}
+
 #[test]
 fn a_file_replaced_between_scan_and_read_is_not_read_as_the_scanned_one() -> TestResult {
     let dir = tempfile::tempdir()?;
