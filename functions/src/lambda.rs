@@ -118,6 +118,7 @@ pub fn query_service(storage: Arc<S3Storage>, config: &Config) -> anyhow::Result
     let dir = std::env::temp_dir().join("afterglow-query");
     let settings = QuerySettings {
         cache_bytes: config.cache_bytes,
+        copy_budget_bytes: config.copy_budget_bytes,
         ..match config.lambda_memory_mib {
             Some(memory) => QuerySettings::for_lambda(&dir, memory),
             None => QuerySettings::under(&dir),

@@ -13,7 +13,7 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
 use shared::auth::{BearerRefusal, check_bearer};
-use shared::query::ray::{RayPathError, RayRequest};
+use shared::query::ray::{RayPathError, RayRequest, RayRoute};
 use shared::query::{ApiRoute, QueryError};
 use shared::tables::entities::EntityKind;
 
@@ -207,6 +207,10 @@ async fn answer_ray(
                 headers.insert(header::CONTENT_DISPOSITION, disposition);
             }
             response
+        }
+        // Ray's own page for a stored session: a bare 404, so Ray's dashboard serves it.
+        Err(QueryError::NotFound(_)) if request.route == RayRoute::Page => {
+            StatusCode::NOT_FOUND.into_response()
         }
         Err(err) => ray_error(status_of(&err), &err.to_string()),
     }

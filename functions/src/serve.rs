@@ -150,7 +150,10 @@ pub async fn run_cli(args: ServeArgs, config: Config) -> anyhow::Result<()> {
         ingest_keys,
         ingest_limits: config.ingest_limits,
         compaction: Some(queue.clone()),
-        query: Some(QuerySettings::under(&scratch.path().join("query"))),
+        query: Some(QuerySettings {
+            copy_budget_bytes: config.copy_budget_bytes,
+            ..QuerySettings::under(&scratch.path().join("query"))
+        }),
         query_token: config.query_token,
         grafana_url: config.grafana_url,
     };

@@ -111,6 +111,9 @@ pub struct Config {
     pub tables_retention: Option<Duration>,
     /// Most bytes of table files kept in a local cache; `None`: no limit.
     pub cache_bytes: Option<u64>,
+    /// Most bytes of table files one query request may copy (see
+    /// [`crate::query::QuerySettings::copy_budget_bytes`]).
+    pub copy_budget_bytes: u64,
     /// Most bytes compaction keeps between runs of where stored attempts are (0: none).
     pub stored_keys_bytes: u64,
     /// The Grafana dashboard the page links node and worker ids to, if configured.
@@ -236,6 +239,12 @@ impl Config {
             })
             .transpose()?;
 
+        let copy_budget_bytes = match get("AFTERGLOW_QUERY_COPY_MIB") {
+            None => crate::query::COPY_BUDGET_BYTES,
+            text => (parse_count("AFTERGLOW_QUERY_COPY_MIB", text, 0)? as u64)
+                .saturating_mul(1024 * 1024),
+        };
+
         let stored_keys_bytes = match get("AFTERGLOW_STORED_KEYS_MIB") {
             None => crate::tables::stored_keys::DEFAULT_BUDGET,
             Some(text) => match text.trim().parse::<u64>() {
@@ -279,6 +288,7 @@ impl Config {
         Ok(Self {
             storage,
             cache_bytes,
+            copy_budget_bytes,
             stored_keys_bytes,
             grafana_url,
             fold_quiet,

@@ -60,6 +60,8 @@ pub struct SynthSettings {
     pub seed: u64,
     /// Mean time between task submissions, in microseconds.
     pub mean_gap_us: u64,
+    /// When the session starts (ms since the epoch).
+    pub start_ms: i64,
 }
 
 impl Default for SynthSettings {
@@ -78,6 +80,7 @@ impl Default for SynthSettings {
             profile: false,
             seed: 1,
             mean_gap_us: 1000,
+            start_ms: START_MS,
         }
     }
 }
@@ -160,8 +163,8 @@ pub struct Generator {
     failed: Option<SynthError>,
 }
 
-/// 2026-11-22T00:00:00Z, the synthetic session's start.
-const START_NS: i64 = 1_795_305_600_000_000_000;
+/// 2026-11-22T00:00:00Z, the default start of a synthetic session.
+pub const START_MS: i64 = 1_795_305_600_000;
 
 impl Generator {
     /// A generator for `settings`.
@@ -180,7 +183,7 @@ impl Generator {
             workers: Vec::new(),
             jobs: Vec::new(),
             ready: VecDeque::new(),
-            clock_ns: START_NS,
+            clock_ns: settings.start_ms.saturating_mul(1_000_000),
             phase: Phase::Start,
             truth: Truth {
                 session_name: session.clone(),

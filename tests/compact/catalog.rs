@@ -32,6 +32,7 @@ fn stats_of(cluster: i64, session: i64) -> SessionStats {
         attempts: (cluster * 100 + session) as u64,
         first_ms: Some(first),
         last_ms: Some(first + 30_000),
+        ..SessionStats::default()
     }
 }
 
@@ -179,6 +180,7 @@ async fn the_single_document_is_moved_by_the_first_record(
         attempts: FIXTURE_ATTEMPTS,
         first_ms: Some(FIXTURE_FIRST_MS),
         last_ms: Some(FIXTURE_LAST_MS),
+        ..SessionStats::default()
     };
     let read = catalog::load(&storage).await?;
     ensure!(

@@ -25,6 +25,7 @@ fn stats(attempts: u64, first_ms: i64) -> SessionStats {
         attempts,
         first_ms: Some(first_ms),
         last_ms: Some(first_ms + 500),
+        ..SessionStats::default()
     }
 }
 

@@ -375,6 +375,7 @@ async fn rollups_count_what_a_scan_counts() -> anyhow::Result<()> {
             rollups: true,
             ..Default::default()
         },
+        u64::MAX,
     )
     .await?;
     ensure!(

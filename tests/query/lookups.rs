@@ -424,7 +424,7 @@ async fn lookup_cases(
         key_indexes: true,
         ..Needs::default()
     };
-    let stored = snapshot(storage, &cache, &Scope::default(), needs).await?;
+    let stored = snapshot(storage, &cache, &Scope::default(), needs, u64::MAX).await?;
     ensure!(
         stored.key_indexes.is_some(),
         "every base and delta was written with its key index"

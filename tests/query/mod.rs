@@ -20,10 +20,14 @@
 //!   clusters once, at most 64 cluster documents read a page), a large cluster is paged (and
 //!   Ray's `latest` found) from its own catalog document alone, and a store whose catalog is the
 //!   single document an earlier build wrote is still listed.
+//! - `history`: reads over many sessions: a time range reads only the sessions created in it,
+//!   a scope over the copy budget is refused before anything is copied, the table pages newest
+//!   session first reading only what a page needs, cluster-wide counts sum the sessions'.
 
 mod agreement;
 mod clusters;
 mod counts;
+mod history;
 mod lookups;
 mod serving;
 mod table_files;

@@ -79,7 +79,7 @@ async fn reading_without_superseded_rows_equals_reading_by_key() -> anyhow::Resu
         attempts: true,
         ..Needs::default()
     };
-    let by_position = snapshot(&storage, &cache, &Scope::default(), needs).await?;
+    let by_position = snapshot(&storage, &cache, &Scope::default(), needs, u64::MAX).await?;
     let vectors = by_position
         .task_attempts
         .deletes
@@ -163,7 +163,7 @@ async fn reading_without_superseded_rows_equals_reading_by_key() -> anyhow::Resu
             }
         })
         .await?;
-    let legacy = snapshot(&storage, &cache, &Scope::default(), needs).await?;
+    let legacy = snapshot(&storage, &cache, &Scope::default(), needs, u64::MAX).await?;
     ensure!(legacy.task_attempts.deletes.is_none());
     let after = engine.answer(&ApiRoute::Summary, &[]).await?;
     ensure!(

@@ -78,6 +78,7 @@ async fn pagination_visits_every_row_exactly_once_in_every_order() -> anyhow::Re
         .as_u64()
         .context("total")?;
     let mut nulls = 0;
+    let mut walked: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for (sort, order, limit) in ["creation", "duration"]
         .into_iter()
         .flat_map(|sort| ["desc", "asc"].map(|order| (sort, order)))
@@ -113,18 +114,39 @@ async fn pagination_visits_every_row_exactly_once_in_every_order() -> anyhow::Re
             } else {
                 "duration_ms"
             };
-            // Nulls sort below every value.
-            let values: Vec<i64> = rows
-                .iter()
-                .map(|row| row[field].as_i64().unwrap_or(i64::MIN))
-                .collect();
-            nulls += values.iter().filter(|value| **value == i64::MIN).count();
-            let sorted = values.windows(2).all(|pair| {
-                if order == "desc" {
-                    pair[0] >= pair[1]
-                } else {
-                    pair[0] <= pair[1]
+            // A page spanning sessions walks them one after the other (newest first when
+            // descending), each in the order asked; nulls sort below every value.
+            let mut blocks: Vec<(String, Vec<i64>)> = Vec::new();
+            for row in &rows {
+                let session = format!("{}/{}", row["cluster"], row["session_name"]);
+                let value = row[field].as_i64().unwrap_or(i64::MIN);
+                match blocks.last_mut() {
+                    Some((last, values)) if *last == session => values.push(value),
+                    _ => blocks.push((session, vec![value])),
                 }
+            }
+            let order_of_blocks: Vec<&String> = blocks.iter().map(|(session, _)| session).collect();
+            ensure!(
+                order_of_blocks.len() == 2,
+                "{sort} {order} by {limit}: sessions interleaved: {order_of_blocks:?}"
+            );
+            walked.insert(
+                order.to_owned(),
+                order_of_blocks.iter().map(|s| (*s).clone()).collect(),
+            );
+            nulls += blocks
+                .iter()
+                .flat_map(|(_, values)| values)
+                .filter(|value| **value == i64::MIN)
+                .count();
+            let sorted = blocks.iter().all(|(_, values)| {
+                values.windows(2).all(|pair| {
+                    if order == "desc" {
+                        pair[0] >= pair[1]
+                    } else {
+                        pair[0] <= pair[1]
+                    }
+                })
             });
             ensure!(sorted, "{sort} {order} by {limit}: rows out of order");
         }
@@ -132,6 +154,33 @@ async fn pagination_visits_every_row_exactly_once_in_every_order() -> anyhow::Re
     ensure!(
         nulls > 0,
         "no attempt without a time: the null orders went untried"
+    );
+    let (desc, asc) = (&walked["desc"], &walked["asc"]);
+    let mut started: Vec<(i64, String)> = Vec::new();
+    for cluster in api.ok("/api/clusters").await?["clusters"]
+        .as_array()
+        .context("clusters")?
+    {
+        for session in cluster["sessions"].as_array().context("sessions")? {
+            let first_ms = session["first_ms"].as_i64().context("first_ms")?;
+            started.push((
+                first_ms,
+                format!("{}/{}", cluster["cluster"], session["session_name"]),
+            ));
+        }
+    }
+    started.sort();
+    ensure!(
+        started
+            .iter()
+            .rev()
+            .map(|(_, session)| session)
+            .eq(desc.iter()),
+        "descending pages walk the newest session first: {desc:?}, started {started:?}"
+    );
+    ensure!(
+        desc.iter().rev().eq(asc.iter()),
+        "ascending pages walk the sessions in the reverse order: {desc:?}, {asc:?}"
     );
     // Filters page too: FAILED attempts only, every one of them.
     let failed = api

@@ -262,5 +262,37 @@ async fn bad_requests_get_rays_error_shape_and_what_is_not_a_route_is_left_to_ra
         let (status, body) = get(&served, &format!("/ray/basic-workload/latest{path}")).await?;
         ensure!(status == 404 && body.is_null(), "{path}: {status} {body}");
     }
+    // The dashboard's page of a cluster or session that is not stored: not a 404, after which
+    // Ray's proxy would show its own empty cluster, but a page that says so and names a
+    // cluster that is stored.
+    for (path, words) in [
+        ("/ray/no-such-cluster/", "no cluster `no-such-cluster`"),
+        (
+            "/ray/no-such-cluster/latest/index.html",
+            "no cluster `no-such-cluster`",
+        ),
+        (
+            "/ray/basic-workload/session_1999-01-01_00-00-00_0_0/",
+            "has no session `session_1999-01-01_00-00-00_0_0`",
+        ),
+    ] {
+        let response = reqwest::get(format!("{}{path}", served.server.url)).await?;
+        let status = response.status().as_u16();
+        let media = response
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|value| value.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        let page = response.text().await?;
+        ensure!(
+            status == 200 && media.starts_with("text/html"),
+            "{path}: {status} {media}"
+        );
+        ensure!(
+            page.contains(words) && page.contains("basic-workload"),
+            "{path}: {page}"
+        );
+    }
     Ok(())
 }

@@ -5,7 +5,8 @@
 //! hands the compact function, measures the stored bytes, then times each dashboard route cold
 //! (a fresh engine) and warm (p50/p95 over repeats) and the query phase's peak memory. The
 //! report (typed in `report.rs`) is JSON on stdout; a readable table goes to stderr, beside
-//! the targets (docs/performance.md, "Targets").
+//! the targets (docs/performance.md, "Targets"). With `--sessions`, the whole history instead
+//! (`history.rs`).
 
 use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
@@ -28,6 +29,7 @@ use crate::progress;
 
 mod cost;
 mod counting;
+mod history;
 mod report;
 mod routes;
 mod stats;
@@ -76,6 +78,14 @@ pub struct BenchArgs {
     /// With --query-only: fold the deltas into the base first (`afterglow compact --fold`).
     #[arg(long, requires = "query_only")]
     pub fold: bool,
+    /// Reads over the whole history instead: this many sessions of --tasks attempts each, an
+    /// hour apart, over --clusters clusters; times the cluster-wide and fleet-wide routes and
+    /// reports the bytes each copies (with --query-only: over the sessions a run left).
+    #[arg(long, value_name = "N", conflicts_with_all = ["compact_only", "session", "fold"])]
+    pub sessions: Option<usize>,
+    /// With --sessions: the clusters they are spread over.
+    #[arg(long, value_name = "C", default_value_t = 20, requires = "sessions")]
+    pub clusters: usize,
 }
 
 /// The cluster name the synthetic traffic is filed under.
@@ -83,6 +93,9 @@ const CLUSTER: &str = "bench";
 
 /// Runs the benchmark and prints its report.
 pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
+    if let Some(sessions) = args.sessions {
+        return history::run(&args, sessions).await;
+    }
     if args.query_only {
         return query_only(&args).await;
     }

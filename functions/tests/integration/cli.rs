@@ -68,6 +68,50 @@ fn help_lists_the_commands_and_flags() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `bench --sessions` builds a history of several clusters and reports every probe, each cold
+/// one having copied its sessions' files into the query cache as the query function copies
+/// them from S3.
+#[test]
+fn bench_over_the_history_reports_what_each_read_copied() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let output = afterglow()?
+        .args([
+            "bench",
+            "--sessions",
+            "3",
+            "--clusters",
+            "2",
+            "--tasks",
+            "300",
+        ])
+        .args(["--repeat", "1", "--dir"])
+        .arg(dir.path())
+        .output()?;
+    ensure!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout)?;
+    ensure!(
+        report["sessions"] == 3 && report["clusters"] == 2,
+        "{report}"
+    );
+    let probes = report["probes"].as_array().context("probes")?;
+    ensure!(probes.len() == 6, "{report}");
+    for probe in probes {
+        ensure!(
+            probe["refused"].is_null()
+                && probe["warm"]["n"] == 1
+                && probe["copied_bytes"]
+                    .as_u64()
+                    .is_some_and(|bytes| bytes > 0),
+            "{probe}"
+        );
+    }
+    Ok(())
+}
+
 #[test]
 fn a_bad_variable_is_named_in_the_error() -> anyhow::Result<()> {
     let output = afterglow()?

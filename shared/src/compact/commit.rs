@@ -49,6 +49,8 @@ impl Compactor {
                 .await?;
             next.stats
                 .include_span(batch.span.first_ms, batch.span.last_ms);
+            next.stats
+                .include_created(batch.span.first_created_ms, batch.span.last_created_ms);
             rows += self
                 .next_entities(cluster, session, batch.entities, &mut next, &mut written)
                 .await?;
@@ -247,18 +249,19 @@ impl Compactor {
         next.set_failures(&failures);
         if rows > 0 {
             let deletes = if superseded > 0 {
-                self.upload(&deletes_path, &deletes_key).await?;
+                let bytes = self.upload(&deletes_path, &deletes_key).await?;
                 written.push(deletes_key.clone());
                 Deletes {
                     key: Some(deletes_key.clone()),
                     rows: superseded,
+                    bytes: Some(bytes),
                 }
             } else {
                 Deletes::default()
             };
-            self.upload(&rollup_path, &rollup_key).await?;
+            let rollup_bytes = self.upload(&rollup_path, &rollup_key).await?;
             written.push(rollup_key.clone());
-            self.upload(&index_path, &index_key).await?;
+            let key_index_bytes = self.upload(&index_path, &index_key).await?;
             written.push(index_key.clone());
             let bytes = self.upload(&delta_path, &delta_key).await?;
             written.push(delta_key.clone());
@@ -271,6 +274,8 @@ impl Compactor {
                 rollup_format: Some(rollup::FORMAT),
                 rollup_covers: Some(u32::try_from(covers).unwrap_or(u32::MAX)),
                 key_index: Some(index_key),
+                rollup_bytes: Some(rollup_bytes),
+                key_index_bytes: Some(key_index_bytes),
             });
         }
         let _ = tokio::fs::remove_file(&delta_path).await;
@@ -385,6 +390,8 @@ impl Compactor {
                     rollup_format: None,
                     rollup_covers: None,
                     key_index: None,
+                    rollup_bytes: None,
+                    key_index_bytes: None,
                 },
             );
             if let Some(old) = replaced {

@@ -21,8 +21,8 @@ use super::seen::SeenEvents;
 use super::{CompactError, Compactor, now_ms};
 use crate::event::RayEvent;
 use crate::keys::{self, ClusterName, SessionName};
-use crate::merge::SessionTasks;
 use crate::merge::entities::SessionEntities;
+use crate::merge::{SessionTasks, TaskAttempt};
 use crate::raw::key::raw_object_time_ms;
 use crate::raw::read::{QuarantinedLine, RawError, RawObject, read_raw};
 use crate::storage::{ObjectKey, PutMode};
@@ -201,9 +201,16 @@ impl Compactor {
             let SessionEvents {
                 tasks,
                 entities,
-                span,
+                mut span,
                 objects,
             } = collected;
+            for created in tasks
+                .attempts
+                .values()
+                .filter_map(TaskAttempt::creation_time_ms)
+            {
+                span.include_created(Some(created), Some(created));
+            }
             let tasks = Arc::new(tasks);
             let batch = SessionBatch {
                 tasks: &tasks,

@@ -39,7 +39,15 @@ pub struct QuerySettings {
     /// Most bytes of small sessions' rows kept in memory for task lookups (see
     /// [`resident`]); 0: none.
     pub resident_bytes: u64,
+    /// Most bytes of table files one request may copy from storage: a wider scope is refused
+    /// with a 400 naming narrower filters, before anything is copied, rather than filling the
+    /// disk or outlasting the deadline. A local store's files are read in place and count
+    /// nothing.
+    pub copy_budget_bytes: u64,
 }
+
+/// The default of [`QuerySettings::copy_budget_bytes`].
+pub const COPY_BUDGET_BYTES: u64 = 64 << 20;
 
 impl QuerySettings {
     /// Settings with everything under `dir`, DuckDB's own defaults, and a 25 s deadline (API
@@ -55,6 +63,7 @@ impl QuerySettings {
             response_bytes: 512 * 1024 * 1024,
             cache_bytes: None,
             resident_bytes: 128 * 1024 * 1024,
+            copy_budget_bytes: COPY_BUDGET_BYTES,
         }
     }
 
@@ -95,6 +104,8 @@ pub struct QueryEngine {
     resident_reads: AtomicU64,
     /// Footers of the files task lookups read with the parquet crate.
     pub(super) footers: Arc<crate::tables::task_block::Footers>,
+    /// Bytes of table files copied into the cache (see [`Self::copied_bytes`]).
+    copied_bytes: AtomicU64,
 }
 
 impl QueryEngine {
@@ -143,8 +154,15 @@ impl QueryEngine {
             resident: Arc::new(resident::ResidentRows::new(settings.resident_bytes)),
             resident_reads: AtomicU64::new(0),
             footers: Arc::default(),
+            copied_bytes: AtomicU64::new(0),
             settings,
         })
+    }
+
+    /// Bytes of table files the routes' reads copied from storage into the cache, since the
+    /// engine opened (a local store's files are read in place and copy nothing).
+    pub fn copied_bytes(&self) -> u64 {
+        self.copied_bytes.load(Ordering::Relaxed)
     }
 
     /// How many requests the summary and aggregates answered from rollups instead of
@@ -260,7 +278,17 @@ impl QueryEngine {
         scope: &params::Scope,
         needs: snapshot::Needs,
     ) -> Result<snapshot::Snapshot, QueryError> {
-        snapshot::snapshot(&self.storage, &self.cache, scope, needs).await
+        let snapshot = snapshot::snapshot(
+            &self.storage,
+            &self.cache,
+            scope,
+            needs,
+            self.settings.copy_budget_bytes,
+        )
+        .await?;
+        let copied = snapshot.pins.as_ref().map_or(0, |pins| pins.copied());
+        self.copied_bytes.fetch_add(copied, Ordering::Relaxed);
+        Ok(snapshot)
     }
 
     /// A connection of its own to the engine's database.

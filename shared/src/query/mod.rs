@@ -48,7 +48,7 @@ mod tasks;
 mod timeline;
 
 pub use self::aggregates::BUCKET_BOUNDS_MS;
-pub use self::engine::{QueryEngine, QuerySettings};
+pub use self::engine::{COPY_BUDGET_BYTES, QueryEngine, QuerySettings};
 pub use self::logs::TaskLog;
 
 use std::time::Duration;

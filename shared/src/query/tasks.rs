@@ -3,13 +3,13 @@
 
 use serde_json::{Map, Value as Json, json};
 
-use super::read::attempts::{attempts_relation, filtered_relation};
+use super::read::attempts::attempts_relation;
 use super::read::json::{JsonRow, query_rows};
 use super::read::lookup::task_attempts_indexed;
-use super::read::page::{page_cursor, task_position};
-use super::read::params::{Cursor, Params, Scope, TaskFilter, parse_hex};
+use super::read::params::{Params, Scope, TaskFilter, parse_hex};
+use super::read::session_walk::WalkedPage;
 use super::read::sql::{Relation, Sql, task_conditions};
-use super::read::task_page::{TIE_BREAK, TaskPage, TaskSort};
+use super::read::task_page::TaskSort;
 use super::redaction::redact_serialized_value;
 use super::{QueryEngine, QueryError};
 use crate::tables::task_attempts::status_columns;
@@ -63,33 +63,19 @@ pub(super) async fn tasks(
         if descending { "desc" } else { "asc" }
     );
     let cursor = params.cursor(&kind)?;
-    let Some(relation) = filtered_relation(engine, &filter).await? else {
-        return Ok(json!({"tasks": [], "next": null}));
-    };
     let mut columns: Vec<&'static str> = ROW_COLUMNS.to_vec();
     if with_error {
         columns.push("error_message");
     }
-    let after = cursor
-        .as_ref()
-        .map(|cursor| task_position(&cursor.after))
-        .transpose()?;
-    let page = TaskPage {
+    let page = WalkedPage {
         filter: &filter,
         sort,
         descending,
         limit,
-        after,
         columns: &columns,
+        kind: &kind,
     };
-    let mut rows = page.rows(engine, &relation).await?;
-    let next = page_cursor(&mut rows, limit, |last| Cursor {
-        kind: kind.clone(),
-        after: std::iter::once("sort_key")
-            .chain(TIE_BREAK)
-            .map(|column| last.get(column).cloned().unwrap_or(Json::Null))
-            .collect(),
-    });
+    let (mut rows, next) = page.read(engine, cursor.as_ref()).await?;
     for row in &mut rows {
         row.remove("sort_key");
     }

@@ -46,12 +46,18 @@ pub struct CachedFiles<T> {
     files: T,
     pinned: Vec<PathBuf>,
     held: Arc<Mutex<Held>>,
+    copied: u64,
 }
 
 impl<T> CachedFiles<T> {
     /// The files.
     pub fn files(&self) -> &T {
         &self.files
+    }
+
+    /// Bytes this call copied from storage (the files that were not cached yet).
+    pub fn copied(&self) -> u64 {
+        self.copied
     }
 }
 
@@ -186,6 +192,7 @@ impl FileCache {
             files: paths,
             pinned: std::mem::take(&mut fetched.pinned),
             held: Arc::clone(&self.held),
+            copied: fetched.copied,
         })
     }
 
@@ -216,6 +223,7 @@ impl FileCache {
             files: Vec::new(),
             pinned: Vec::new(),
             held: Arc::clone(&self.held),
+            copied: 0,
         };
         for key in keys {
             if let Some(path) = self.storage.local_path(key) {
@@ -261,6 +269,7 @@ impl FileCache {
                         joined.map_err(|err| StorageError::backend(self.dir.display(), err))?;
                     match fetched {
                         Ok(size) => {
+                            answer.copied += size;
                             if let Some(Some(path)) = paths.get(index) {
                                 let mut held = lock(&self.held);
                                 held.clock += 1;

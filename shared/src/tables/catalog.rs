@@ -238,6 +238,7 @@ fn newest_of(known: &SessionStats, recorded: &SessionStats) -> SessionStats {
     let mut newest = known.clone();
     newest.attempts = known.attempts.max(recorded.attempts);
     newest.include_span(recorded.first_ms, recorded.last_ms);
+    newest.include_created(recorded.first_created_ms, recorded.last_created_ms);
     newest
 }
 
@@ -567,6 +568,7 @@ mod tests {
             attempts,
             first_ms: Some(first_ms),
             last_ms: Some(last_ms),
+            ..SessionStats::default()
         }
     }
 

@@ -46,9 +46,36 @@ pub struct DataFile {
     /// session with such a file is looked up by scanning).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key_index: Option<ObjectKey>,
+    /// The size of `rollup`; `None` when written by a build that did not record it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollup_bytes: Option<u64>,
+    /// The size of `key_index`; `None` when written by a build that did not record it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_index_bytes: Option<u64>,
 }
 
 impl DataFile {
+    /// The size of `key`, one of this file's objects ([`Self::keys`]). Where the manifest
+    /// does not record it, the data file's own size stands in: every companion object holds
+    /// less than the rows it describes, so a read's planned bytes are never underestimated.
+    pub fn size_of(&self, key: &ObjectKey) -> u64 {
+        let recorded = if self.rollup.as_ref() == Some(key) {
+            self.rollup_bytes
+        } else if self.key_index.as_ref() == Some(key) {
+            self.key_index_bytes
+        } else if self
+            .deletes
+            .as_ref()
+            .and_then(|deletes| deletes.key.as_ref())
+            == Some(key)
+        {
+            self.deletes.as_ref().and_then(|deletes| deletes.bytes)
+        } else {
+            Some(self.bytes)
+        };
+        recorded.unwrap_or(self.bytes)
+    }
+
     /// The objects this file consists of: its data, and its deletion vector, rollup and key
     /// index if it has them.
     pub fn keys(&self) -> impl Iterator<Item = &ObjectKey> {
@@ -95,6 +122,9 @@ pub struct Deletes {
     pub key: Option<ObjectKey>,
     /// Pairs in it.
     pub rows: u64,
+    /// The vector's size; `None` when written by a build that did not record it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
 }
 
 /// The files of one table: one base (possibly several files) and the deltas written
@@ -239,19 +269,43 @@ pub struct SessionStats {
     pub first_ms: Option<i64>,
     /// Latest event time seen (ms since the epoch).
     pub last_ms: Option<i64>,
+    /// Earliest creation time (`creation_time_ms`) of an attempt. A time range on creation
+    /// leaves out a session whose attempts were all created outside it; `None` (no attempt
+    /// with a creation time, or recorded by a build that did not keep it) never does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_created_ms: Option<i64>,
+    /// Latest creation time of an attempt (see [`Self::first_created_ms`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_created_ms: Option<i64>,
 }
 
 impl SessionStats {
+    /// Widens the span of creation times to include `first..=last`.
+    pub fn include_created(&mut self, first: Option<i64>, last: Option<i64>) {
+        self.first_created_ms = widen(self.first_created_ms, first, i64::min);
+        self.last_created_ms = widen(self.last_created_ms, last, i64::max);
+    }
+
+    /// True when an attempt may have been created in `[since, until)` (either end open).
+    pub fn may_have_created(&self, since: Option<i64>, until: Option<i64>) -> bool {
+        let (Some(first), Some(last)) = (self.first_created_ms, self.last_created_ms) else {
+            return true;
+        };
+        since.is_none_or(|since| last >= since) && until.is_none_or(|until| first < until)
+    }
+
     /// Widens the time span to include `first..=last`.
     pub fn include_span(&mut self, first: Option<i64>, last: Option<i64>) {
-        self.first_ms = match (self.first_ms, first) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        self.last_ms = match (self.last_ms, last) {
-            (Some(a), Some(b)) => Some(a.max(b)),
-            (a, b) => a.or(b),
-        };
+        self.first_ms = widen(self.first_ms, first, i64::min);
+        self.last_ms = widen(self.last_ms, last, i64::max);
+    }
+}
+
+/// `known` and `seen` combined by `pick`, either alone when the other is unknown.
+fn widen(known: Option<i64>, seen: Option<i64>, pick: fn(i64, i64) -> i64) -> Option<i64> {
+    match (known, seen) {
+        (Some(a), Some(b)) => Some(pick(a, b)),
+        (a, b) => a.or(b),
     }
 }
 
@@ -670,6 +724,8 @@ mod tests {
             rollup_format: format,
             rollup_covers: covers,
             key_index: None,
+            rollup_bytes: None,
+            key_index_bytes: None,
         }
     }
 

@@ -144,9 +144,9 @@ impl Compactor {
         // The rollups summed stay in the cache until the sum is done.
         drop(replaced);
         // The rollup and key index first: a base is only ever installed with them.
-        self.upload(&rollup_path, &rollup_key).await?;
+        let rollup_bytes = self.upload(&rollup_path, &rollup_key).await?;
         let _ = tokio::fs::remove_file(&rollup_path).await;
-        self.upload(&index_path, &index_key).await?;
+        let key_index_bytes = self.upload(&index_path, &index_key).await?;
         let _ = tokio::fs::remove_file(&index_path).await;
         let bytes = self.upload(&path, &key).await?;
         let _ = tokio::fs::remove_file(&path).await;
@@ -159,6 +159,8 @@ impl Compactor {
             rollup_format: Some(rollup::FORMAT),
             rollup_covers: None,
             key_index: Some(index_key),
+            rollup_bytes: Some(rollup_bytes),
+            key_index_bytes: Some(key_index_bytes),
         })
     }
 }

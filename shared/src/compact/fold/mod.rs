@@ -115,6 +115,8 @@ mod tests {
             rollup_format: None,
             rollup_covers: None,
             key_index: None,
+            rollup_bytes: None,
+            key_index_bytes: None,
         }
     }
 

@@ -312,6 +312,14 @@ impl RayBody {
             .map_err(|err| QueryError::Internal(format!("writing a Ray answer: {err}")))
     }
 
+    /// `bytes` as an HTML page.
+    pub(super) fn html(bytes: Vec<u8>) -> Self {
+        Self {
+            content_type: "text/html; charset=utf-8",
+            ..Self::text(bytes)
+        }
+    }
+
     /// `bytes` as a plain-text body.
     pub(super) fn text(bytes: Vec<u8>) -> Self {
         Self {

@@ -29,6 +29,7 @@ mod body;
 mod entities;
 mod fixed;
 mod logs;
+mod missing_page;
 pub mod request;
 pub mod route;
 pub mod summary;
@@ -37,9 +38,10 @@ mod tasks;
 pub use self::body::RayBody;
 use self::body::{ResponseLimit, list_envelope};
 use self::fixed::{answered_as_failure, events, fixed_answer};
+use self::missing_page::missing_page;
 use self::route::StateResource;
 pub use self::route::{RayPathError, RayRequest, RayRoute, RayTarget, SessionChoice};
-use crate::query::read::params::Scope;
+use crate::query::read::params::{Created, Scope};
 use crate::query::{QueryEngine, QueryError};
 use crate::tables::catalog::{self, PARALLEL_DOCUMENTS};
 
@@ -137,6 +139,15 @@ impl QueryEngine {
         pairs: &[(String, String)],
         limit: ResponseLimit,
     ) -> Result<RayBody, QueryError> {
+        if request.route == RayRoute::Page {
+            return match self.resolve(&request.target).await {
+                Ok(_) => Err(QueryError::NotFound(
+                    "Ray's dashboard serves its own page".into(),
+                )),
+                Err(QueryError::NotFound(message)) => Ok(RayBody::html(missing_page(&message))),
+                Err(err) => Err(err),
+            };
+        }
         let (scope, session) = self.resolve(&request.target).await?;
         let answer = match &request.route {
             RayRoute::List(StateResource::Tasks) => {
@@ -166,6 +177,8 @@ impl QueryEngine {
                  deleted here."
                     .into(),
             )),
+            // Answered before the session is resolved, above.
+            RayRoute::Page => Err(QueryError::Internal("the page is answered apart".into())),
             RayRoute::Fixed(fixed) => {
                 let body = RayBody::from_json(&fixed_answer(*fixed, &session))?;
                 return Ok(if answered_as_failure(*fixed) {
@@ -215,6 +228,7 @@ impl QueryEngine {
             Scope {
                 cluster: Some(target.cluster.clone()),
                 session: Some(session.clone()),
+                created: Created::default(),
             },
             session,
         ))

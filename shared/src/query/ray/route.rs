@@ -102,6 +102,10 @@ pub enum RayRoute {
     ReadOnly,
     /// Answers that need no table.
     Fixed(FixedRoute),
+    /// `GET /` or `index.html`: the dashboard's page. Ray serves its own for a stored session
+    /// (a 404 sends its proxy to the local files); for a cluster or session that is not stored,
+    /// a page saying so, since after any 404 Ray's proxy would show its own empty cluster.
+    Page,
 }
 
 /// A parsed request under `/ray/`.
@@ -166,6 +170,7 @@ fn route_of(method: &str, path: &str) -> Option<RayRoute> {
         };
     }
     let route = match segments.as_slice() {
+        [""] | ["index.html"] => RayRoute::Page,
         ["api", "v0", "tasks"] => RayRoute::List(StateResource::Tasks),
         ["api", "v0", "tasks", "summarize"] => RayRoute::SummarizeTasks,
         ["api", "v0", "tasks", "timeline"] => RayRoute::Timeline,
@@ -235,7 +240,7 @@ mod tests {
     }
 
     #[test]
-    fn data_routes_are_recognized_and_ui_files_are_not() -> Result<(), RayPathError> {
+    fn data_routes_and_the_page_are_recognized_and_ui_files_are_not() -> Result<(), RayPathError> {
         assert_eq!(
             parse("c/latest/api/jobs/")?.route,
             RayRoute::Jobs,
@@ -253,8 +258,10 @@ mod tests {
             parse("c/latest/nodes/abc")?.route,
             RayRoute::Node("abc".into())
         );
+        for path in ["c/latest/", "c/", "c", "c/latest/index.html"] {
+            assert_eq!(parse(path)?.route, RayRoute::Page, "{path}");
+        }
         for path in [
-            "c/latest/",
             "c/latest/static/js/main.js",
             "c/latest/favicon.ico",
             "c/latest/api/v0/bogus",

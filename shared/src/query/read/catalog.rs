@@ -52,7 +52,7 @@ pub async fn session_stats(
         None => catalog::load(storage).await?.clusters,
     };
     clusters.retain(|cluster, sessions| {
-        sessions.retain(|session, _| scope.includes(cluster, session));
+        sessions.retain(|session, stats| scope.selects(cluster, session, stats));
         !sessions.is_empty()
     });
     Ok(clusters)
@@ -324,6 +324,7 @@ mod tests {
             attempts: 1,
             first_ms,
             last_ms: first_ms,
+            ..SessionStats::default()
         }
     }
 
@@ -337,7 +338,7 @@ mod tests {
             .collect();
         let scope = Scope {
             cluster: Some(ClusterName::new("c")?),
-            session: None,
+            ..Scope::default()
         };
         let mut after: Option<Cursor> = None;
         let mut seen = Vec::new();

@@ -15,6 +15,7 @@
 //! - `rollups`: the rollup rows a filter selects, and the extremes they still know.
 //! - `page`: a page's size budget, its cursor, and the task table's cursor positions.
 //! - `task_page`: one page of the task table, read fast from millions of rows.
+//! - `session_walk`: a page that spans sessions, reading them one at a time in order.
 //! - `lookup`: one task's attempts, found through key indexes or in rows held in memory.
 //! - [`resident`]: the rows of small sessions held in memory for those lookups.
 //! - `entity_records`: a session's entity records, merged by Ray's rules.
@@ -31,6 +32,7 @@ pub(crate) mod page;
 pub mod params;
 pub mod resident;
 pub(crate) mod rollups;
+pub(crate) mod session_walk;
 pub mod snapshot;
 pub mod sql;
 pub(crate) mod task_page;

@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use crate::event::common::{TaskStatus, TaskType};
 use crate::keys::ClusterName;
 use crate::query::QueryError;
+use crate::tables::manifest::SessionStats;
 use crate::tables::report_times;
 
 /// Default page size of list routes.
@@ -162,6 +163,39 @@ pub struct Scope {
     pub cluster: Option<ClusterName>,
     /// Only sessions of this name.
     pub session: Option<String>,
+    /// Only attempts created in this range; a session none of whose attempts was is not read
+    /// at all (see [`SessionStats::may_have_created`]).
+    pub created: Created,
+}
+
+/// Creation times `[since_ms, until_ms)`, either end open.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Created {
+    /// Created at or after (ms since the epoch).
+    pub since_ms: Option<i64>,
+    /// Created before (ms since the epoch).
+    pub until_ms: Option<i64>,
+}
+
+impl Created {
+    /// True when neither end is set.
+    pub fn is_unbounded(&self) -> bool {
+        self.since_ms.is_none() && self.until_ms.is_none()
+    }
+
+    /// Reads `since_ms` and `until_ms`.
+    fn from_params(params: &Params) -> Result<Self, QueryError> {
+        let since_ms = params.integer("since_ms")?;
+        let until_ms = params.integer("until_ms")?;
+        if let (Some(since), Some(until)) = (since_ms, until_ms)
+            && since > until
+        {
+            return Err(QueryError::BadRequest(format!(
+                "`since_ms` ({since}) is after `until_ms` ({until})"
+            )));
+        }
+        Ok(Self { since_ms, until_ms })
+    }
 }
 
 impl Scope {
@@ -178,7 +212,18 @@ impl Scope {
             })
             .transpose()?;
         let session = params.text("session")?;
-        Ok(Self { cluster, session })
+        Ok(Self {
+            cluster,
+            session,
+            created: Created::default(),
+        })
+    }
+
+    /// True when `(cluster, session)`, whose statistics are `stats`, may hold attempts in
+    /// scope.
+    pub fn selects(&self, cluster: &str, session: &str, stats: &SessionStats) -> bool {
+        self.includes(cluster, session)
+            && stats.may_have_created(self.created.since_ms, self.created.until_ms)
     }
 
     /// True when `(cluster, session)` is in scope.
@@ -218,10 +263,6 @@ pub struct TaskFilter {
     pub actor_id: Option<String>,
     /// `parent_task_id`.
     pub parent_task_id: Option<String>,
-    /// Created at or after (ms since the epoch).
-    pub since_ms: Option<i64>,
-    /// Created before (ms since the epoch).
-    pub until_ms: Option<i64>,
     /// Case-insensitive text searched in ids, names and error messages with stack traces.
     pub search: Option<String>,
     /// `error_fingerprint`: the error's message with numbers, ids and addresses masked, hashed
@@ -264,7 +305,10 @@ impl TaskFilter {
     /// else.
     pub fn passes_stored(&self, row: &serde_json::Map<String, serde_json::Value>) -> Option<bool> {
         let kinds = Self {
-            scope: self.scope.clone(),
+            scope: Scope {
+                created: Created::default(),
+                ..self.scope.clone()
+            },
             include_drivers: self.include_drivers,
             include_incomplete: self.include_incomplete,
             ..Self::default()
@@ -336,17 +380,11 @@ impl TaskFilter {
                 known => Ok(known.as_str().to_owned()),
             })
             .transpose()?;
-        let since_ms = params.integer("since_ms")?;
-        let until_ms = params.integer("until_ms")?;
-        if let (Some(since), Some(until)) = (since_ms, until_ms)
-            && since > until
-        {
-            return Err(QueryError::BadRequest(format!(
-                "`since_ms` ({since}) is after `until_ms` ({until})"
-            )));
-        }
         Ok(Self {
-            scope: Scope::from_params(params)?,
+            scope: Scope {
+                created: Created::from_params(params)?,
+                ..Scope::from_params(params)?
+            },
             job_id: params.hex("job_id")?,
             states,
             name: params.text("name")?,
@@ -357,8 +395,6 @@ impl TaskFilter {
             worker_id: params.hex("worker_id")?,
             actor_id: params.hex("actor_id")?,
             parent_task_id: params.hex("parent_task_id")?,
-            since_ms,
-            until_ms,
             search: params.text("q")?,
             include_drivers: params.flag("include_drivers")?,
             include_incomplete: params.flag("include_incomplete")?,

@@ -15,7 +15,7 @@ use crate::tables::rollup::GROUPINGS;
 /// if there is one.
 pub(crate) fn answer(filter: &TaskFilter, grouping: Option<&str>) -> bool {
     let TaskFilter {
-        scope: _,
+        scope,
         job_id: _,
         states: _,
         task_type: _,
@@ -28,8 +28,6 @@ pub(crate) fn answer(filter: &TaskFilter, grouping: Option<&str>) -> bool {
         worker_id,
         actor_id,
         parent_task_id,
-        since_ms,
-        until_ms,
         search,
         error_fingerprint,
         min_attempt,
@@ -45,8 +43,7 @@ pub(crate) fn answer(filter: &TaskFilter, grouping: Option<&str>) -> bool {
         && worker_id.is_none()
         && actor_id.is_none()
         && parent_task_id.is_none()
-        && since_ms.is_none()
-        && until_ms.is_none()
+        && scope.created.is_unbounded()
         && search.is_none()
         && error_fingerprint.is_none()
         && min_attempt.is_none()

@@ -114,25 +114,40 @@ pub struct Needs {
     pub key_indexes: bool,
 }
 
-/// Local copies of the files `needs` names, for every session in `scope`.
+/// Local copies of the files `needs` names, for every session in `scope`. A scope of several
+/// sessions is refused before anything is fetched when the files that are not local would
+/// come to more than `copy_budget` bytes (cached or not, so that an answer does not depend on
+/// what earlier requests left in the cache); one session, the narrowest scope there is, is
+/// always read.
+#[tracing::instrument(name = "snapshot", skip_all, fields(copied_bytes = tracing::field::Empty))]
 pub async fn snapshot(
     storage: &Arc<dyn Storage>,
     cache: &FileCache,
     scope: &Scope,
     needs: Needs,
+    copy_budget: u64,
 ) -> Result<Snapshot, QueryError> {
     let sessions = manifests(storage, scope).await?;
     let mut keys: Vec<ObjectKey> = Vec::new();
     let mut plan: Vec<(Slot, usize)> = Vec::new();
     // The data file of each key index asked for, by (session ordinal, position).
     let mut data_keys: BTreeMap<(usize, usize), (ObjectKey, u64)> = BTreeMap::new();
-    let mut add = |slot: Slot, key: &ObjectKey| {
-        plan.push((slot, keys.len()));
-        keys.push(key.clone());
-    };
+    let mut to_copy: u64 = 0;
     for (ordinal, session) in sessions.iter().enumerate() {
         let manifest = &session.manifest;
         let table = &manifest.task_attempts;
+        let sizes: BTreeMap<&ObjectKey, u64> = table
+            .all()
+            .chain(manifest.entities.values())
+            .flat_map(|file| file.keys().map(|key| (key, file.size_of(key))))
+            .collect();
+        let mut add = |slot: Slot, key: &ObjectKey| {
+            if storage.local_path(key).is_none() {
+                to_copy = to_copy.saturating_add(sizes.get(key).copied().unwrap_or(0));
+            }
+            plan.push((slot, keys.len()));
+            keys.push(key.clone());
+        };
         if needs.rollups {
             for key in table.rollups().unwrap_or_default() {
                 add(Slot::Rollup, key);
@@ -174,9 +189,20 @@ pub async fn snapshot(
             add(Slot::Entity(kind), &file.key);
         }
     }
+    if sessions.len() > 1 && to_copy > copy_budget {
+        return Err(QueryError::BadRequest(format!(
+            "this request reads {} MiB of table files from {} sessions, more than the {} MiB one \
+             request may copy; narrow it to a session (`session`), a cluster (`cluster`) or \
+             a time range (`since_ms`, `until_ms`)",
+            to_copy.div_ceil(1 << 20),
+            sessions.len(),
+            copy_budget >> 20,
+        )));
+    }
     // A file that is gone (deleted by hand, expired by a lifecycle rule) costs its rows, not
     // the session: the rest is still answered.
     let fetched = cache.files_if_present(&keys).await?;
+    tracing::Span::current().record("copied_bytes", fetched.copied());
     let paths = fetched.files();
     let mut snapshot = Snapshot::default();
     snapshot.task_attempts.one_session = sessions.len() <= 1;

@@ -261,10 +261,10 @@ pub fn task_conditions(filter: &TaskFilter) -> Sql {
         }
     }
     sql.append(kind_conditions(filter, report_times::DEFINED));
-    if let Some(since) = filter.since_ms {
+    if let Some(since) = filter.scope.created.since_ms {
         sql.push(" AND creation_time_ms >= ").bind(since);
     }
-    if let Some(until) = filter.until_ms {
+    if let Some(until) = filter.scope.created.until_ms {
         sql.push(" AND creation_time_ms < ").bind(until);
     }
     if let Some(fingerprint) = &filter.error_fingerprint {

@@ -1,0 +1,329 @@
+//! Reads over many sessions, on SeaweedFS: a time range reads only the sessions created in it,
+//! a scope wider than the copy budget is refused before anything is copied (while a session, a
+//! cluster's time range, and the table's pages still answer), the table pages across sessions
+//! newest session first reading only the sessions a page needs, and cluster-wide counts are
+//! the sums of the sessions' own.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use afterglow_tests::faults::RecordsGets;
+use afterglow_tests::s3_storage;
+use afterglow_tests::scenario::{Scenario, query_params};
+use anyhow::{Context as _, ensure};
+use serde_json::Value as Json;
+use shared::query::{ApiRoute, QueryEngine, QueryError, QuerySettings};
+use shared::storage::Storage;
+
+const CLUSTER: &str = "history";
+const DAY_MS: i64 = 86_400_000;
+/// Attempts asked of the generator per session (it may make a few more: retries of the last).
+const ATTEMPTS: u64 = 400;
+
+/// One synthetic session a day for three days, compacted; their names, oldest first, and the
+/// attempts the generator made in each.
+async fn three_days(storage: Arc<dyn Storage>) -> anyhow::Result<(Vec<String>, Vec<u64>)> {
+    let scenario = Scenario::over(storage);
+    let mut sessions = Vec::new();
+    let mut attempts = Vec::new();
+    for day in 0..3 {
+        let truth = scenario
+            .ingest_synthetic(
+                CLUSTER,
+                synth::SynthSettings {
+                    attempts: ATTEMPTS,
+                    jobs: 2,
+                    nodes: 2,
+                    failure_rate: 0.1,
+                    seed: 11 + day as u64,
+                    start_ms: synth::START_MS + day * DAY_MS,
+                    ..synth::SynthSettings::default()
+                },
+            )
+            .await?;
+        sessions.push(truth.session_name.clone());
+        attempts.push(truth.attempts);
+    }
+    let (compactor, _scratch) = scenario.compactor(shared::compact::CompactSettings::default())?;
+    compactor.compact(&scenario.raw_keys().await?).await?;
+    Ok((sessions, attempts))
+}
+
+/// A query engine over `storage` with its cache in `dir`, settings changed by `configure`.
+fn engine(
+    storage: Arc<dyn Storage>,
+    dir: &std::path::Path,
+    configure: impl FnOnce(QuerySettings) -> QuerySettings,
+) -> anyhow::Result<QueryEngine> {
+    Ok(QueryEngine::open(
+        storage,
+        configure(QuerySettings::under(dir)),
+    )?)
+}
+
+async fn ask(
+    engine: &QueryEngine,
+    route: ApiRoute,
+    params: &[(&str, &str)],
+) -> anyhow::Result<Json> {
+    Ok(engine.answer(&route, &query_params(params)).await?)
+}
+
+/// Keys asked for that belong to `session`.
+fn gets_of(recorder: &RecordsGets, session: &str) -> Vec<String> {
+    recorder
+        .gets()
+        .into_iter()
+        .filter(|key| key.contains(session))
+        .collect()
+}
+
+/// A time range on creation reads the sessions whose attempts were created in it and no
+/// other: not even their manifests are fetched.
+#[tokio::test]
+async fn a_time_range_reads_only_the_sessions_created_in_it() -> anyhow::Result<()> {
+    let Some(storage) = s3_storage("time range").await else {
+        return Ok(());
+    };
+    let storage: Arc<dyn Storage> = Arc::new(storage);
+    let (sessions, attempts) = three_days(Arc::clone(&storage)).await?;
+    let recorder = Arc::new(RecordsGets::new(Arc::clone(&storage)));
+    let dir = tempfile::tempdir()?;
+    let engine = engine(Arc::clone(&recorder) as Arc<dyn Storage>, dir.path(), |s| s)?;
+    let since = (synth::START_MS + DAY_MS).to_string();
+    let until = (synth::START_MS + 2 * DAY_MS).to_string();
+    let range = [
+        ("cluster", CLUSTER),
+        ("since_ms", &since),
+        ("until_ms", &until),
+    ];
+    let in_range = ask(&engine, ApiRoute::Summary, &range).await?;
+    ensure!(
+        in_range["total"].as_u64() == Some(attempts[1]),
+        "the middle day's session alone: {in_range}"
+    );
+    ensure!(
+        !gets_of(&recorder, &sessions[1]).is_empty(),
+        "the session in range is read"
+    );
+    for outside in [&sessions[0], &sessions[2]] {
+        let read = gets_of(&recorder, outside);
+        ensure!(
+            read.is_empty(),
+            "{outside} is outside the range, yet read: {read:?}"
+        );
+    }
+    let session_alone = ask(&engine, ApiRoute::Summary, &[("session", &sessions[1])]).await?;
+    ensure!(
+        in_range["by_state"] == session_alone["by_state"],
+        "{in_range} != {session_alone}"
+    );
+    let page = ask(
+        &engine,
+        ApiRoute::Tasks,
+        &[range.as_slice(), &[("limit", "1000")]].concat(),
+    )
+    .await?;
+    let rows = page["tasks"].as_array().context("tasks")?;
+    ensure!(
+        rows.len() as u64 == attempts[1]
+            && rows
+                .iter()
+                .all(|row| row["session_name"] == sessions[1].as_str()),
+        "the table in range holds the middle session's attempts alone"
+    );
+    Ok(())
+}
+
+/// A scope of several sessions whose files would come to more than the copy budget answers
+/// 400 naming narrower filters, and copies nothing; each of those filters then answers, and
+/// the table, which reads one session at a time, pages on.
+#[tokio::test]
+async fn a_scope_wider_than_the_copy_budget_is_refused_before_anything_is_copied()
+-> anyhow::Result<()> {
+    let Some(storage) = s3_storage("copy budget").await else {
+        return Ok(());
+    };
+    let storage: Arc<dyn Storage> = Arc::new(storage);
+    let (sessions, attempts) = three_days(Arc::clone(&storage)).await?;
+    let dir = tempfile::tempdir()?;
+    let engine = engine(storage, dir.path(), |settings| QuerySettings {
+        copy_budget_bytes: 1,
+        ..settings
+    })?;
+    for (route, params) in [
+        (ApiRoute::Summary, vec![("cluster", CLUSTER)]),
+        (ApiRoute::Aggregates, vec![("by", "name")]),
+        (ApiRoute::Insights, vec![("cluster", CLUSTER)]),
+    ] {
+        match engine.answer(&route, &query_params(&params)).await {
+            Err(QueryError::BadRequest(message)) => ensure!(
+                ["`session`", "`cluster`", "`since_ms`"]
+                    .iter()
+                    .all(|named| message.contains(named)),
+                "the refusal names narrower filters: {message}"
+            ),
+            other => anyhow::bail!("{route:?} {params:?}: expected a 400, got {other:?}"),
+        }
+    }
+    ensure!(
+        engine.copied_bytes() == 0,
+        "a refused request copies nothing"
+    );
+    let one = ask(&engine, ApiRoute::Summary, &[("session", &sessions[0])]).await?;
+    ensure!(one["total"].as_u64() == Some(attempts[0]), "{one}");
+    let since = (synth::START_MS + 2 * DAY_MS).to_string();
+    let newest = ask(
+        &engine,
+        ApiRoute::Summary,
+        &[("cluster", CLUSTER), ("since_ms", &since)],
+    )
+    .await?;
+    ensure!(newest["total"].as_u64() == Some(attempts[2]), "{newest}");
+    let page = ask(
+        &engine,
+        ApiRoute::Tasks,
+        &[("cluster", CLUSTER), ("limit", "10")],
+    )
+    .await?;
+    ensure!(
+        page["tasks"].as_array().map(Vec::len) == Some(10) && page["next"].is_string(),
+        "{page}"
+    );
+    ensure!(
+        engine.copied_bytes() > 0,
+        "the answers copied their sessions' files"
+    );
+    Ok(())
+}
+
+/// The table over a cluster pages newest session first: its first page reads the newest
+/// session's files alone, and its pages together hold every attempt once, a session's rows
+/// together. Cluster-wide counts (summary and aggregates) are the sums of each session's.
+#[tokio::test]
+async fn pages_across_sessions_read_only_the_sessions_they_need() -> anyhow::Result<()> {
+    let Some(storage) = s3_storage("pages across sessions").await else {
+        return Ok(());
+    };
+    let storage: Arc<dyn Storage> = Arc::new(storage);
+    let (sessions, attempts) = three_days(Arc::clone(&storage)).await?;
+    let recorder = Arc::new(RecordsGets::new(Arc::clone(&storage)));
+    let dir = tempfile::tempdir()?;
+    let engine = engine(Arc::clone(&recorder) as Arc<dyn Storage>, dir.path(), |s| s)?;
+
+    let first = ask(
+        &engine,
+        ApiRoute::Tasks,
+        &[("cluster", CLUSTER), ("limit", "50")],
+    )
+    .await?;
+    let rows = first["tasks"].as_array().context("tasks")?;
+    ensure!(
+        rows.len() == 50
+            && rows
+                .iter()
+                .all(|row| row["session_name"] == sessions[2].as_str()),
+        "the first page is the newest session's"
+    );
+    for older in &sessions[..2] {
+        let files: Vec<String> = gets_of(&recorder, older)
+            .into_iter()
+            .filter(|key| key.starts_with("tables/task_attempts/"))
+            .collect();
+        ensure!(
+            files.is_empty(),
+            "the first page read {older}'s files: {files:?}"
+        );
+    }
+
+    let mut seen = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let mut params = vec![("cluster", CLUSTER), ("limit", "150")];
+        if let Some(cursor) = &cursor {
+            params.push(("cursor", cursor));
+        }
+        let page = ask(&engine, ApiRoute::Tasks, &params).await?;
+        for row in page["tasks"].as_array().context("tasks")? {
+            seen.push((
+                row["session_name"].as_str().unwrap_or_default().to_owned(),
+                row["task_id"].as_str().unwrap_or_default().to_owned(),
+                row["attempt_number"].as_i64().unwrap_or(-1),
+            ));
+        }
+        match page["next"].as_str() {
+            Some(next) => cursor = Some(next.to_owned()),
+            None => break,
+        }
+    }
+    let distinct: BTreeSet<_> = seen.iter().collect();
+    ensure!(
+        seen.len() as u64 == attempts.iter().sum::<u64>() && distinct.len() == seen.len(),
+        "{} rows, {} distinct",
+        seen.len(),
+        distinct.len()
+    );
+    let mut order: Vec<&str> = seen
+        .iter()
+        .map(|(session, _, _)| session.as_str())
+        .collect();
+    order.dedup();
+    let newest_first: Vec<&str> = sessions.iter().rev().map(String::as_str).collect();
+    ensure!(order == newest_first, "sessions walked {order:?}");
+
+    let mut summed: BTreeMap<String, i64> = BTreeMap::new();
+    let mut by_name: BTreeMap<String, i64> = BTreeMap::new();
+    for session in &sessions {
+        let summary = ask(&engine, ApiRoute::Summary, &[("session", session)]).await?;
+        add_counts(&mut summed, &summary["by_state"])?;
+        let groups = ask(
+            &engine,
+            ApiRoute::Aggregates,
+            &[("session", session), ("by", "name"), ("limit", "1000")],
+        )
+        .await?;
+        add_groups(&mut by_name, &groups)?;
+    }
+    let mut cluster_wide = BTreeMap::new();
+    add_counts(
+        &mut cluster_wide,
+        &ask(&engine, ApiRoute::Summary, &[("cluster", CLUSTER)]).await?["by_state"],
+    )?;
+    ensure!(
+        cluster_wide == summed,
+        "summary: {cluster_wide:?} != {summed:?}"
+    );
+    let mut names = BTreeMap::new();
+    add_groups(
+        &mut names,
+        &ask(
+            &engine,
+            ApiRoute::Aggregates,
+            &[("cluster", CLUSTER), ("by", "name"), ("limit", "1000")],
+        )
+        .await?,
+    )?;
+    ensure!(names == by_name, "aggregates: {names:?} != {by_name:?}");
+    Ok(())
+}
+
+/// Adds a `by_state` object's counts into `into`.
+fn add_counts(into: &mut BTreeMap<String, i64>, by_state: &Json) -> anyhow::Result<()> {
+    for (state, count) in by_state.as_object().context("by_state")? {
+        *into.entry(state.clone()).or_default() += count.as_i64().context("count")?;
+    }
+    Ok(())
+}
+
+/// Adds an aggregates answer's counts, by group and state, into `into`.
+fn add_groups(into: &mut BTreeMap<String, i64>, answer: &Json) -> anyhow::Result<()> {
+    ensure!(answer["next"].is_null(), "one page of groups");
+    for group in answer["groups"].as_array().context("groups")? {
+        let key = group["key"].as_str().unwrap_or_default();
+        for (state, count) in group["by_state"].as_object().context("by_state")? {
+            *into.entry(format!("{key}/{state}")).or_default() +=
+                count.as_i64().context("count")?;
+        }
+    }
+    Ok(())
+}
