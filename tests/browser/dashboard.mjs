@@ -7,7 +7,7 @@
 //
 //   node dashboard.mjs BASE_URL EXPECTED_FAILED SCREENSHOTS_DIR GRAFANA_URL
 import { mkdirSync } from "node:fs";
-import { chromium } from "playwright-core";
+import { launchChromium } from "./launch.mjs";
 
 const [base, expectedFailedText, shots, grafana] = process.argv.slice(2);
 // India: +05:30 all year, so a time read as UTC lands 5.5 hours off.
@@ -20,11 +20,7 @@ function check(condition, message) {
   console.log(`ok: ${message}`);
 }
 
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"],
-});
+const browser = await launchChromium();
 const failures = [];
 try {
   const page = await browser.newPage({ viewport: { width: 1440, height: 1000 }, timezoneId: ZONE });

@@ -5,18 +5,11 @@
 //
 //   node ray_dashboard.mjs DASHBOARD_URL JOB_ID TOTAL FAILED SCREENSHOTS_DIR
 import { mkdirSync } from "node:fs";
-import { createRequire } from "node:module";
-
-const require = createRequire(new URL("../browser/package.json", import.meta.url));
-const { chromium } = require("playwright-core");
+import { launchChromium } from "../browser/launch.mjs";
 
 const [base, jobId, total, failed, shots] = process.argv.slice(2);
 mkdirSync(shots, { recursive: true });
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"],
-});
+const browser = await launchChromium();
 const seen = (text) => (page) => page.getByText(text, { exact: false }).first()
   .waitFor({ timeout: 60000 });
 const page = await browser.newPage({ viewport: { width: 1440, height: 1000 } });

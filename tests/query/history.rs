@@ -49,16 +49,44 @@ async fn three_days(storage: Arc<dyn Storage>) -> anyhow::Result<(Vec<String>, V
     Ok((sessions, attempts))
 }
 
-/// A query engine over `storage` with its cache in `dir`, settings changed by `configure`.
-fn engine(
-    storage: Arc<dyn Storage>,
-    dir: &std::path::Path,
-    configure: impl FnOnce(QuerySettings) -> QuerySettings,
-) -> anyhow::Result<QueryEngine> {
-    Ok(QueryEngine::open(
-        storage,
-        configure(QuerySettings::under(dir)),
-    )?)
+/// Three days of history on SeaweedFS, and an engine over it that records what it reads.
+struct History {
+    /// The sessions, oldest first.
+    sessions: Vec<String>,
+    /// The attempts generated in each.
+    attempts: Vec<u64>,
+    /// Every GET of the engine.
+    recorder: Arc<RecordsGets>,
+    engine: QueryEngine,
+    _cache: tempfile::TempDir,
+}
+
+impl History {
+    /// [`three_days`] under a fresh prefix, read by an engine whose settings `configure`
+    /// changes; `None` when S3 tests are off.
+    async fn stored(
+        test: &str,
+        configure: impl FnOnce(QuerySettings) -> QuerySettings,
+    ) -> anyhow::Result<Option<Self>> {
+        let Some(storage) = s3_storage(test).await else {
+            return Ok(None);
+        };
+        let storage: Arc<dyn Storage> = Arc::new(storage);
+        let (sessions, attempts) = three_days(Arc::clone(&storage)).await?;
+        let recorder = Arc::new(RecordsGets::new(storage));
+        let cache = tempfile::tempdir()?;
+        let engine = QueryEngine::open(
+            Arc::clone(&recorder) as Arc<dyn Storage>,
+            configure(QuerySettings::under(cache.path())),
+        )?;
+        Ok(Some(Self {
+            sessions,
+            attempts,
+            recorder,
+            engine,
+            _cache: cache,
+        }))
+    }
 }
 
 async fn ask(
@@ -82,14 +110,9 @@ fn gets_of(recorder: &RecordsGets, session: &str) -> Vec<String> {
 /// other: not even their manifests are fetched.
 #[tokio::test]
 async fn a_time_range_reads_only_the_sessions_created_in_it() -> anyhow::Result<()> {
-    let Some(storage) = s3_storage("time range").await else {
+    let Some(history) = History::stored("time range", |settings| settings).await? else {
         return Ok(());
     };
-    let storage: Arc<dyn Storage> = Arc::new(storage);
-    let (sessions, attempts) = three_days(Arc::clone(&storage)).await?;
-    let recorder = Arc::new(RecordsGets::new(Arc::clone(&storage)));
-    let dir = tempfile::tempdir()?;
-    let engine = engine(Arc::clone(&recorder) as Arc<dyn Storage>, dir.path(), |s| s)?;
     let since = (synth::START_MS + DAY_MS).to_string();
     let until = (synth::START_MS + 2 * DAY_MS).to_string();
     let range = [
@@ -97,39 +120,44 @@ async fn a_time_range_reads_only_the_sessions_created_in_it() -> anyhow::Result<
         ("since_ms", &since),
         ("until_ms", &until),
     ];
-    let in_range = ask(&engine, ApiRoute::Summary, &range).await?;
+    let in_range = ask(&history.engine, ApiRoute::Summary, &range).await?;
     ensure!(
-        in_range["total"].as_u64() == Some(attempts[1]),
+        in_range["total"].as_u64() == Some(history.attempts[1]),
         "the middle day's session alone: {in_range}"
     );
     ensure!(
-        !gets_of(&recorder, &sessions[1]).is_empty(),
+        !gets_of(&history.recorder, &history.sessions[1]).is_empty(),
         "the session in range is read"
     );
-    for outside in [&sessions[0], &sessions[2]] {
-        let read = gets_of(&recorder, outside);
+    for outside in [&history.sessions[0], &history.sessions[2]] {
+        let read = gets_of(&history.recorder, outside);
         ensure!(
             read.is_empty(),
             "{outside} is outside the range, yet read: {read:?}"
         );
     }
-    let session_alone = ask(&engine, ApiRoute::Summary, &[("session", &sessions[1])]).await?;
+    let session_alone = ask(
+        &history.engine,
+        ApiRoute::Summary,
+        &[("session", &history.sessions[1])],
+    )
+    .await?;
     ensure!(
         in_range["by_state"] == session_alone["by_state"],
         "{in_range} != {session_alone}"
     );
     let page = ask(
-        &engine,
+        &history.engine,
         ApiRoute::Tasks,
         &[range.as_slice(), &[("limit", "1000")]].concat(),
     )
     .await?;
     let rows = page["tasks"].as_array().context("tasks")?;
     ensure!(
-        rows.len() as u64 == attempts[1]
+        rows.len() as u64 == history.attempts[1]
             && rows
                 .iter()
-                .all(|row| row["session_name"] == sessions[1].as_str()),
+                .all(|row| row["session_name"] == history.sessions[1].as_str()),
         "the table in range holds the middle session's attempts alone"
     );
     Ok(())
@@ -141,22 +169,20 @@ async fn a_time_range_reads_only_the_sessions_created_in_it() -> anyhow::Result<
 #[tokio::test]
 async fn a_scope_wider_than_the_copy_budget_is_refused_before_anything_is_copied()
 -> anyhow::Result<()> {
-    let Some(storage) = s3_storage("copy budget").await else {
-        return Ok(());
-    };
-    let storage: Arc<dyn Storage> = Arc::new(storage);
-    let (sessions, attempts) = three_days(Arc::clone(&storage)).await?;
-    let dir = tempfile::tempdir()?;
-    let engine = engine(storage, dir.path(), |settings| QuerySettings {
+    let Some(history) = History::stored("copy budget", |settings| QuerySettings {
         copy_budget_bytes: 1,
         ..settings
-    })?;
+    })
+    .await?
+    else {
+        return Ok(());
+    };
     for (route, params) in [
         (ApiRoute::Summary, vec![("cluster", CLUSTER)]),
         (ApiRoute::Aggregates, vec![("by", "name")]),
         (ApiRoute::Insights, vec![("cluster", CLUSTER)]),
     ] {
-        match engine.answer(&route, &query_params(&params)).await {
+        match history.engine.answer(&route, &query_params(&params)).await {
             Err(QueryError::BadRequest(message)) => ensure!(
                 ["`session`", "`cluster`", "`since_ms`"]
                     .iter()
@@ -167,21 +193,29 @@ async fn a_scope_wider_than_the_copy_budget_is_refused_before_anything_is_copied
         }
     }
     ensure!(
-        engine.copied_bytes() == 0,
+        history.engine.copied_bytes() == 0,
         "a refused request copies nothing"
     );
-    let one = ask(&engine, ApiRoute::Summary, &[("session", &sessions[0])]).await?;
-    ensure!(one["total"].as_u64() == Some(attempts[0]), "{one}");
+    let one = ask(
+        &history.engine,
+        ApiRoute::Summary,
+        &[("session", &history.sessions[0])],
+    )
+    .await?;
+    ensure!(one["total"].as_u64() == Some(history.attempts[0]), "{one}");
     let since = (synth::START_MS + 2 * DAY_MS).to_string();
     let newest = ask(
-        &engine,
+        &history.engine,
         ApiRoute::Summary,
         &[("cluster", CLUSTER), ("since_ms", &since)],
     )
     .await?;
-    ensure!(newest["total"].as_u64() == Some(attempts[2]), "{newest}");
+    ensure!(
+        newest["total"].as_u64() == Some(history.attempts[2]),
+        "{newest}"
+    );
     let page = ask(
-        &engine,
+        &history.engine,
         ApiRoute::Tasks,
         &[("cluster", CLUSTER), ("limit", "10")],
     )
@@ -191,7 +225,7 @@ async fn a_scope_wider_than_the_copy_budget_is_refused_before_anything_is_copied
         "{page}"
     );
     ensure!(
-        engine.copied_bytes() > 0,
+        history.engine.copied_bytes() > 0,
         "the answers copied their sessions' files"
     );
     Ok(())
@@ -202,17 +236,12 @@ async fn a_scope_wider_than_the_copy_budget_is_refused_before_anything_is_copied
 /// together. Cluster-wide counts (summary and aggregates) are the sums of each session's.
 #[tokio::test]
 async fn pages_across_sessions_read_only_the_sessions_they_need() -> anyhow::Result<()> {
-    let Some(storage) = s3_storage("pages across sessions").await else {
+    let Some(history) = History::stored("pages across sessions", |settings| settings).await? else {
         return Ok(());
     };
-    let storage: Arc<dyn Storage> = Arc::new(storage);
-    let (sessions, attempts) = three_days(Arc::clone(&storage)).await?;
-    let recorder = Arc::new(RecordsGets::new(Arc::clone(&storage)));
-    let dir = tempfile::tempdir()?;
-    let engine = engine(Arc::clone(&recorder) as Arc<dyn Storage>, dir.path(), |s| s)?;
 
     let first = ask(
-        &engine,
+        &history.engine,
         ApiRoute::Tasks,
         &[("cluster", CLUSTER), ("limit", "50")],
     )
@@ -222,11 +251,11 @@ async fn pages_across_sessions_read_only_the_sessions_they_need() -> anyhow::Res
         rows.len() == 50
             && rows
                 .iter()
-                .all(|row| row["session_name"] == sessions[2].as_str()),
+                .all(|row| row["session_name"] == history.sessions[2].as_str()),
         "the first page is the newest session's"
     );
-    for older in &sessions[..2] {
-        let files: Vec<String> = gets_of(&recorder, older)
+    for older in &history.sessions[..2] {
+        let files: Vec<String> = gets_of(&history.recorder, older)
             .into_iter()
             .filter(|key| key.starts_with("tables/task_attempts/"))
             .collect();
@@ -243,7 +272,7 @@ async fn pages_across_sessions_read_only_the_sessions_they_need() -> anyhow::Res
         if let Some(cursor) = &cursor {
             params.push(("cursor", cursor));
         }
-        let page = ask(&engine, ApiRoute::Tasks, &params).await?;
+        let page = ask(&history.engine, ApiRoute::Tasks, &params).await?;
         for row in page["tasks"].as_array().context("tasks")? {
             seen.push((
                 row["session_name"].as_str().unwrap_or_default().to_owned(),
@@ -258,7 +287,7 @@ async fn pages_across_sessions_read_only_the_sessions_they_need() -> anyhow::Res
     }
     let distinct: BTreeSet<_> = seen.iter().collect();
     ensure!(
-        seen.len() as u64 == attempts.iter().sum::<u64>() && distinct.len() == seen.len(),
+        seen.len() as u64 == history.attempts.iter().sum::<u64>() && distinct.len() == seen.len(),
         "{} rows, {} distinct",
         seen.len(),
         distinct.len()
@@ -268,16 +297,16 @@ async fn pages_across_sessions_read_only_the_sessions_they_need() -> anyhow::Res
         .map(|(session, _, _)| session.as_str())
         .collect();
     order.dedup();
-    let newest_first: Vec<&str> = sessions.iter().rev().map(String::as_str).collect();
+    let newest_first: Vec<&str> = history.sessions.iter().rev().map(String::as_str).collect();
     ensure!(order == newest_first, "sessions walked {order:?}");
 
     let mut summed: BTreeMap<String, i64> = BTreeMap::new();
     let mut by_name: BTreeMap<String, i64> = BTreeMap::new();
-    for session in &sessions {
-        let summary = ask(&engine, ApiRoute::Summary, &[("session", session)]).await?;
+    for session in &history.sessions {
+        let summary = ask(&history.engine, ApiRoute::Summary, &[("session", session)]).await?;
         add_counts(&mut summed, &summary["by_state"])?;
         let groups = ask(
-            &engine,
+            &history.engine,
             ApiRoute::Aggregates,
             &[("session", session), ("by", "name"), ("limit", "1000")],
         )
@@ -287,7 +316,7 @@ async fn pages_across_sessions_read_only_the_sessions_they_need() -> anyhow::Res
     let mut cluster_wide = BTreeMap::new();
     add_counts(
         &mut cluster_wide,
-        &ask(&engine, ApiRoute::Summary, &[("cluster", CLUSTER)]).await?["by_state"],
+        &ask(&history.engine, ApiRoute::Summary, &[("cluster", CLUSTER)]).await?["by_state"],
     )?;
     ensure!(
         cluster_wide == summed,
@@ -297,7 +326,7 @@ async fn pages_across_sessions_read_only_the_sessions_they_need() -> anyhow::Res
     add_groups(
         &mut names,
         &ask(
-            &engine,
+            &history.engine,
             ApiRoute::Aggregates,
             &[("cluster", CLUSTER), ("by", "name"), ("limit", "1000")],
         )

@@ -12,7 +12,7 @@ use anyhow::Context as _;
 use async_trait::async_trait;
 use bytes::Bytes;
 use serde::Serialize;
-use shared::compact::{CompactSettings, Compactor};
+use shared::compact::CompactSettings;
 use shared::ingest::{IngestAccess, IngestLimits, Ingestor};
 use shared::keys::ClusterName;
 use shared::query::{ApiRoute, COPY_BUDGET_BYTES, QueryEngine, QueryError, QuerySettings};
@@ -23,7 +23,7 @@ use synth::Generator;
 
 use super::report::Machine;
 use super::stats::{Stats, ms};
-use super::{BenchArgs, WorkDir, dir_bytes};
+use super::{BenchArgs, WorkDir, compact_phase, dir_bytes};
 use crate::progress;
 
 /// Time between the starts of consecutive sessions.
@@ -104,9 +104,14 @@ pub(super) async fn run(args: &BenchArgs, sessions: usize) -> anyhow::Result<()>
         }
         bar.finish_and_clear();
         ingest_s = started.elapsed().as_secs_f64();
-        let started = Instant::now();
-        compact_all(&storage, work.path(), args.objects_per_run).await?;
-        compaction_s = started.elapsed().as_secs_f64();
+        let compaction = compact_phase(
+            Arc::clone(&storage) as Arc<dyn Storage>,
+            work.path(),
+            args.objects_per_run,
+            CompactSettings::default(),
+        )
+        .await?;
+        compaction_s = compaction.wall_s;
     }
     let probes = query_phase(&storage, work.path(), clusters, args.repeat).await?;
     let report = HistoryReport {
@@ -123,41 +128,6 @@ pub(super) async fn run(args: &BenchArgs, sessions: usize) -> anyhow::Result<()>
     };
     print_table(&report);
     println!("{}", super::report::pretty(&report)?);
-    Ok(())
-}
-
-/// Compacts every raw object in runs of `per_run`.
-async fn compact_all(
-    storage: &Arc<LocalDirStorage>,
-    work: &Path,
-    per_run: usize,
-) -> anyhow::Result<()> {
-    let scratch = work.join("compact-scratch");
-    std::fs::create_dir_all(&scratch)
-        .with_context(|| format!("cannot create {}", scratch.display()))?;
-    let compactor = Compactor::new(
-        Arc::clone(storage) as Arc<dyn Storage>,
-        CompactSettings::default(),
-        scratch,
-    );
-    let keys = compactor.raw_keys().await?;
-    let per_run =
-        std::num::NonZeroUsize::new(per_run).context("--objects-per-run must be at least 1")?;
-    let bar = progress::bar(keys.len() as u64, "compact");
-    let in_runs = compactor
-        .compact_in_runs(&keys, per_run, |objects| bar.inc(objects as u64))
-        .await;
-    bar.finish_and_clear();
-    if let Some(run) = in_runs.failed_runs.first() {
-        anyhow::bail!(
-            "a run of {} raw objects failed: {}",
-            run.keys.len(),
-            run.error
-        );
-    }
-    if let Some(failed) = in_runs.outcome.failed.first() {
-        anyhow::bail!("session {} not compacted: {}", failed.session, failed.error);
-    }
     Ok(())
 }
 
