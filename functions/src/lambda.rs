@@ -119,6 +119,7 @@ pub fn query_service(storage: Arc<S3Storage>, config: &Config) -> anyhow::Result
     let settings = QuerySettings {
         cache_bytes: config.cache_bytes,
         copy_budget_bytes: config.copy_budget_bytes,
+        grafana_url: config.grafana_url.clone(),
         ..match config.lambda_memory_mib {
             Some(memory) => QuerySettings::for_lambda(&dir, memory),
             None => QuerySettings::under(&dir),
@@ -127,6 +128,5 @@ pub fn query_service(storage: Arc<S3Storage>, config: &Config) -> anyhow::Result
     Ok(QueryService {
         engine: QueryEngine::open(storage, settings).context("cannot start the query engine")?,
         token: config.query_token.clone(),
-        grafana_url: config.grafana_url.clone(),
     })
 }

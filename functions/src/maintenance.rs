@@ -61,8 +61,9 @@ pub struct CompactArgs {
     /// Raw object keys (`raw/{cluster}/…ndjson.gz`); all raw objects when none are given.
     #[arg(value_name = "KEY")]
     pub keys: Vec<String>,
-    /// Only fold every session's delta files into its base now (compaction also does it on
-    /// its own, once a session has gone quiet); no raw object is read.
+    /// Only fold every session's delta files into its base now, then sum each cluster's ended
+    /// sessions into its rollup (compaction also does both on its own, once a session has gone
+    /// quiet); no raw object is read.
     #[arg(long, conflicts_with = "keys")]
     pub fold: bool,
     /// How many raw objects are compacted per run.

@@ -26,7 +26,7 @@ pub fn routes() -> Router<Arc<AppState>> {
                 let grafana = state
                     .query
                     .as_ref()
-                    .and_then(|query| query.grafana_url.as_ref());
+                    .and_then(|query| query.engine.grafana_url());
                 asset("text/html; charset=utf-8", index(grafana))
             }),
         )

@@ -11,7 +11,7 @@ use anyhow::Context as _;
 use shared::auth::AccessToken;
 use shared::auth::ingest::IngestKeys;
 use shared::compact::schedule::queue::CompactionQueue;
-use shared::config::{Config, GrafanaUrl};
+use shared::config::Config;
 use shared::ingest::{IngestAccess, IngestLimits, Ingestor};
 use shared::query::{QueryEngine, QuerySettings};
 use shared::storage::Storage;
@@ -51,8 +51,6 @@ pub struct ServeSettings {
     pub query: Option<QuerySettings>,
     /// The query API's bearer token; `None` leaves it open, which only loopback listeners allow.
     pub query_token: Option<AccessToken>,
-    /// The Grafana dashboard the page links node and worker ids to.
-    pub grafana_url: Option<GrafanaUrl>,
 }
 
 /// Serves every route on `listener` until `shutdown` resolves.
@@ -80,7 +78,6 @@ pub async fn run(
             engine: QueryEngine::open(Arc::clone(&settings.storage), query_settings)
                 .context("cannot start the query engine")?,
             token: settings.query_token,
-            grafana_url: settings.grafana_url,
         }),
     };
     let state = Arc::new(AppState {
@@ -152,10 +149,10 @@ pub async fn run_cli(args: ServeArgs, config: Config) -> anyhow::Result<()> {
         compaction: Some(queue.clone()),
         query: Some(QuerySettings {
             copy_budget_bytes: config.copy_budget_bytes,
+            grafana_url: config.grafana_url,
             ..QuerySettings::under(&scratch.path().join("query"))
         }),
         query_token: config.query_token,
-        grafana_url: config.grafana_url,
     };
     run(settings, listener, async {
         let _ = tokio::signal::ctrl_c().await;

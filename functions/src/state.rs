@@ -5,7 +5,6 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use shared::auth::AccessToken;
 use shared::compact::schedule::queue::CompactionQueue;
-use shared::config::GrafanaUrl;
 use shared::ingest::Ingestor;
 use shared::query::QueryEngine;
 
@@ -28,8 +27,6 @@ pub struct QueryService {
     pub engine: QueryEngine,
     /// When set, every request must carry `Authorization: Bearer <token>`.
     pub token: Option<AccessToken>,
-    /// The Grafana dashboard the page links node and worker ids to.
-    pub grafana_url: Option<GrafanaUrl>,
 }
 
 /// A JSON error body: `{"error": "…"}`.

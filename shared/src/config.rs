@@ -18,7 +18,7 @@
 //! | `AFTERGLOW_TABLES_RETENTION_DAYS` | compaction removes sessions whose newest event is older (whole: manifest, files, catalog entry) | `0`: keep forever |
 //! | `AFTERGLOW_FOLD_QUIET_SECONDS` | a session no compaction has changed for this long is tidied: its deltas folded into one base, its replaced files deleted (1–900) | `300` |
 //! | `AFTERGLOW_COMPACT_QUEUE_URL` | the compact function's own SQS queue, where it queues each session's quiet check (delayed by the quiet period); required by the compact function, and where `rebuild` and `compact` over the bucket queue the checks still to come of the sessions they committed | unset |
-//! | `AFTERGLOW_GRAFANA_URL` | a Grafana dashboard (e.g. `https://grafana.example.com/d/rayDefaultDashboard`, Ray's default): the page links node and worker ids to it, with `var-SessionName`, `var-NodeId` or `var-WorkerId` and the attempt's time range | unset: no links |
+//! | `AFTERGLOW_GRAFANA_URL` | a Grafana dashboard (e.g. `https://grafana.example.com/d/rayDefaultDashboard`, Ray's default): the page links node and worker ids to it, with `var-SessionName`, `var-NodeId` or `var-WorkerId` and the attempt's time range; Ray's dashboard over the history frames its server on the Metrics and Serve pages, over the session's time range | unset: no links, and Ray's Metrics page says to set up Prometheus and Grafana |
 //! | `AFTERGLOW_LOG` | log filter (`info`, `afterglow=debug`, …) | `info` (`warn` for `generate` and `bench`) |
 //! | `AWS_LAMBDA_RUNTIME_API`, `_HANDLER` | set by Lambda: run as the function named by `_HANDLER` | unset: CLI |
 //! | `AWS_LAMBDA_FUNCTION_MEMORY_SIZE` | set by Lambda: sizes DuckDB's memory limit and threads | unset |
@@ -350,6 +350,21 @@ impl GrafanaUrl {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// The Grafana server: the URL before its dashboard path (`/d/…`) and query, without a
+    /// trailing `/` (`https://grafana.example.com` of `https://grafana.example.com/d/uid`).
+    pub fn server(&self) -> &str {
+        let url = self.0.split(['?', '#']).next().unwrap_or_default();
+        let server = url.find("/d/").map_or(url, |at| &url[..at]);
+        server.trim_end_matches('/')
+    }
+
+    /// The dashboard the URL names (`uid` of `…/d/uid/slug?…`), if it names one.
+    pub fn dashboard_uid(&self) -> Option<&str> {
+        let url = self.0.split(['?', '#']).next().unwrap_or_default();
+        let (_, path) = url.split_once("/d/")?;
+        path.split('/').next().filter(|uid| !uid.is_empty())
+    }
 }
 
 fn ingest_secret(
@@ -501,6 +516,33 @@ mod tests {
                     .contains(&format!("AFTERGLOW_NEW_SESSIONS_PER_MINUTE={bad}"))),
                 "{bad}"
             );
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn a_grafana_url_names_its_server_and_dashboard() -> Result<(), &'static str> {
+        for (url, server, uid) in [
+            (
+                "https://grafana.example.com/d/rayDefaultDashboard?orgId=1",
+                "https://grafana.example.com",
+                Some("rayDefaultDashboard"),
+            ),
+            (
+                "http://10.0.0.5:3000/grafana/d/abc123/ray-default/",
+                "http://10.0.0.5:3000/grafana",
+                Some("abc123"),
+            ),
+            (
+                "https://grafana.example.com/",
+                "https://grafana.example.com",
+                None,
+            ),
+            ("https://g.example.com/d/", "https://g.example.com", None),
+        ] {
+            let grafana = GrafanaUrl::new(url)?;
+            assert_eq!(grafana.server(), server, "{url}");
+            assert_eq!(grafana.dashboard_uid(), uid, "{url}");
         }
         Ok(())
     }

@@ -8,7 +8,8 @@
 //! tables' files, `tables/manifests/cluster={cluster}/session={session}.json` which of them are
 //! live, `tables/catalog/cluster={cluster}.json` one cluster's sessions and
 //! `tables/catalog/clusters.json` which clusters have one (`tables/catalog.json`, every cluster in
-//! one document, is the catalog's older format, still read);
+//! one document, is the catalog's older format, still read),
+//! `tables/cluster_rollups/cluster={cluster}/rollup-{ulid}.parquet` a cluster's rollup;
 //! `logs/{cluster}/{session}/{node_id}/{file}/{offset:020}.gz` each shipped piece of a node's log
 //! file, named by the byte offset where it starts in that file; `quarantine/{ulid}.ndjson` lines
 //! compaction could not use; `state/serve/compacted/{ulid}.txt` what `serve` has compacted.
@@ -182,6 +183,16 @@ pub fn manifest_session(key: &ObjectKey) -> Option<(ClusterName, SessionName)> {
 /// The key of one cluster's catalog document: its sessions and their statistics.
 pub fn cluster_catalog_key(cluster: &ClusterName) -> Result<ObjectKey, InvalidKey> {
     ObjectKey::new(format!("{CATALOG_PREFIX}cluster={cluster}.json"))
+}
+
+/// Where clusters' rollups live ([`crate::tables::cluster_rollup`]).
+pub const CLUSTER_ROLLUPS_PREFIX: &str = "tables/cluster_rollups/";
+
+/// The key of a new rollup of `cluster`, named by `id`.
+pub fn cluster_rollup_key(cluster: &ClusterName, id: Ulid) -> Result<ObjectKey, InvalidKey> {
+    ObjectKey::new(format!(
+        "{CLUSTER_ROLLUPS_PREFIX}cluster={cluster}/rollup-{id}.parquet"
+    ))
 }
 
 /// The key of the list of clusters the catalog has a document for.

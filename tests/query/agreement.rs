@@ -228,7 +228,6 @@ async fn a_cache_smaller_than_a_session_still_answers_every_run() -> anyhow::Res
         query: Some(afterglow::state::QueryService {
             engine: shared::query::QueryEngine::open(Arc::clone(&storage), settings)?,
             token: None,
-            grafana_url: None,
         }),
         ..AppState::default()
     });

@@ -55,7 +55,6 @@ fn api_over(storage: Arc<dyn Storage>, dir: &Path) -> anyhow::Result<Api> {
         query: Some(QueryService {
             engine,
             token: None,
-            grafana_url: None,
         }),
         ..AppState::default()
     });

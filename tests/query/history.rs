@@ -2,7 +2,8 @@
 //! a scope wider than the copy budget is refused before anything is copied (while a session, a
 //! cluster's time range, and the table's pages still answer), the table pages across sessions
 //! newest session first reading only the sessions a page needs, and cluster-wide counts are
-//! the sums of the sessions' own.
+//! the sums of the sessions' own, also when a cluster's rollup counts its ended sessions (and
+//! not once one of them changed since).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -12,6 +13,7 @@ use afterglow_tests::s3_storage;
 use afterglow_tests::scenario::{Scenario, query_params};
 use anyhow::{Context as _, ensure};
 use serde_json::Value as Json;
+use shared::keys::ClusterName;
 use shared::query::{ApiRoute, QueryEngine, QueryError, QuerySettings};
 use shared::storage::Storage;
 
@@ -55,6 +57,8 @@ struct History {
     sessions: Vec<String>,
     /// The attempts generated in each.
     attempts: Vec<u64>,
+    /// The store, as compaction writes it.
+    storage: Arc<dyn Storage>,
     /// Every GET of the engine.
     recorder: Arc<RecordsGets>,
     engine: QueryEngine,
@@ -73,7 +77,7 @@ impl History {
         };
         let storage: Arc<dyn Storage> = Arc::new(storage);
         let (sessions, attempts) = three_days(Arc::clone(&storage)).await?;
-        let recorder = Arc::new(RecordsGets::new(storage));
+        let recorder = Arc::new(RecordsGets::new(Arc::clone(&storage)));
         let cache = tempfile::tempdir()?;
         let engine = QueryEngine::open(
             Arc::clone(&recorder) as Arc<dyn Storage>,
@@ -82,6 +86,7 @@ impl History {
         Ok(Some(Self {
             sessions,
             attempts,
+            storage,
             recorder,
             engine,
             _cache: cache,
@@ -300,40 +305,118 @@ async fn pages_across_sessions_read_only_the_sessions_they_need() -> anyhow::Res
     let newest_first: Vec<&str> = history.sessions.iter().rev().map(String::as_str).collect();
     ensure!(order == newest_first, "sessions walked {order:?}");
 
-    let mut summed: BTreeMap<String, i64> = BTreeMap::new();
-    let mut by_name: BTreeMap<String, i64> = BTreeMap::new();
-    for session in &history.sessions {
-        let summary = ask(&history.engine, ApiRoute::Summary, &[("session", session)]).await?;
-        add_counts(&mut summed, &summary["by_state"])?;
-        let groups = ask(
-            &history.engine,
-            ApiRoute::Aggregates,
-            &[("session", session), ("by", "name"), ("limit", "1000")],
+    // No cluster rollup yet: every session is read.
+    history.expect_sums(&history.sessions, false).await?;
+    Ok(())
+}
+
+/// Once the cluster is rolled up, whole-cluster and fleet-wide counts read its rollup instead of
+/// its ended sessions (not even their manifests are fetched) and still equal the sums of the
+/// sessions' own. Events that arrive later for an ended session are counted at once: the
+/// rollup no longer holds, the sessions are read, and the next roll-up counts them again.
+#[tokio::test]
+async fn whole_clusters_are_counted_from_their_rollup() -> anyhow::Result<()> {
+    let Some(history) = History::stored("cluster rollup", |settings| settings).await? else {
+        return Ok(());
+    };
+    let scenario = Scenario::over(Arc::clone(&history.storage));
+    let (compactor, _scratch) = scenario.compactor(shared::compact::CompactSettings::default())?;
+    let cluster = ClusterName::new(CLUSTER)?;
+    let rolled = compactor.roll_up_cluster(&cluster).await?;
+    ensure!(
+        rolled.written && rolled.sessions == 2,
+        "every session but the newest is counted: {rolled:?}"
+    );
+    let ended = &history.sessions[..2];
+    history.expect_sums(ended, true).await?;
+
+    // Events for the oldest session arrive after it was rolled up.
+    let compacted = scenario.raw_keys().await?;
+    scenario
+        .ingest_synthetic(
+            CLUSTER,
+            synth::SynthSettings {
+                attempts: ATTEMPTS + 50,
+                jobs: 2,
+                nodes: 2,
+                failure_rate: 0.1,
+                seed: 11,
+                start_ms: synth::START_MS + 3_600_000,
+                ..synth::SynthSettings::default()
+            },
         )
         .await?;
-        add_groups(&mut by_name, &groups)?;
-    }
-    let mut cluster_wide = BTreeMap::new();
-    add_counts(
-        &mut cluster_wide,
-        &ask(&history.engine, ApiRoute::Summary, &[("cluster", CLUSTER)]).await?["by_state"],
-    )?;
+    let late: Vec<_> = scenario
+        .raw_keys()
+        .await?
+        .into_iter()
+        .filter(|key| !compacted.contains(key))
+        .collect();
+    compactor.compact(&late).await?;
+    history.expect_sums(ended, false).await?;
+
+    let rolled = compactor.roll_up_cluster(&cluster).await?;
     ensure!(
-        cluster_wide == summed,
-        "summary: {cluster_wide:?} != {summed:?}"
+        rolled.written && rolled.sessions == 2 && rolled.added == 2,
+        "counted again from every ended session: {rolled:?}"
     );
-    let mut names = BTreeMap::new();
-    add_groups(
-        &mut names,
-        &ask(
-            &history.engine,
-            ApiRoute::Aggregates,
-            &[("cluster", CLUSTER), ("by", "name"), ("limit", "1000")],
-        )
-        .await?,
-    )?;
-    ensure!(names == by_name, "aggregates: {names:?} != {by_name:?}");
+    history.expect_sums(ended, true).await?;
     Ok(())
+}
+
+impl History {
+    /// Asserts that the cluster-wide and fleet-wide summary and aggregates by name equal the
+    /// sums of the sessions' own, and that they read the manifests of `ended` exactly when not
+    /// `rolled_up`.
+    async fn expect_sums(&self, ended: &[String], rolled_up: bool) -> anyhow::Result<()> {
+        let mut summed: BTreeMap<String, i64> = BTreeMap::new();
+        let mut by_name: BTreeMap<String, i64> = BTreeMap::new();
+        for session in &self.sessions {
+            let summary = ask(&self.engine, ApiRoute::Summary, &[("session", session)]).await?;
+            add_counts(&mut summed, &summary["by_state"])?;
+            let groups = ask(
+                &self.engine,
+                ApiRoute::Aggregates,
+                &[("session", session), ("by", "name"), ("limit", "1000")],
+            )
+            .await?;
+            add_groups(&mut by_name, &groups)?;
+        }
+        for scope in [vec![("cluster", CLUSTER)], vec![]] {
+            let before = self.recorder.gets().len();
+            let mut counts = BTreeMap::new();
+            add_counts(
+                &mut counts,
+                &ask(&self.engine, ApiRoute::Summary, &scope).await?["by_state"],
+            )?;
+            ensure!(
+                counts == summed,
+                "summary {scope:?}: {counts:?} != {summed:?}"
+            );
+            let mut names = BTreeMap::new();
+            let by = [scope.as_slice(), &[("by", "name"), ("limit", "1000")]].concat();
+            add_groups(
+                &mut names,
+                &ask(&self.engine, ApiRoute::Aggregates, &by).await?,
+            )?;
+            ensure!(
+                names == by_name,
+                "aggregates {scope:?}: {names:?} != {by_name:?}"
+            );
+            let manifests: Vec<String> = self.recorder.gets()[before..]
+                .iter()
+                .filter(|key| key.starts_with("tables/manifests/"))
+                .filter(|key| ended.iter().any(|session| key.contains(session.as_str())))
+                .cloned()
+                .collect();
+            ensure!(
+                manifests.is_empty() == rolled_up,
+                "{scope:?}: the ended sessions' manifests read {manifests:?}, from the \
+                 cluster's rollup: {rolled_up}"
+            );
+        }
+        Ok(())
+    }
 }
 
 /// Adds a `by_state` object's counts into `into`.

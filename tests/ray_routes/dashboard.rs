@@ -307,3 +307,63 @@ async fn prometheus_is_answered_as_a_cluster_without_it_answers() -> anyhow::Res
     ensure!(want == have, "{want:?} != {have:?}");
     Ok(())
 }
+
+/// With a Grafana configured, Ray's metrics pages frame it: Grafana and Prometheus answer as
+/// running, the host is the relative `grafana` (so a frame asks Ray's dashboard, and through its
+/// proxy Afterglow), and a frame of Ray's Metrics page is sent on to the configured Grafana over
+/// the session's first to last event, as `/api/clusters` gives them, without refresh.
+#[tokio::test]
+async fn with_grafana_the_metrics_pages_frame_it_over_the_session() -> anyhow::Result<()> {
+    let run = FixtureRun::named("basic-workload")?;
+    let served = serve_runs_locally(std::slice::from_ref(&run), |mut settings| {
+        if let Some(query) = settings.query.as_mut() {
+            let url = "https://grafana.example.com/d/rayDefaultDashboard?orgId=1";
+            query.grafana_url =
+                Some(shared::config::GrafanaUrl::new(url).map_err(anyhow::Error::msg)?);
+        }
+        Ok(settings)
+    })
+    .await?;
+    let (status, listed) = get(&served, "/api/clusters?cluster=basic-workload").await?;
+    ensure!(status == 200, "{status} {listed}");
+    let session = &listed["clusters"][0]["sessions"][0];
+    let name = session["session_name"].as_str().context("session_name")?;
+    let (first, last) = (&session["first_ms"], &session["last_ms"]);
+    ensure!(first.is_i64() && last.is_i64(), "{session}");
+
+    let (status, prometheus) =
+        get(&served, "/ray/basic-workload/latest/api/prometheus_health").await?;
+    ensure!(
+        status == 200 && prometheus["result"] == true,
+        "{status} {prometheus}"
+    );
+    let (status, grafana) = get(&served, "/ray/basic-workload/latest/api/grafana_health").await?;
+    ensure!(
+        status == 200 && grafana["result"] == true,
+        "{status} {grafana}"
+    );
+    ensure!(
+        grafana["data"]["grafanaHost"] == "grafana"
+            && grafana["data"]["sessionName"] == name
+            && grafana["data"]["dashboardUids"]["default"] == "rayDefaultDashboard",
+        "{grafana}"
+    );
+
+    // The frame Ray's Metrics page builds from that answer (pages/metrics/Metrics.tsx).
+    let frame = format!(
+        "{}/ray/basic-workload/latest/grafana/d/rayDefaultDashboard/?orgId=1&theme=light\
+         &kiosk=1&refresh=5s&from=now-5m&to=now&var-SessionName={name}\
+         &var-datasource=Prometheus",
+        served.server.url
+    );
+    let response = reqwest::get(&frame).await?;
+    ensure!(response.status() == 200, "{}", response.status());
+    let page = response.text().await?;
+    let sent = format!(
+        "url=https://grafana.example.com/d/rayDefaultDashboard/?orgId=1&amp;theme=light\
+         &amp;kiosk=1&amp;var-datasource=Prometheus&amp;from={first}&amp;to={last}\
+         &amp;var-SessionName={name}\""
+    );
+    ensure!(page.contains(&sent), "{page} does not hold {sent}");
+    Ok(())
+}

@@ -292,7 +292,6 @@ pub fn open_settings(storage: Arc<dyn Storage>) -> ServeSettings {
         compaction: None,
         query: None,
         query_token: None,
-        grafana_url: None,
     }
 }
 

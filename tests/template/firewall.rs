@@ -138,50 +138,78 @@ fn the_ingest_firewall_blocks_each_address_past_its_rate() -> anyhow::Result<()>
     Ok(())
 }
 
-/// The firewalled API carries exactly the ingest function's routes (nothing reaches the query
-/// routes around their authorizer), byte bodies arrive as bytes, API Gateway may invoke the
-/// function for it, and the function sees the paths its router knows, not the stage before them.
+/// The firewalled API carries exactly the ingest functions' routes (nothing reaches the query
+/// routes around their authorizer), each to its own function (events and logs), byte bodies
+/// arrive as bytes, API Gateway may invoke each function for it, and each function sees the
+/// paths its router knows, not the stage before them.
 #[test]
-fn the_firewalled_api_routes_ingest_to_the_ingest_function() -> anyhow::Result<()> {
+fn the_firewalled_api_routes_ingest_to_the_ingest_functions() -> anyhow::Result<()> {
     let template = template()?;
     let api = at(&template, &["Resources", "IngestRestApi", "Properties"])?;
     let paths = at(api, &["DefinitionBody", "paths"])?;
-    let ingest = at(&template, &["Resources", "IngestFunction", "Properties"])?;
-    let events = at(ingest, &["Events"])?
-        .as_mapping()
-        .context("the ingest function's events are not a mapping")?;
+    let stage = at(api, &["StageName"])?
+        .as_str()
+        .context("the firewalled API's stage name is not text")?;
     let mut routes = 0;
-    for event in events.values() {
-        if event.get("Type").and_then(Value::as_str) != Some("HttpApi") {
-            continue;
+    for function in ["IngestFunction", "LogIngestFunction"] {
+        let ingest = at(&template, &["Resources", function, "Properties"])?;
+        let events = at(ingest, &["Events"])?
+            .as_mapping()
+            .with_context(|| format!("{function}'s events are not a mapping"))?;
+        for event in events.values() {
+            if event.get("Type").and_then(Value::as_str) != Some("HttpApi") {
+                continue;
+            }
+            let path = at(event, &["Properties", "Path"])?
+                .as_str()
+                .context("an ingest route's path is not text")?;
+            let method = at(event, &["Properties", "Method"])?
+                .as_str()
+                .context("an ingest route's method is not text")?
+                .to_ascii_lowercase();
+            let integration = at(
+                paths,
+                &[path, method.as_str(), "x-amazon-apigateway-integration"],
+            )
+            .with_context(|| format!("the firewalled API does not route {method} {path}"))?;
+            ensure!(
+                at(integration, &["type"])?.as_str() == Some("aws_proxy"),
+                "{method} {path} is not a Lambda proxy integration"
+            );
+            let uri = serde_yaml_ng::to_string(at(integration, &["uri"])?)?;
+            ensure!(
+                uri.contains(&format!("${{{function}.Arn}}")),
+                "the firewalled API sends {method} {path} to {uri}, not {function}"
+            );
+            routes += 1;
         }
-        let path = at(event, &["Properties", "Path"])?
-            .as_str()
-            .context("an ingest route's path is not text")?;
-        let method = at(event, &["Properties", "Method"])?
-            .as_str()
-            .context("an ingest route's method is not text")?
-            .to_ascii_lowercase();
-        let integration = at(
-            paths,
-            &[path, method.as_str(), "x-amazon-apigateway-integration"],
-        )
-        .with_context(|| format!("the firewalled API does not route {method} {path}"))?;
+        let permitted =
+            resources(&template, "AWS::Lambda::Permission")?
+                .iter()
+                .any(|(_, permission)| {
+                    let Some(properties) = permission.get("Properties") else {
+                        return false;
+                    };
+                    properties.get("FunctionName").and_then(ref_name) == Some(function)
+                        && properties
+                            .get("SourceArn")
+                            .and_then(|arn| serde_yaml_ng::to_string(arn).ok())
+                            .is_some_and(|arn| arn.contains(":${IngestRestApi}/"))
+                });
         ensure!(
-            at(integration, &["type"])?.as_str() == Some("aws_proxy"),
-            "{method} {path} is not a Lambda proxy integration"
+            permitted,
+            "API Gateway may not invoke {function} for the firewalled API"
         );
-        let uri = serde_yaml_ng::to_string(at(integration, &["uri"])?)?;
         ensure!(
-            uri.contains("${IngestFunction.Arn}"),
-            "the firewalled API sends {method} {path} to {uri}"
+            variable(ingest, "AWS_LAMBDA_HTTP_IGNORE_STAGE_IN_PATH").is_some(),
+            "lambda_http puts /{stage} before every path the firewalled API sends {function}, \
+             which the router does not know"
         );
-        routes += 1;
     }
     let declared = paths.as_mapping().map_or(0, |paths| paths.len());
     ensure!(
         routes == 2 && declared == routes,
-        "the firewalled API has {declared} paths for the ingest function's {routes} routes"
+        "the firewalled API has {declared} paths for the ingest functions' {routes} routes"
     );
     let binary = at(api, &["BinaryMediaTypes"])?
         .as_sequence()
@@ -191,31 +219,6 @@ fn the_firewalled_api_routes_ingest_to_the_ingest_function() -> anyhow::Result<(
             .iter()
             .any(|kind| kind.as_str() == Some("application~1octet-stream")),
         "log pieces (application/octet-stream) would reach the function as text"
-    );
-    let permitted =
-        resources(&template, "AWS::Lambda::Permission")?
-            .iter()
-            .any(|(_, permission)| {
-                let Some(properties) = permission.get("Properties") else {
-                    return false;
-                };
-                properties.get("FunctionName").and_then(ref_name) == Some("IngestFunction")
-                    && properties
-                        .get("SourceArn")
-                        .and_then(|arn| serde_yaml_ng::to_string(arn).ok())
-                        .is_some_and(|arn| arn.contains(":${IngestRestApi}/"))
-            });
-    ensure!(
-        permitted,
-        "API Gateway may not invoke the ingest function for the firewalled API"
-    );
-    let stage = at(api, &["StageName"])?
-        .as_str()
-        .context("the firewalled API's stage name is not text")?;
-    ensure!(
-        variable(ingest, "AWS_LAMBDA_HTTP_IGNORE_STAGE_IN_PATH").is_some(),
-        "lambda_http puts /{stage} before every path the firewalled API sends, which the router \
-         does not know"
     );
     Ok(())
 }

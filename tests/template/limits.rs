@@ -1,5 +1,5 @@
-//! Bounded bills and private logs: every function and route has a limit, and logs expire
-//! without the query string (where ingest tokens travel).
+//! Bounded bills and private logs: every function and route has a limit (events' and logs'
+//! apart), and logs expire without the query string (where ingest tokens travel).
 
 use anyhow::{Context as _, ensure};
 use serde_yaml_ng::Value;
@@ -52,6 +52,131 @@ fn every_function_and_route_is_bounded() -> anyhow::Result<()> {
             "the firewalled API's {setting} is not {parameter}"
         );
     }
+    Ok(())
+}
+
+/// Events never wait behind logs: shipped logs have a function of their own (the same
+/// program) with its own reserved concurrency, the log route its own throttle on both APIs,
+/// each function writes only its own prefix, and each limit has an alarm.
+#[test]
+fn events_and_logs_are_limited_apart() -> anyhow::Result<()> {
+    let template = template()?;
+    let events = at(&template, &["Resources", "IngestFunction", "Properties"])?;
+    let logs = at(&template, &["Resources", "LogIngestFunction", "Properties"])?;
+    ensure!(
+        at(events, &["Handler"])? == at(logs, &["Handler"])?,
+        "the log ingest function runs another program"
+    );
+    for (function, concurrency, path, writes, never) in [
+        (
+            events,
+            "IngestConcurrency",
+            "/v1/events/{cluster}",
+            "/raw/*",
+            "/logs/",
+        ),
+        (
+            logs,
+            "LogIngestConcurrency",
+            "/v1/logs/{cluster}",
+            "/logs/*",
+            "/raw/",
+        ),
+    ] {
+        ensure!(
+            ref_name(at(function, &["ReservedConcurrentExecutions"])?) == Some(concurrency),
+            "{path}'s function is not bounded by {concurrency}"
+        );
+        let paths: Vec<&str> = at(function, &["Events"])?
+            .as_mapping()
+            .context("events are not a mapping")?
+            .values()
+            .filter_map(|event| event.get("Properties")?.get("Path")?.as_str())
+            .collect();
+        ensure!(paths == [path], "{concurrency}'s function serves {paths:?}");
+        let puts =
+            serde_yaml_ng::to_string(&allowed(function, "s3:PutObject")?.collect::<Vec<_>>())?;
+        ensure!(
+            puts.contains(writes) && !puts.contains(never),
+            "{path}'s function may write {puts}"
+        );
+    }
+    let api = at(
+        &template,
+        &["Resources", "HttpApi", "Properties", "RouteSettings"],
+    )?;
+    for (route, rate, burst) in [
+        (
+            "POST /v1/events/{cluster}",
+            "IngestRateLimit",
+            "IngestBurstLimit",
+        ),
+        ("POST /v1/logs/{cluster}", "LogsRateLimit", "LogsBurstLimit"),
+    ] {
+        ensure!(
+            ref_name(at(api, &[route, "ThrottlingRateLimit"])?) == Some(rate)
+                && ref_name(at(api, &[route, "ThrottlingBurstLimit"])?) == Some(burst),
+            "{route} is not throttled by {rate}/{burst}"
+        );
+    }
+    let rest = at(&template, &["Resources", "IngestRestApi", "Properties"])?;
+    let log_method = at(rest, &["MethodSettings"])?
+        .as_sequence()
+        .context("MethodSettings are not a list")?
+        .iter()
+        .find(|setting| {
+            setting.get("ResourcePath").and_then(Value::as_str) == Some("/~1v1~1logs~1{cluster}")
+                && setting.get("HttpMethod").and_then(Value::as_str) == Some("POST")
+        })
+        .context("the firewalled API has no throttle of its own for logs")?;
+    ensure!(
+        ref_name(at(log_method, &["ThrottlingRateLimit"])?) == Some("LogsRateLimit"),
+        "the firewalled log route is not throttled by LogsRateLimit"
+    );
+    let integration = serde_yaml_ng::to_string(at(
+        rest,
+        &["DefinitionBody", "paths", "/v1/logs/{cluster}", "post"],
+    )?)?;
+    ensure!(
+        integration.contains("LogIngestFunction.Arn"),
+        "the firewalled log route reaches another function: {integration}"
+    );
+    let alarms = resources(&template, "AWS::CloudWatch::Alarm")?;
+    for function in ["IngestFunction", "LogIngestFunction"] {
+        let watched = alarms.iter().any(|(_, alarm)| {
+            at(alarm, &["Properties", "MetricName"])
+                .ok()
+                .and_then(Value::as_str)
+                == Some("Throttles")
+                && dimension(alarm, "FunctionName").and_then(ref_name) == Some(function)
+        });
+        ensure!(watched, "no alarm on {function}'s throttles");
+    }
+    let logs_throttled = resources(&template, "AWS::Logs::MetricFilter")?
+        .into_iter()
+        .filter_map(|(_, filter)| {
+            let pattern = at(filter, &["Properties", "FilterPattern"])
+                .ok()?
+                .as_str()?;
+            (pattern.contains("429") && pattern.contains("/v1/logs/"))
+                .then(|| at(filter, &["Properties", "MetricTransformations"]).ok())
+                .flatten()
+        })
+        .filter_map(|metrics| metrics.as_sequence()?.first()?.get("MetricName")?.as_str())
+        .collect::<Vec<_>>();
+    ensure!(
+        !logs_throttled.is_empty(),
+        "no metric counts the log route's 429s"
+    );
+    ensure!(
+        alarms.iter().any(|(_, alarm)| {
+            at(alarm, &["Properties", "MetricName"])
+                .ok()
+                .and_then(Value::as_str)
+                .is_some_and(|metric| logs_throttled.contains(&metric))
+        }),
+        "no alarm on the log route's 429s"
+    );
     Ok(())
 }
 

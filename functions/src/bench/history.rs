@@ -1,8 +1,9 @@
 //! `afterglow bench --sessions N`: reads over the whole history. Generates `N` sessions of
 //! `--tasks` attempts each, an hour apart, spread over `--clusters` clusters, ingests and
-//! compacts them, then times the cluster-wide and fleet-wide routes cold (a fresh engine and
-//! cache) and warm, with the bytes each cold request copied into the query cache. The store is
-//! read as the query function reads S3: every file copied into its cache, none in place.
+//! compacts them, rolls up each cluster's ended sessions, then times the cluster-wide and
+//! fleet-wide routes cold (a fresh engine and cache) and warm, with the bytes each cold request
+//! copied into the query cache. The store is read as the query function reads S3: every file
+//! copied into its cache, none in place.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -12,7 +13,7 @@ use anyhow::Context as _;
 use async_trait::async_trait;
 use bytes::Bytes;
 use serde::Serialize;
-use shared::compact::CompactSettings;
+use shared::compact::{CompactSettings, Compactor};
 use shared::ingest::{IngestAccess, IngestLimits, Ingestor};
 use shared::keys::ClusterName;
 use shared::query::{ApiRoute, COPY_BUDGET_BYTES, QueryEngine, QueryError, QuerySettings};
@@ -41,6 +42,10 @@ struct HistoryReport {
     ingest_s: f64,
     /// Compacting every raw object.
     compaction_s: f64,
+    /// Rolling up every cluster, as the compact function does once a session has ended.
+    roll_up_s: f64,
+    /// Sessions the clusters' rollups count (every session but each cluster's newest).
+    rolled_up_sessions: usize,
     tables_dir_bytes: u64,
     /// Most bytes one request may copy.
     copy_budget_bytes: u64,
@@ -75,7 +80,8 @@ pub(super) async fn run(args: &BenchArgs, sessions: usize) -> anyhow::Result<()>
             .context("cannot open the benchmark's store")?,
     );
     let settings = args.synth.settings();
-    let (mut ingest_s, mut compaction_s) = (0.0, 0.0);
+    let (mut ingest_s, mut compaction_s, mut roll_up_s) = (0.0, 0.0, 0.0);
+    let mut rolled_up_sessions = 0;
     if !args.query_only {
         eprintln!(
             "afterglow bench: {sessions} sessions of {} attempts over {clusters} clusters in {}",
@@ -112,6 +118,7 @@ pub(super) async fn run(args: &BenchArgs, sessions: usize) -> anyhow::Result<()>
         )
         .await?;
         compaction_s = compaction.wall_s;
+        (roll_up_s, rolled_up_sessions) = roll_up_phase(&storage, work.path(), clusters).await?;
     }
     let probes = query_phase(&storage, work.path(), clusters, args.repeat).await?;
     let report = HistoryReport {
@@ -122,6 +129,8 @@ pub(super) async fn run(args: &BenchArgs, sessions: usize) -> anyhow::Result<()>
         machine: Machine::this(),
         ingest_s,
         compaction_s,
+        roll_up_s,
+        rolled_up_sessions,
         tables_dir_bytes: dir_bytes(&work.path().join("store/tables")),
         copy_budget_bytes: COPY_BUDGET_BYTES,
         probes,
@@ -129,6 +138,29 @@ pub(super) async fn run(args: &BenchArgs, sessions: usize) -> anyhow::Result<()>
     print_table(&report);
     println!("{}", super::report::pretty(&report)?);
     Ok(())
+}
+
+/// Rolls up every cluster, as the compact function's quiet checks do once a newer session has
+/// ended a cluster's earlier ones; returns the seconds it took and the sessions the clusters'
+/// rollups count.
+async fn roll_up_phase(
+    storage: &Arc<LocalDirStorage>,
+    work: &Path,
+    clusters: usize,
+) -> anyhow::Result<(f64, usize)> {
+    let scratch = fresh_dir(&work.join("roll-up-scratch"))?;
+    let compactor = Compactor::new(
+        Arc::clone(storage) as Arc<dyn Storage>,
+        CompactSettings::default(),
+        scratch,
+    );
+    let started = Instant::now();
+    let mut counted = 0;
+    for index in 0..clusters {
+        let cluster = ClusterName::new(&cluster_of(index, clusters))?;
+        counted += compactor.roll_up_cluster(&cluster).await?.sessions;
+    }
+    Ok((started.elapsed().as_secs_f64(), counted))
 }
 
 /// Every probe cold and warm, over the store read as S3 is read.

@@ -51,6 +51,7 @@ impl Compactor {
                 .include_span(batch.span.first_ms, batch.span.last_ms);
             next.stats
                 .include_created(batch.span.first_created_ms, batch.span.last_created_ms);
+            next.stats.sequence = Some(next.sequence);
             rows += self
                 .next_entities(cluster, session, batch.entities, &mut next, &mut written)
                 .await?;

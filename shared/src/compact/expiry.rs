@@ -34,6 +34,7 @@ impl Compactor {
         let catalog = catalog::load(self.storage()).await?;
         let mut expired = 0;
         for (cluster, sessions) in &catalog.clusters {
+            let expired_before = expired;
             for (session, stats) in sessions {
                 if stats.last_ms.is_none_or(|last| last >= cutoff) {
                     continue;
@@ -47,6 +48,12 @@ impl Compactor {
                 if self.expire_session(&cluster, &session, cutoff).await? {
                     expired += 1;
                 }
+            }
+            // The cluster's rollup counts the sessions just removed until it is counted again.
+            if expired > expired_before
+                && let Ok(cluster) = ClusterName::new(cluster)
+            {
+                self.roll_up_after(&cluster).await;
             }
         }
         if expired > 0 {

@@ -12,11 +12,13 @@
 //! and the tidying of quiet sessions). What decides when compaction runs lives in [`schedule`]:
 //! the compact function's batches and quiet checks on AWS, `serve`'s in-process queue, and what
 //! `serve` left uncompacted. Retention ([`expiry`]) and orphan files ([`orphans`]) are cleaned
-//! up after runs; [`report`] says what a run did.
+//! up after runs; [`cluster_rollup`] sums each cluster's ended sessions' rollups; [`report`]
+//! says what a run did.
 //!
 //! This module owns the orchestration: the raw objects' format is [`crate::raw`]'s, the tables'
 //! schemas and Parquet I/O are [`crate::tables`]'s.
 
+pub mod cluster_rollup;
 mod commit;
 mod error;
 pub mod expiry;

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use super::QueryError;
 use super::read::{page, params, resident, snapshot, sql};
+use crate::config::GrafanaUrl;
 use crate::storage::{FileCache, Storage};
 
 /// How the query engine runs.
@@ -44,6 +45,9 @@ pub struct QuerySettings {
     /// disk or outlasting the deadline. A local store's files are read in place and count
     /// nothing.
     pub copy_budget_bytes: u64,
+    /// The Grafana dashboard of the clusters' metrics: the page links node and worker ids to it,
+    /// and Ray's dashboard opens it over a session's time range; `None`: metrics are not shown.
+    pub grafana_url: Option<GrafanaUrl>,
 }
 
 /// The default of [`QuerySettings::copy_budget_bytes`].
@@ -64,6 +68,7 @@ impl QuerySettings {
             cache_bytes: None,
             resident_bytes: 128 * 1024 * 1024,
             copy_budget_bytes: COPY_BUDGET_BYTES,
+            grafana_url: None,
         }
     }
 
@@ -157,6 +162,11 @@ impl QueryEngine {
             copied_bytes: AtomicU64::new(0),
             settings,
         })
+    }
+
+    /// The Grafana dashboard of the clusters' metrics ([`QuerySettings::grafana_url`]).
+    pub fn grafana_url(&self) -> Option<&GrafanaUrl> {
+        self.settings.grafana_url.as_ref()
     }
 
     /// Bytes of table files the routes' reads copied from storage into the cache, since the

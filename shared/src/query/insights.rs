@@ -19,7 +19,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value as Json, json};
 
 use super::read::attempts::filtered_relation;
-use super::read::counts::{Counted, counted};
+use super::read::counts::{Counted, counted_reading};
 use super::read::json::query_as;
 use super::read::params::{Params, TaskFilter};
 use super::read::rollups::{Extremes, extremes, known};
@@ -74,7 +74,7 @@ pub(super) async fn insights(
         filter: &filter,
         base: &base,
     };
-    let attempts = match counted(engine, &filter, None).await? {
+    let attempts = match counted_reading(engine, &filter, None, &INSIGHTS).await? {
         None => None,
         Some(Counted::Rollups(rollups)) => {
             let kind = kind_conditions(&filter, "complete");

@@ -36,6 +36,7 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use tokio::task::JoinSet;
 
+use super::cluster_rollup::ClusterRollup;
 use super::manifest::{Document, ManifestError, SessionStats, document, load_document};
 use crate::keys::{self, CATALOG_PREFIX, ClusterName, SessionName};
 use crate::storage::{ObjectKey, PutMode, Storage, StorageError};
@@ -73,6 +74,9 @@ pub struct ClusterCatalog {
     /// [`Catalog::raw_from`]); `None` once the cluster has no session left.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub raw_from: Option<u64>,
+    /// The cluster's rollup, if one was written: its ended sessions' counts in one file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollup: Option<ClusterRollup>,
 }
 
 document!(ClusterCatalog, 1);
@@ -195,6 +199,26 @@ pub async fn load(storage: &Arc<dyn Storage>) -> Result<Catalog, ManifestError> 
     Ok(catalog)
 }
 
+/// Every cluster's document, by name: the listed clusters' documents ([`PARALLEL_DOCUMENTS`] at
+/// a time), or the single document's entries when there is no list. For readers of every
+/// cluster that need more of a document than its sessions (its rollup).
+pub async fn load_documents(
+    storage: &Arc<dyn Storage>,
+) -> Result<BTreeMap<String, ClusterCatalog>, ManifestError> {
+    match listing(&**storage).await? {
+        Listing::Single(single) => Ok(single
+            .clusters
+            .keys()
+            .map(|cluster| (cluster.clone(), single_entry(&single, cluster)))
+            .collect()),
+        Listing::PerCluster(list) => {
+            let names: Vec<String> = list.clusters.into_keys().collect();
+            let documents = load_listed(storage, &names).await?;
+            Ok(names.into_iter().zip(documents).collect())
+        }
+    }
+}
+
 /// Records `stats` for `(cluster, session)`, and that raw objects of the cluster as old as
 /// `oldest_raw_ms` (ULID time) went into its tables, in one conditional replace of the
 /// cluster's document, redone when another writer got there first. The first record of a
@@ -239,7 +263,38 @@ fn newest_of(known: &SessionStats, recorded: &SessionStats) -> SessionStats {
     newest.attempts = known.attempts.max(recorded.attempts);
     newest.include_span(recorded.first_ms, recorded.last_ms);
     newest.include_created(recorded.first_created_ms, recorded.last_created_ms);
+    newest.sequence = known.sequence.max(recorded.sequence);
     newest
+}
+
+/// Names `next` as the cluster's rollup (or none) in its document, if the document still names
+/// `read`, the rollup its caller read when it started: two roll-ups of a cluster at once never
+/// replace each other's newer one with an older one. Returns whether `next` is named now.
+#[tracing::instrument(name = "catalog.name_rollup", skip_all, fields(cluster = %cluster))]
+pub async fn name_rollup(
+    storage: &Arc<dyn Storage>,
+    cluster: &ClusterName,
+    read: Option<&ObjectKey>,
+    next: Option<&ClusterRollup>,
+) -> Result<bool, ManifestError> {
+    let mut named = false;
+    update(storage, cluster, |document| {
+        let current = document.rollup.as_ref().map(|rollup| &rollup.key);
+        // A redo after a lost response finds its own rollup named already.
+        if current == next.map(|rollup| &rollup.key) {
+            named = true;
+            return false;
+        }
+        if current != read {
+            named = false;
+            return false;
+        }
+        document.rollup = next.cloned();
+        named = true;
+        true
+    })
+    .await?;
+    Ok(named)
 }
 
 /// Removes `(cluster, session)` from the cluster's document the same way, unless its newest

@@ -16,6 +16,7 @@
 //! compaction and queries open DuckDB.
 
 pub mod catalog;
+pub mod cluster_rollup;
 pub mod entities;
 pub mod key_index;
 pub mod manifest;

@@ -2,7 +2,7 @@
 //! their grace period is over, when a quiet check finds it unchanged
 //! ([`Compactor::tidy_if_quiet`]) or for every session at once ([`Compactor::fold`], `afterglow
 //! compact --fold`). A commit in between wins: the tidy's own commit then loses, and it does
-//! nothing.
+//! nothing. Either then rolls up the session's cluster ([`crate::compact::cluster_rollup`]).
 
 use crate::compact::schedule::quiet::QuietCheck;
 use crate::compact::{CompactError, Compactor, now_ms};
@@ -42,7 +42,10 @@ impl Compactor {
                 ..Tidied::default()
             });
         }
-        self.tidy(&check.cluster, &check.session, current).await
+        let tidied = self.tidy(&check.cluster, &check.session, current).await?;
+        // A quiet session may be one a newer session of its cluster has ended.
+        self.roll_up_after(&check.cluster).await;
+        Ok(tidied)
     }
 
     /// Folds every session's deltas into its base now, instead of waiting for the fold policy
@@ -50,6 +53,7 @@ impl Compactor {
     #[tracing::instrument(name = "fold", skip(self))]
     pub async fn fold(&self) -> Result<usize, CompactError> {
         let mut folded = 0;
+        let mut clusters = Vec::new();
         for meta in self.storage.list(keys::MANIFESTS_PREFIX).await? {
             let Some((cluster, session)) = keys::manifest_session(&meta.key) else {
                 continue;
@@ -58,6 +62,12 @@ impl Compactor {
             if self.tidy(&cluster, &session, current).await?.folded {
                 folded += 1;
             }
+            if !clusters.contains(&cluster) {
+                clusters.push(cluster);
+            }
+        }
+        for cluster in &clusters {
+            self.roll_up_after(cluster).await;
         }
         Ok(folded)
     }

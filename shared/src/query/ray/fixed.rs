@@ -7,6 +7,7 @@ use serde_json::{Value as Json, json};
 use super::RAY_VERSION;
 use super::body::state_envelope;
 use super::route::FixedRoute;
+use crate::config::GrafanaUrl;
 
 /// `GET events`: the export carries no cluster event log, so no events, in the shape the
 /// overview and job pages read.
@@ -19,8 +20,9 @@ pub(super) fn events(pairs: &[(String, String)]) -> Json {
 }
 
 /// Routes answered without the tables: what a history can say about metrics, profiling, Serve
-/// and the rest of a cluster that is gone.
-pub(super) fn fixed_answer(route: FixedRoute, session: &str) -> Json {
+/// and the rest of a cluster that is gone. With `grafana` configured, Ray's metrics pages frame
+/// it ([`super::grafana`]).
+pub(super) fn fixed_answer(route: FixedRoute, session: &str, grafana: Option<&GrafanaUrl>) -> Json {
     let ok = |msg: &str, data: Json| json!({"result": true, "msg": msg, "data": data});
     match route {
         FixedRoute::ClusterMetadata => ok(
@@ -38,14 +40,20 @@ pub(super) fn fixed_answer(route: FixedRoute, session: &str) -> Json {
         ),
         FixedRoute::ProfilingEnabled => ok("", json!({"profilingEnabled": false})),
         FixedRoute::RuntimeEnvRedaction => ok("", json!({"redactionEnabled": true})),
-        // "Disabled" hides the metrics cards instead of showing an error.
-        FixedRoute::GrafanaHealth => ok("Grafana disabled", json!({"grafanaHost": "DISABLED"})),
-        // As a cluster without Prometheus answers (with 500, [`answered_as_failure`]): the
-        // metrics and Serve pages then say to set up Prometheus and Grafana instead of framing
-        // Grafana's disabled host.
-        FixedRoute::PrometheusHealth => json!({"result": false,
-            "msg": "prometheus healthcheck failed.",
-            "data": {"reason": "a history kept by Afterglow has no Prometheus"}}),
+        FixedRoute::GrafanaHealth => match grafana {
+            Some(grafana) => super::grafana::health(grafana, session),
+            // "Disabled" hides the metrics cards instead of showing an error.
+            None => ok("Grafana disabled", json!({"grafanaHost": "DISABLED"})),
+        },
+        // Without Grafana, as a cluster without Prometheus answers (with 500,
+        // [`answered_as_failure`]): the metrics and Serve pages then say to set up Prometheus
+        // and Grafana instead of framing Grafana's disabled host.
+        FixedRoute::PrometheusHealth => match grafana {
+            Some(_) => ok("prometheus running", json!({})),
+            None => json!({"result": false,
+                "msg": "prometheus healthcheck failed.",
+                "data": {"reason": "a history kept by Afterglow has no Prometheus"}}),
+        },
         FixedRoute::ServeApplications => json!({"controller_info": {}, "proxies": {},
             "applications": {}, "target_capacity": null}),
         FixedRoute::Datasets => json!({"datasets": []}),
@@ -61,7 +69,7 @@ pub(super) fn fixed_answer(route: FixedRoute, session: &str) -> Json {
 }
 
 /// Whether Ray answers `route` with 500: Prometheus's health, which a live cluster without
-/// Prometheus fails.
-pub(super) fn answered_as_failure(route: FixedRoute) -> bool {
-    route == FixedRoute::PrometheusHealth
+/// Prometheus fails, when no Grafana is configured.
+pub(super) fn answered_as_failure(route: FixedRoute, grafana: Option<&GrafanaUrl>) -> bool {
+    route == FixedRoute::PrometheusHealth && grafana.is_none()
 }

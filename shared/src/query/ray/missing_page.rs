@@ -21,7 +21,7 @@ pub(super) fn missing_page(message: &str) -> Vec<u8> {
 }
 
 /// `text` with the characters HTML gives a meaning escaped.
-fn escaped(text: &str) -> String {
+pub(super) fn escaped(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         match c {

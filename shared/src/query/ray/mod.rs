@@ -4,8 +4,8 @@
 //! envelopes and field names.
 //!
 //! The URL names the history: `/ray/{cluster}/{session|latest}/…` ([`route`]). Each data route
-//! answers a valid body, empty when the export does not carry its data (metrics, Serve,
-//! datasets), because Ray's dashboard proxy falls back to its own (empty) cluster on a 404;
+//! answers a valid body, empty when the export does not carry its data (Serve, datasets, and
+//! metrics unless a Grafana is configured: `grafana`), because Ray's dashboard proxy falls back to its own (empty) cluster on a 404;
 //! only paths that are not data routes — the UI's own files — are left to 404. Log routes read
 //! what `afterglow ship-logs` sent.
 //!
@@ -21,13 +21,15 @@
 //!
 //! This module resolves the history a URL names and dispatches to a route's module: `tasks`
 //! (the task list, its summaries and timeline), `entities` (jobs, actors, nodes, workers,
-//! placement groups), `logs`, and `fixed` (answers that need no table). The routes share
+//! placement groups), `logs`, `fixed` (answers that need no table) and `grafana` (Ray's metrics
+//! pages framing the configured Grafana over the session). The routes share
 //! [`request`] (Ray's query string), [`summary`] (Ray's task summaries), `body` (the answer and
 //! its envelopes) and the dashboard API's read code ([`crate::query::read`]), never each other.
 
 mod body;
 mod entities;
 mod fixed;
+mod grafana;
 mod logs;
 mod missing_page;
 pub mod request;
@@ -179,9 +181,22 @@ impl QueryEngine {
             )),
             // Answered before the session is resolved, above.
             RayRoute::Page => Err(QueryError::Internal("the page is answered apart".into())),
+            RayRoute::Grafana(path) => {
+                let Some(grafana) = self.grafana_url() else {
+                    return Err(QueryError::NotFound(
+                        "no Grafana is configured (AFTERGLOW_GRAFANA_URL)".into(),
+                    ));
+                };
+                let sessions = catalog::load_cluster(&**self.storage(), &request.target.cluster)
+                    .await?
+                    .sessions;
+                let page = grafana::frame(grafana, path, pairs, &session, sessions.get(&session));
+                return Ok(RayBody::html(page));
+            }
             RayRoute::Fixed(fixed) => {
-                let body = RayBody::from_json(&fixed_answer(*fixed, &session))?;
-                return Ok(if answered_as_failure(*fixed) {
+                let grafana = self.grafana_url();
+                let body = RayBody::from_json(&fixed_answer(*fixed, &session, grafana))?;
+                return Ok(if answered_as_failure(*fixed, grafana) {
                     body.into_failure()
                 } else {
                     body

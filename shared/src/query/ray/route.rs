@@ -102,6 +102,10 @@ pub enum RayRoute {
     ReadOnly,
     /// Answers that need no table.
     Fixed(FixedRoute),
+    /// `GET grafana/{path}`: Ray's metrics pages framing Grafana at the `grafanaHost` Afterglow
+    /// names ([`FixedRoute::GrafanaHealth`]): a page sending the frame on to the configured
+    /// Grafana's `{path}`, over the session's time range.
+    Grafana(String),
     /// `GET /` or `index.html`: the dashboard's page. Ray serves its own for a stored session
     /// (a 404 sends its proxy to the local files); for a cluster or session that is not stored,
     /// a page saying so, since after any 404 Ray's proxy would show its own empty cluster.
@@ -209,6 +213,7 @@ fn route_of(method: &str, path: &str) -> Option<RayRoute> {
         ["api", "cluster_status"] => RayRoute::ClusterStatus,
         ["api", "serve", "applications", ..] => RayRoute::Fixed(FixedRoute::ServeApplications),
         ["api", "data", "datasets", ..] => RayRoute::Fixed(FixedRoute::Datasets),
+        ["grafana", path @ ..] => RayRoute::Grafana(path.join("/")),
         _ => return None,
     };
     Some(route)

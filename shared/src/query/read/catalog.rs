@@ -12,7 +12,7 @@ use serde_json::{Value as Json, json};
 use super::params::{Cursor, Scope};
 use crate::query::QueryError;
 use crate::storage::Storage;
-use crate::tables::catalog::{self, ListedCluster, PARALLEL_DOCUMENTS};
+use crate::tables::catalog::{self, ClusterCatalog, ListedCluster, PARALLEL_DOCUMENTS};
 use crate::tables::manifest::SessionStats;
 
 /// What a [`Cursor`] of a page of every cluster belongs to.
@@ -44,16 +44,31 @@ pub async fn session_stats(
     storage: &Arc<dyn Storage>,
     scope: &Scope,
 ) -> Result<BTreeMap<String, BTreeMap<String, SessionStats>>, QueryError> {
+    Ok(documents_in_scope(storage, scope)
+        .await?
+        .into_iter()
+        .map(|(cluster, document)| (cluster, document.sessions))
+        .collect())
+}
+
+/// The catalog documents of the clusters in `scope` (see [`session_stats`]), each holding only
+/// the sessions the scope selects; a cluster with none is left out.
+pub async fn documents_in_scope(
+    storage: &Arc<dyn Storage>,
+    scope: &Scope,
+) -> Result<BTreeMap<String, ClusterCatalog>, QueryError> {
     let mut clusters = match &scope.cluster {
         Some(cluster) => {
             let document = catalog::load_cluster(&**storage, cluster).await?;
-            BTreeMap::from([(cluster.to_string(), document.sessions)])
+            BTreeMap::from([(cluster.to_string(), document)])
         }
-        None => catalog::load(storage).await?.clusters,
+        None => catalog::load_documents(storage).await?,
     };
-    clusters.retain(|cluster, sessions| {
-        sessions.retain(|session, stats| scope.selects(cluster, session, stats));
-        !sessions.is_empty()
+    clusters.retain(|cluster, document| {
+        document
+            .sessions
+            .retain(|session, stats| scope.selects(cluster, session, stats));
+        !document.sessions.is_empty()
     });
     Ok(clusters)
 }

@@ -13,7 +13,7 @@ use super::rollups::{self, Extremes, extremes, known, rows_of};
 use super::snapshot::Needs;
 use super::sql::{Relation, Sql, read_parquet, task_conditions};
 use crate::query::{QueryEngine, QueryError};
-use crate::tables::rollup::TOTALS;
+use crate::tables::rollup::{CLUSTER_GROUPINGS, TOTALS};
 
 /// What a counting route reads for `filter`: the rollups of its files when they answer it,
 /// else the attempts themselves.
@@ -25,11 +25,23 @@ pub(crate) enum Counted {
 }
 
 /// See [`Counted`]: rollups when they keep apart what `filter` selects by and what the route
-/// groups by (`grouping`, a column, if any); `None` when no session in scope has attempts.
+/// groups by (`grouping`, a column, if any); `None` when no session in scope has attempts. The
+/// route reads the rollups' summary set, or `grouping`'s.
 pub(crate) async fn counted(
     engine: &QueryEngine,
     filter: &TaskFilter,
     grouping: Option<&str>,
+) -> Result<Option<Counted>, QueryError> {
+    let reads = [grouping.unwrap_or(TOTALS)];
+    counted_reading(engine, filter, grouping, &reads).await
+}
+
+/// [`counted`] for a route that reads the rollups' grouping sets `reads`.
+pub(crate) async fn counted_reading(
+    engine: &QueryEngine,
+    filter: &TaskFilter,
+    grouping: Option<&str>,
+    reads: &[&str],
 ) -> Result<Option<Counted>, QueryError> {
     if rollups::answer(filter, grouping) {
         let snapshot = engine
@@ -37,6 +49,7 @@ pub(crate) async fn counted(
                 &filter.scope,
                 Needs {
                     rollups: true,
+                    cluster_rollups: reads.iter().all(|set| CLUSTER_GROUPINGS.contains(set)),
                     ..Needs::default()
                 },
             )

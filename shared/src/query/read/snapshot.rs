@@ -9,13 +9,15 @@ use std::sync::Arc;
 
 use tokio::task::JoinSet;
 
-use super::catalog::session_stats;
+use super::catalog::{documents_in_scope, session_stats};
 use super::params::Scope;
 use crate::keys::{self, ClusterName, SessionName};
 use crate::query::QueryError;
 use crate::storage::{CachedFiles, FileCache, ObjectKey, Storage};
+use crate::tables::catalog::ClusterCatalog;
+use crate::tables::cluster_rollup::ClusterRollup;
 use crate::tables::entities::EntityKind;
-use crate::tables::manifest::{self, Manifest};
+use crate::tables::manifest::{self, Manifest, SessionStats};
 use crate::tables::newest::{LocalDeletes, LocalFiles};
 
 /// One session's manifest.
@@ -64,14 +66,21 @@ pub struct IndexedFile {
 pub type Pins = Arc<CachedFiles<Vec<Option<PathBuf>>>>;
 
 /// The manifests of every session in `scope`, fetched in parallel.
-#[tracing::instrument(name = "manifests", skip(storage), fields(sessions = tracing::field::Empty))]
 pub async fn manifests(
     storage: &Arc<dyn Storage>,
     scope: &Scope,
 ) -> Result<Vec<SessionManifest>, QueryError> {
-    let in_scope = session_stats(storage, scope).await?;
+    manifests_of(storage, &session_stats(storage, scope).await?).await
+}
+
+/// The manifests of `sessions` (cluster → session → statistics), fetched in parallel.
+#[tracing::instrument(name = "manifests", skip_all, fields(sessions = tracing::field::Empty))]
+async fn manifests_of(
+    storage: &Arc<dyn Storage>,
+    sessions: &BTreeMap<String, BTreeMap<String, SessionStats>>,
+) -> Result<Vec<SessionManifest>, QueryError> {
     let mut loads = JoinSet::new();
-    for (cluster, sessions) in &in_scope {
+    for (cluster, sessions) in sessions {
         for session in sessions.keys() {
             let storage = Arc::clone(storage);
             let cluster = cluster.clone();
@@ -102,7 +111,7 @@ pub async fn manifests(
 }
 
 /// Which tables a request needs, so it fetches nothing else.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Needs {
     /// `task_attempts` (which also holds each attempt's profile spans).
     pub attempts: bool,
@@ -112,6 +121,10 @@ pub struct Needs {
     pub rollups: bool,
     /// The key indexes of `task_attempts` (see [`Snapshot::key_indexes`]).
     pub key_indexes: bool,
+    /// With [`Needs::rollups`] alone: the rollups are read only by groupings a cluster's
+    /// rollup keeps ([`crate::tables::rollup::CLUSTER_GROUPINGS`]), so a scope of whole
+    /// clusters may read the sessions a cluster's rollup counts from it.
+    pub cluster_rollups: bool,
 }
 
 /// Local copies of the files `needs` names, for every session in `scope`. A scope of several
@@ -119,7 +132,7 @@ pub struct Needs {
 /// come to more than `copy_budget` bytes (cached or not, so that an answer does not depend on
 /// what earlier requests left in the cache); one session, the narrowest scope there is, is
 /// always read.
-#[tracing::instrument(name = "snapshot", skip_all, fields(copied_bytes = tracing::field::Empty))]
+#[tracing::instrument(name = "snapshot", skip_all, fields(copied_bytes = tracing::field::Empty, cluster_rollups = tracing::field::Empty))]
 pub async fn snapshot(
     storage: &Arc<dyn Storage>,
     cache: &FileCache,
@@ -127,12 +140,31 @@ pub async fn snapshot(
     needs: Needs,
     copy_budget: u64,
 ) -> Result<Snapshot, QueryError> {
-    let sessions = manifests(storage, scope).await?;
+    let mut in_scope = documents_in_scope(storage, scope).await?;
+    let in_cluster_rollups = take_cluster_rollups(&mut in_scope, scope, needs);
+    let counted_apart: usize = in_cluster_rollups
+        .iter()
+        .map(|rollup| rollup.counts.len())
+        .sum();
+    let stats: BTreeMap<String, BTreeMap<String, SessionStats>> = in_scope
+        .into_iter()
+        .map(|(cluster, document)| (cluster, document.sessions))
+        .collect();
+    let sessions = manifests_of(storage, &stats).await?;
+    let session_count = sessions.len() + counted_apart;
+    tracing::Span::current().record("cluster_rollups", in_cluster_rollups.len());
     let mut keys: Vec<ObjectKey> = Vec::new();
     let mut plan: Vec<(Slot, usize)> = Vec::new();
     // The data file of each key index asked for, by (session ordinal, position).
     let mut data_keys: BTreeMap<(usize, usize), (ObjectKey, u64)> = BTreeMap::new();
     let mut to_copy: u64 = 0;
+    for rollup in &in_cluster_rollups {
+        if storage.local_path(&rollup.key).is_none() {
+            to_copy = to_copy.saturating_add(rollup.bytes);
+        }
+        plan.push((Slot::Rollup, keys.len()));
+        keys.push(rollup.key.clone());
+    }
     for (ordinal, session) in sessions.iter().enumerate() {
         let manifest = &session.manifest;
         let table = &manifest.task_attempts;
@@ -189,13 +221,13 @@ pub async fn snapshot(
             add(Slot::Entity(kind), &file.key);
         }
     }
-    if sessions.len() > 1 && to_copy > copy_budget {
+    if session_count > 1 && to_copy > copy_budget {
         return Err(QueryError::BadRequest(format!(
             "this request reads {} MiB of table files from {} sessions, more than the {} MiB one \
              request may copy; narrow it to a session (`session`), a cluster (`cluster`) or \
              a time range (`since_ms`, `until_ms`)",
             to_copy.div_ceil(1 << 20),
-            sessions.len(),
+            session_count,
             copy_budget >> 20,
         )));
     }
@@ -205,7 +237,7 @@ pub async fn snapshot(
     tracing::Span::current().record("copied_bytes", fetched.copied());
     let paths = fetched.files();
     let mut snapshot = Snapshot::default();
-    snapshot.task_attempts.one_session = sessions.len() <= 1;
+    snapshot.task_attempts.one_session = session_count <= 1;
     // Where each (session, file position) landed among the files read, and each session's
     // deletion vectors by the position of the delta that wrote them.
     let mut read: BTreeMap<(usize, usize), FileRead> = BTreeMap::new();
@@ -300,6 +332,41 @@ pub async fn snapshot(
     }
     snapshot.pins = Some(Arc::new(fetched));
     Ok(snapshot)
+}
+
+/// The rollups of the clusters in `in_scope` that count their sessions there as they are now,
+/// when `needs` asks for rollups alone and by [`Needs::cluster_rollups`] and `scope` takes
+/// whole clusters (no session, no time range); the sessions each counts are taken out of
+/// `in_scope`, so their manifests are never fetched.
+fn take_cluster_rollups(
+    in_scope: &mut BTreeMap<String, ClusterCatalog>,
+    scope: &Scope,
+    needs: Needs,
+) -> Vec<ClusterRollup> {
+    let rollups_alone = Needs {
+        rollups: true,
+        cluster_rollups: true,
+        ..Needs::default()
+    };
+    let whole_clusters = scope.session.is_none() && scope.created.is_unbounded();
+    if !whole_clusters || needs != rollups_alone {
+        return Vec::new();
+    }
+    let mut taken = Vec::new();
+    for document in in_scope.values_mut() {
+        let Some(rollup) = document.rollup.take() else {
+            continue;
+        };
+        if rollup.counts.is_empty() || !rollup.holds(&document.sessions) {
+            continue;
+        }
+        document
+            .sessions
+            .retain(|session, _| !rollup.counts.contains_key(session));
+        taken.push(rollup);
+    }
+    in_scope.retain(|_, document| !document.sessions.is_empty());
+    taken
 }
 
 /// Where a `task_attempts` file is among the files a snapshot reads.

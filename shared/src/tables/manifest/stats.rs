@@ -20,6 +20,12 @@ pub struct SessionStats {
     /// Latest creation time of an attempt (see [`Self::first_created_ms`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_created_ms: Option<i64>,
+    /// The manifest's sequence after the last compaction run that changed the session's rows
+    /// (a tidy moves rows between files and keeps it): a reader that finds it equal to the one
+    /// a cluster's rollup counted knows the session is as that rollup counted it. `None` when
+    /// recorded by a build that did not keep it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sequence: Option<u64>,
 }
 
 impl SessionStats {

@@ -191,6 +191,32 @@ pub(super) fn write_summed(
     })
 }
 
+/// Writes to `path` the cells of the stored rollups `stored` summed, for the grouping sets named
+/// in `only` (rows of the others are not read), each minus cell taken from its plus cell. A
+/// cell whose extreme only superseded versions held cannot tell the next one, and is an error:
+/// the sum would not be the one a count writes. Returns the rollup's row count.
+pub(super) fn write_sum(
+    connection: &Connection,
+    stored: &[PathBuf],
+    only: &[&str],
+    path: &Path,
+    threads: usize,
+) -> Result<u64, TableError> {
+    let sets: Vec<Set> = grouping_sets()
+        .filter(|set| only.contains(&set.name))
+        .map(Set::new)
+        .collect::<Result<_, _>>()?;
+    let (mut summed, _) = count(connection, None, stored, &sets, threads)?;
+    for cells in &mut summed {
+        if !cells.net()?.is_empty() {
+            return Err(TableError::Corrupt(
+                "rollups summed: an extreme only superseded versions held".into(),
+            ));
+        }
+    }
+    store(&summed, &sets, path)
+}
+
 /// The rows `summed` (netted cells) count by slice, from the summary's set, which counts every
 /// row once.
 fn slice_rows(summed: &[Cells], sets: &[Set]) -> BTreeMap<Slice, i64> {
@@ -318,7 +344,7 @@ fn count(
                 (sender, helper)
             })
             .unzip();
-        let fed = feed(connection, query, previous, &senders, split);
+        let fed = feed(connection, query, previous, sets, &senders, split);
         drop(senders);
         // Every helper joined before an error is reported: one left to the scope that had
         // panicked would panic the scope. A helper that stopped stopped the feed: its error is
@@ -354,6 +380,7 @@ fn feed(
     connection: &Connection,
     query: Option<&str>,
     previous: &[PathBuf],
+    sets: &[Set],
     helpers: &[SyncSender<Batch>],
     split: Split,
 ) -> Result<(), TableError> {
@@ -375,8 +402,16 @@ fn feed(
     };
     if !previous.is_empty() {
         let columns: Vec<&str> = COUNTED.iter().map(|(name, _)| *name).collect();
+        // Every set counted reads every row (one of an unknown set is an error); fewer read
+        // only their own.
+        let only = if sets.len() < grouping_sets().count() {
+            let names: Vec<String> = sets.iter().map(|set| format!("'{}'", set.name)).collect();
+            format!(" WHERE grouping IN ({})", names.join(", "))
+        } else {
+            String::new()
+        };
         let stored = format!(
-            "SELECT {} FROM {}",
+            "SELECT {} FROM {}{only}",
             columns.join(", "),
             read_parquet(
                 &previous.iter().map(PathBuf::as_path).collect::<Vec<_>>(),

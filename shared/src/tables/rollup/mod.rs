@@ -80,6 +80,20 @@ pub const FAILURES: &str = "failure";
 /// The grouping sets insights read.
 pub const INSIGHTS: [&str; 5] = ["func_or_class_name", "node_id", WORKERS, WAITS, FAILURES];
 
+/// The grouping sets a cluster's rollup keeps ([`crate::tables::cluster_rollup`]): those whose
+/// groups recur from session to session (code, jobs, errors, and the totals). A node or a
+/// worker belongs to one session, so their sets would only lay every session's rows side by
+/// side; reads by node or worker read the sessions' own rollups.
+pub const CLUSTER_GROUPINGS: [&str; 7] = [
+    "name",
+    "func_or_class_name",
+    "error_type",
+    "job_id",
+    TOTALS,
+    WAITS,
+    FAILURES,
+];
+
 /// An attempt's error, fingerprinted: the message (stack trace included) lower-cased, with
 /// hex addresses, long hex ids and every number masked, hashed to 16 hex digits. Attempts that
 /// failed the same way on other inputs, workers or retries share it. Rollups store it, so a
@@ -335,6 +349,18 @@ fn derived(row: &str) -> String {
 /// them, computed by a scan.
 pub fn newest_cells(source: &str, only: &[&str]) -> String {
     cells(&derived(source), only)
+}
+
+/// Writes to `path` the stored rollups `stored` (every rollup of the sessions it counts, or an
+/// earlier sum of them) summed over [`CLUSTER_GROUPINGS`]: a cluster's rollup. Returns its row
+/// count; an error when they do not sum exactly (an extreme only a superseded version held),
+/// and the sessions are then read by their own rollups.
+pub fn write_cluster_sum(
+    connection: &Connection,
+    stored: &[PathBuf],
+    path: &Path,
+) -> Result<u64, TableError> {
+    cells::write_sum(connection, stored, &CLUSTER_GROUPINGS, path, every_core())
 }
 
 /// Stored rows, by file: a file's path and row numbers in it.

@@ -598,3 +598,71 @@ fn an_empty_source_counts_into_an_empty_rollup_of_the_same_columns()
     assert_eq!(describe(&ours)?, describe(&theirs)?);
     Ok(())
 }
+
+/// A cluster's rollup summed from its sessions' rollups is, grouping for grouping, the rollup
+/// of all their rows counted at once, whether summed in one step or added to an earlier sum; it
+/// keeps [`CLUSTER_GROUPINGS`] alone.
+#[test]
+fn a_clusters_rollup_is_its_sessions_rows_counted_at_once() -> Result<(), Box<dyn std::error::Error>>
+{
+    let dir = tempfile::tempdir()?;
+    let connection = synthetic_source()?;
+    // Each session's rollup as a fold leaves it: newest versions only.
+    connection.execute_batch("DELETE FROM source WHERE sign = -1")?;
+    let session = |part: u64| -> Result<PathBuf, TableError> {
+        let path = dir.path().join(format!("session-{part}.parquet"));
+        let rows = format!(
+            "SELECT {} FROM source WHERE hash(task_id) % 3 = {part}",
+            cells::select_list()
+        );
+        cells::write(&connection, &rows, &[], &path, 2)?;
+        Ok(path)
+    };
+    let sessions = [session(0)?, session(1)?, session(2)?];
+    let whole = dir.path().join("whole.parquet");
+    count_in_rust(&connection, &whole)?;
+    let summed = dir.path().join("summed.parquet");
+    let rows = write_cluster_sum(&connection, &sessions, &summed)?;
+    let earlier = dir.path().join("earlier.parquet");
+    write_cluster_sum(&connection, &sessions[..2], &earlier)?;
+    let stepwise = dir.path().join("stepwise.parquet");
+    write_cluster_sum(&connection, &[earlier, sessions[2].clone()], &stepwise)?;
+
+    let kept: Vec<String> = CLUSTER_GROUPINGS
+        .iter()
+        .map(|grouping| format!("'{grouping}'"))
+        .collect();
+    let whole = format!(
+        "(SELECT * FROM read_parquet({}) WHERE grouping IN ({}))",
+        path_literal(&whole),
+        kept.join(", ")
+    );
+    let expected: i64 =
+        connection.query_row(&format!("SELECT count(*) FROM {whole}"), [], |row| {
+            row.get(0)
+        })?;
+    assert_eq!(rows, expected as u64);
+    assert!(rows > 1_000, "{rows} cells");
+    for (path, what) in [(&summed, "in one step"), (&stepwise, "added to a sum")] {
+        let sum = format!("read_parquet({})", path_literal(path));
+        assert_same_rows(&connection, &whole, &sum, what)?;
+    }
+    Ok(())
+}
+
+/// A session whose rollups hold an extreme only a superseded version held cannot be summed
+/// into its cluster's rollup: the sum could not tell that cell's extreme.
+#[test]
+fn rollups_with_an_extreme_they_cannot_tell_are_not_summed_for_a_cluster()
+-> Result<(), Box<dyn std::error::Error>> {
+    let dir = tempfile::tempdir()?;
+    let connection = crate::tables::open_duckdb()?;
+    let (_, rollups) = synthetic_session(&connection, dir.path())?;
+    let path = dir.path().join("cluster.parquet");
+    let summed = write_cluster_sum(&connection, &rollups, &path);
+    assert!(
+        matches!(&summed, Err(TableError::Corrupt(reason)) if reason.contains("superseded")),
+        "{summed:?}"
+    );
+    Ok(())
+}
