@@ -8,22 +8,20 @@
 //!
 //! How rows are split among counting threads depends on how many rows a cell has ([`Split`]).
 
+mod columns;
+
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::mpsc::SyncSender;
 
 use duckdb::Connection;
-use duckdb::arrow::array::{
-    Array, ArrayAccessor, ArrayRef, AsArray, BooleanArray, LargeStringArray, PrimitiveArray,
-    RecordBatch, StringArray, StringViewArray,
-};
+use duckdb::arrow::array::RecordBatch;
 use duckdb::arrow::compute::cast;
-use duckdb::arrow::datatypes::{
-    ArrowPrimitiveType, DataType, Field, Float64Type, Int32Type, Int64Type, Schema,
-};
+use duckdb::arrow::datatypes::{DataType, Field, Float64Type, Int32Type, Int64Type, Schema};
 use foldhash::fast::FixedState;
 
+use self::columns::{Texts, column, flags, integers, value};
 use super::{GroupingSet, Measure, Slice, Summed, TOTALS, grouping_sets, round_up};
 use crate::tables::TableError;
 use crate::tables::newest::read_parquet;
@@ -1002,67 +1000,6 @@ impl Cells {
         }
         rows.finish()
     }
-}
-
-/// The column `name` of `batch`.
-fn column<'a>(batch: &'a RecordBatch, name: &str) -> Result<&'a ArrayRef, TableError> {
-    batch
-        .column_by_name(name)
-        .ok_or_else(|| TableError::Corrupt(format!("rollup source without {name}")))
-}
-
-/// A text column, of whichever Arrow string type DuckDB streams it as.
-enum Texts<'a> {
-    Utf8(&'a StringArray),
-    LargeUtf8(&'a LargeStringArray),
-    Utf8View(&'a StringViewArray),
-}
-
-impl<'a> Texts<'a> {
-    /// The text column `array`.
-    fn of(array: &'a ArrayRef) -> Result<Self, TableError> {
-        match array.data_type() {
-            DataType::Utf8 => Ok(Self::Utf8(array.as_string::<i32>())),
-            DataType::LargeUtf8 => Ok(Self::LargeUtf8(array.as_string::<i64>())),
-            DataType::Utf8View => Ok(Self::Utf8View(array.as_string_view())),
-            other => Err(unexpected("text", other)),
-        }
-    }
-
-    /// The text at `at`.
-    fn get(&self, at: usize) -> Option<&'a str> {
-        match self {
-            Self::Utf8(texts) => texts.is_valid(at).then(|| texts.value(at)),
-            Self::LargeUtf8(texts) => texts.is_valid(at).then(|| texts.value(at)),
-            Self::Utf8View(texts) => texts.is_valid(at).then(|| texts.value(at)),
-        }
-    }
-}
-
-/// The `BOOLEAN` column `array`.
-fn flags(array: &ArrayRef) -> Result<&BooleanArray, TableError> {
-    array
-        .as_boolean_opt()
-        .ok_or_else(|| unexpected("flag", array.data_type()))
-}
-
-/// The integer column `array`, of Arrow type `T` (DuckDB's `kind`).
-fn integers<'a, T: ArrowPrimitiveType>(
-    array: &'a ArrayRef,
-    kind: &str,
-) -> Result<&'a PrimitiveArray<T>, TableError> {
-    array
-        .as_primitive_opt::<T>()
-        .ok_or_else(|| unexpected(kind, array.data_type()))
-}
-
-/// The value at `at` of a typed column (within the batch the column was found in).
-fn value<A: ArrayAccessor>(array: A, at: usize) -> Option<A::Item> {
-    array.is_valid(at).then(|| array.value(at))
-}
-
-fn unexpected(wanted: &str, found: &DataType) -> TableError {
-    TableError::Corrupt(format!("rollup source: {wanted} expected, {found} found"))
 }
 
 #[cfg(test)]
