@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use afterglow::ship_logs::HttpSink;
-use afterglow_tests::faults::LosesConditionalResponses;
+use afterglow_tests::faults::{LosesConditionalResponses, RecordsGets};
 use afterglow_tests::{
     TestServer, cluster_token, for_each_backend, ingest_keys, local_storage, open_settings,
 };
@@ -14,10 +14,14 @@ use anyhow::{Context as _, ensure};
 use shared::keys::{ClusterName, LogFile, LogFileName, NodeId, SessionName};
 use shared::logs::ship::{ShipError, ShipSettings, Shipper};
 use shared::logs::store::{LogError, LogRange, MAX_CHUNK_BYTES, put_chunk, read_range};
+use shared::query::{QueryEngine, QuerySettings};
 use shared::storage::Storage;
 
 const SESSION: &str = "session_2026-11-23_10-00-00_000001_4242";
 const SECRET: &str = "logs-test-secret-0123456789";
+
+/// No limit on the bytes a read returns.
+const ALL: usize = usize::MAX;
 
 fn node_id() -> String {
     "5e".repeat(28)
@@ -39,10 +43,10 @@ async fn chunks_tile_a_file_and_any_range_reads_back(
     let text = b"first line\nsecond line\nthird\n";
     put_chunk(&*storage, &file, 0, &text[..11]).await?;
     put_chunk(&*storage, &file, 11, &text[11..]).await?;
-    let whole = read_range(&*storage, &file, 0, None).await?;
+    let whole = read_range(&*storage, &file, 0, None, ALL).await?;
     ensure!(whole.bytes == text && whole.complete, "{whole:?}");
     // A range across the two pieces, as a task's taskLogInfo names one.
-    let middle = read_range(&*storage, &file, 6, Some(17)).await?;
+    let middle = read_range(&*storage, &file, 6, Some(17), ALL).await?;
     ensure!(
         middle
             == LogRange {
@@ -52,7 +56,7 @@ async fn chunks_tile_a_file_and_any_range_reads_back(
         "{middle:?}"
     );
     // Past what was shipped: the stored part, marked incomplete.
-    let past = read_range(&*storage, &file, 23, Some(40)).await?;
+    let past = read_range(&*storage, &file, 23, Some(40), ALL).await?;
     ensure!(
         past == LogRange {
             bytes: text[23..].to_vec(),
@@ -60,8 +64,19 @@ async fn chunks_tile_a_file_and_any_range_reads_back(
         },
         "{past:?}"
     );
-    let other = read_range(&*storage, &log_file("never-sent.out")?, 0, Some(5)).await?;
+    let other = read_range(&*storage, &log_file("never-sent.out")?, 0, Some(5), ALL).await?;
     ensure!(other.bytes.is_empty() && !other.complete, "{other:?}");
+    // A limit cuts a range short, and says so; a range that just fits is whole.
+    let cut = read_range(&*storage, &file, 6, None, 5).await?;
+    ensure!(
+        cut == LogRange {
+            bytes: text[6..11].to_vec(),
+            complete: false
+        },
+        "{cut:?}"
+    );
+    let fits = read_range(&*storage, &file, 6, Some(17), 11).await?;
+    ensure!(fits.bytes == text[6..17] && fits.complete, "{fits:?}");
     Ok(())
 }
 
@@ -80,10 +95,10 @@ async fn a_resend_stores_only_what_is_new_and_a_rewrite_is_refused(
         Err(LogError::Conflict { start, .. }) => ensure!(start == 5, "conflict at {start}"),
         other => anyhow::bail!("a rewrite was not refused: {other:?}"),
     }
-    let stored = read_range(&*storage, &file, 0, None).await?;
+    let stored = read_range(&*storage, &file, 0, None, ALL).await?;
     ensure!(stored.bytes == b"0123456789abc", "{stored:?}");
     put_chunk(&*storage, &file, 13, b"def").await?;
-    ensure!(read_range(&*storage, &file, 0, None).await?.bytes == b"0123456789abcdef");
+    ensure!(read_range(&*storage, &file, 0, None, ALL).await?.bytes == b"0123456789abcdef");
     Ok(())
 }
 
@@ -96,7 +111,7 @@ async fn a_lost_response_is_recognised_not_refused(
     let receipt = put_chunk(&faulty, &file, 0, b"raylet started\n").await?;
     ensure!(faulty.lost() == 1, "the response was not lost");
     ensure!(receipt.end == 15, "{receipt:?}");
-    ensure!(read_range(&*storage, &file, 0, None).await?.bytes == b"raylet started\n");
+    ensure!(read_range(&*storage, &file, 0, None, ALL).await?.bytes == b"raylet started\n");
     Ok(())
 }
 
@@ -110,12 +125,12 @@ async fn overlapping_pieces_read_back_once_and_files_list_by_name(
     put_chunk(&*storage, &file, 0, b"one\ntwo\n").await?;
     put_chunk(&*storage, &file, 0, b"one\n").await?;
     put_chunk(&*storage, &file, 4, b"two\nthree\n").await?;
-    let whole = read_range(&*storage, &file, 0, None).await?;
+    let whole = read_range(&*storage, &file, 0, None, ALL).await?;
     ensure!(
         whole.bytes == b"one\ntwo\nthree\n" && whole.complete,
         "{whole:?}"
     );
-    let tail = shared::logs::store::read_tail(&*storage, &file, 3).await?;
+    let tail = shared::logs::store::read_tail(&*storage, &file, 3, ALL).await?;
     ensure!(
         tail.bytes == b"one\ntwo\nthree\n" && tail.complete,
         "{tail:?}"
@@ -217,7 +232,7 @@ async fn the_log_route_checks_token_place_and_size() -> anyhow::Result<()> {
     ensure!(got == 200 && text.contains("\"end\":6"), "{got} {text}");
     let (got, text) = post(format!("token={token}&{place}"), b"HELLO\n".to_vec()).await?;
     ensure!(got == 409 && text.contains("rewritten"), "{got} {text}");
-    let stored = read_range(&*storage, &log_file("raylet.out")?, 0, None).await?;
+    let stored = read_range(&*storage, &log_file("raylet.out")?, 0, None, ALL).await?;
     ensure!(stored.bytes == b"hello\n", "{stored:?}");
     server.stop().await
 }
@@ -269,7 +284,7 @@ async fn the_shipper_sends_a_session_folder_through_serve_and_waits_out_an_outag
     let report = shipper.pass(&sink).await?;
     ensure!(report.chunks == 6, "{report:?}"); // 3900 bytes in 1000-byte pieces, and two more
     for (name, text) in &files {
-        let stored = read_range(&*storage, &log_file(name)?, 0, None).await?;
+        let stored = read_range(&*storage, &log_file(name)?, 0, None, ALL).await?;
         ensure!(
             stored.bytes == text.as_bytes(),
             "{name}: {} of {} bytes",
@@ -542,5 +557,199 @@ async fn a_nodes_files_list_and_tail_in_ours_and_in_rays_routes() -> anyhow::Res
     ensure!(status == 200 && tail == "three\nfour", "{status} {tail:?}");
     let (status, said) = get(format!("{ray}?glob=*")).await?;
     ensure!(status == 400 && said.contains("node id"), "{status} {said}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_whole_files_tail_fetches_no_more_than_the_response_holds() -> anyhow::Result<()> {
+    let (_dir, storage) = local_storage()?;
+    let storage: Arc<dyn Storage> = Arc::new(storage);
+    let file = log_file("raylet.out")?;
+    // 100 pieces of 1 000 bytes, ten 100-byte lines each.
+    let piece = format!("{}\n", "y".repeat(99)).repeat(10);
+    for at in 0..100_u64 {
+        put_chunk(&*storage, &file, at * 1_000, piece.as_bytes()).await?;
+    }
+    let recorder = Arc::new(RecordsGets::new(Arc::clone(&storage)));
+    let cache = tempfile::tempdir()?;
+    let mut settings = QuerySettings::under(cache.path());
+    settings.response_bytes = 2_500;
+    let engine = QueryEngine::open(Arc::clone(&recorder) as Arc<dyn Storage>, settings)?;
+    let params: Vec<(String, String)> = [
+        ("cluster", "logs".to_owned()),
+        ("session", SESSION.to_owned()),
+        ("node_id", node_id()),
+        ("file", "raylet.out".to_owned()),
+        ("lines", "-1".to_owned()),
+    ]
+    .into_iter()
+    .map(|(name, value)| (name.to_owned(), value))
+    .collect();
+    let tail = engine.answer_log_file(&params).await?;
+    let whole = piece.repeat(100);
+    ensure!(
+        tail.bytes == whole.as_bytes()[whole.len() - 2_500..] && !tail.complete,
+        "{} bytes, complete: {}",
+        tail.bytes.len(),
+        tail.complete
+    );
+    // The last three pieces hold the response; none before them is fetched.
+    let gets = recorder.gets();
+    ensure!(gets.len() == 3, "{} pieces fetched", gets.len());
+    Ok(())
+}
+
+/// Ray 2.60 exports no `RUNNING` event for many short tasks, and with it no `taskLogInfo`: in
+/// the captured run, every attempt on the busiest worker is made so. Its file holds each
+/// attempt's own line after the marker Ray's worker writes before each task, in the order Ray
+/// submitted them to the worker; each attempt's output is its own line alone.
+#[tokio::test]
+async fn attempts_without_offsets_get_only_their_own_lines() -> anyhow::Result<()> {
+    use base64::Engine as _;
+    let run = afterglow_tests::FixtureRun::named("basic-workload")?;
+    let bodies = afterglow_tests::bodies(&run)?;
+    let decode = |value: Option<&serde_json::Value>| -> anyhow::Result<String> {
+        let text = value.and_then(serde_json::Value::as_str).context("an id")?;
+        Ok(base64::engine::general_purpose::STANDARD
+            .decode(text)?
+            .iter()
+            .map(|byte| format!("{byte:02x}"))
+            .collect())
+    };
+    // Each attempt's worker, job and submission time, and each definition's task name.
+    let mut workers: std::collections::HashMap<(String, u64), String> = Default::default();
+    let mut jobs: std::collections::HashMap<(String, u64), String> = Default::default();
+    let mut submitted: std::collections::HashMap<(String, u64), String> = Default::default();
+    let mut names: std::collections::HashMap<(String, u64), String> = Default::default();
+    for body in &bodies {
+        let events: Vec<serde_json::Value> = serde_json::from_slice(body)?;
+        for event in &events {
+            if let Some(definition) = event.get("taskDefinitionEvent") {
+                let attempt = (
+                    decode(definition.get("taskId"))?,
+                    definition["taskAttempt"].as_u64().unwrap_or(0),
+                );
+                if let Some(name) = definition["taskName"].as_str() {
+                    names.insert(attempt, name.to_owned());
+                }
+            }
+            let Some(lifecycle) = event.get("taskLifecycleEvent") else {
+                continue;
+            };
+            let attempt = (
+                decode(lifecycle.get("taskId"))?,
+                lifecycle["taskAttempt"].as_u64().unwrap_or(0),
+            );
+            // Ray sends an empty id before a worker is known.
+            if lifecycle["workerId"]
+                .as_str()
+                .is_some_and(|id| !id.is_empty())
+            {
+                workers.insert(attempt.clone(), decode(lifecycle.get("workerId"))?);
+                jobs.insert(attempt.clone(), decode(lifecycle.get("jobId"))?);
+            }
+            for transition in lifecycle["stateTransitions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+            {
+                if transition["state"] == "SUBMITTED_TO_WORKER" {
+                    let at = transition["timestamp"].as_str().context("timestamp")?;
+                    // RFC 3339 with up to nine digits of fraction: padded, they sort as times.
+                    let (seconds, fraction) =
+                        at.trim_end_matches('Z').split_once('.').unwrap_or((at, ""));
+                    submitted.insert(attempt.clone(), format!("{seconds}.{fraction:0<9}"));
+                }
+            }
+        }
+    }
+    let mut by_worker: std::collections::HashMap<&str, Vec<&(String, u64)>> = Default::default();
+    for (attempt, worker) in &workers {
+        by_worker.entry(worker.as_str()).or_default().push(attempt);
+    }
+    let (worker, mut ran) = by_worker
+        .into_iter()
+        .max_by_key(|(worker, attempts)| (attempts.len(), *worker))
+        .context("no worker")?;
+    ensure!(
+        ran.len() >= 10,
+        "the busiest worker ran {} attempts",
+        ran.len()
+    );
+    ran.sort_by_key(|attempt| (submitted.get(*attempt).cloned(), (*attempt).clone()));
+
+    // Ray reported no offsets for any of them.
+    let mut stripped = Vec::new();
+    for body in &bodies {
+        let mut events: Vec<serde_json::Value> = serde_json::from_slice(body)?;
+        for event in &mut events {
+            let Some(lifecycle) = event.get_mut("taskLifecycleEvent") else {
+                continue;
+            };
+            let attempt = (
+                decode(lifecycle.get("taskId"))?,
+                lifecycle["taskAttempt"].as_u64().unwrap_or(0),
+            );
+            if ran.contains(&&attempt)
+                && let Some(lifecycle) = lifecycle.as_object_mut()
+            {
+                lifecycle.remove("taskLogInfo");
+            }
+        }
+        stripped.push(serde_json::to_vec(&events)?);
+    }
+    let served = serving(&stripped).await?;
+    let (first_task, _) = ran.first().context("an attempt")?;
+    let detail: serde_json::Value =
+        reqwest::get(format!("{}/api/tasks/{first_task}", served.server.url))
+            .await?
+            .json()
+            .await?;
+    let attempt = &detail["attempts"][0];
+
+    let mut written = String::new();
+    let mut job = None;
+    for attempt in &ran {
+        let (task_id, number) = attempt;
+        if job != jobs.get(*attempt) {
+            job = jobs.get(*attempt);
+            written.push_str(&format!(":job_id:{}\n", job.context("a job")?));
+        }
+        let name = names
+            .get(*attempt)
+            .with_context(|| format!("no task name for {attempt:?} among {}", names.len()))?;
+        written.push_str(&format!(
+            ":task_name:{name}\noutput of {task_id} attempt {number}\n"
+        ));
+    }
+    let file = LogFile {
+        cluster: ClusterName::new("logs")?,
+        session: SessionName::new(attempt["session_name"].as_str().context("session")?)?,
+        node_id: NodeId::new(attempt["node_id"].as_str().context("node_id")?)?,
+        file: LogFileName::new(&format!("worker-{worker}-ffffffff-4242.out"))?,
+    };
+    put_chunk(&*served.storage, &file, 0, written.as_bytes()).await?;
+
+    for (task_id, number) in &ran {
+        let response = reqwest::get(format!(
+            "{}/api/tasks/{task_id}/logs?attempt={number}",
+            served.server.url
+        ))
+        .await?;
+        let status = response.status().as_u16();
+        let range = response
+            .headers()
+            .get("x-afterglow-log-range")
+            .and_then(|value| value.to_str().ok())
+            .map(str::to_owned);
+        let said = response.text().await?;
+        ensure!(
+            status == 200
+                && range.as_deref() == Some("inferred")
+                && said == format!("output of {task_id} attempt {number}\n"),
+            "{task_id} attempt {number}: {status} {range:?} {:?}",
+            said.chars().take(300).collect::<String>()
+        );
+    }
     Ok(())
 }

@@ -151,21 +151,26 @@ pub struct LogRange {
     pub complete: bool,
 }
 
-/// Reads bytes `start..end` of `file` (`end: None` for everything from `start`).
+/// Reads bytes `start..end` of `file` (`end: None` for everything from `start`), at most
+/// `limit` of them: no piece past the limit is fetched, and a range cut there is not
+/// `complete`.
 #[tracing::instrument(name = "log_range", skip(storage), fields(file = %file.prefix()))]
 pub async fn read_range(
     storage: &dyn Storage,
     file: &LogFile,
     start: u64,
     end: Option<u64>,
+    limit: usize,
 ) -> Result<LogRange, LogError> {
+    let cut = start.saturating_add(u64::try_from(limit).unwrap_or(u64::MAX));
+    let stop = end.map_or(cut, |end| end.min(cut));
     let chunks = chunk_offsets(storage, file).await?;
     let mut bytes = Vec::new();
     let mut position = start;
     // Whether bytes past a gap were stored: then the range is not all there even without `end`.
     let mut stopped_at_gap = false;
     for (index, (offset, key)) in chunks.iter().enumerate() {
-        if end.is_some_and(|end| position >= end) {
+        if position >= stop {
             break;
         }
         // Chunks tile the file: this one ends where the next begins.
@@ -185,14 +190,14 @@ pub async fn read_range(
             stopped_at_gap = next.is_some();
             break;
         }
-        let wanted = end.map_or(tail.len(), |end| {
-            usize::try_from(end - position).map_or(tail.len(), |left| left.min(tail.len()))
-        });
+        let wanted =
+            usize::try_from(stop - position).map_or(tail.len(), |left| left.min(tail.len()));
         let (taken, _) = tail.split_at(wanted);
         bytes.extend_from_slice(taken);
         position += taken.len() as u64;
     }
-    let complete = !stopped_at_gap && end.is_none_or(|end| position >= end);
+    let limited = position >= cut && end.is_none_or(|end| end > cut);
+    let complete = !stopped_at_gap && !limited && end.is_none_or(|end| position >= end);
     Ok(LogRange { bytes, complete })
 }
 
@@ -239,19 +244,22 @@ pub async fn list_files(
 }
 
 /// The last `lines` lines of `file` as shipped (a final line without a newline counts), read
-/// from its last piece backwards; `complete` is false when the file was not stored from its
-/// start and fewer lines were found.
+/// from its last piece backwards, and at most its last `limit` bytes: no piece before those is
+/// fetched. `complete` is false when fewer lines were found, for either reason or because the
+/// file was not stored from its start.
 #[tracing::instrument(name = "log_tail", skip(storage), fields(file = %file.prefix()))]
 pub async fn read_tail(
     storage: &dyn Storage,
     file: &LogFile,
     lines: usize,
+    limit: usize,
 ) -> Result<LogRange, LogError> {
     let chunks = chunk_offsets(storage, file).await?;
     let mut pieces: Vec<Vec<u8>> = Vec::new();
     let mut newlines = 0;
     let mut reached_start = false;
     let mut expected_end: Option<u64> = None;
+    let mut read = 0_usize;
     for (offset, key) in chunks.iter().rev() {
         let mut chunk = read_chunk(storage, key).await?;
         let end = *offset + chunk.len() as u64;
@@ -265,14 +273,20 @@ pub async fn read_tail(
         }
         expected_end = Some(*offset);
         newlines += chunk.iter().filter(|byte| **byte == b'\n').count();
+        read += chunk.len();
         pieces.push(chunk);
         reached_start = *offset == 0;
         // One newline more than lines wanted marks where the first wanted line starts.
-        if newlines > lines {
+        if newlines > lines || read >= limit {
             break;
         }
     }
-    let bytes: Vec<u8> = pieces.into_iter().rev().flatten().collect();
+    let mut bytes: Vec<u8> = pieces.into_iter().rev().flatten().collect();
+    let over = bytes.len().saturating_sub(limit);
+    if over > 0 {
+        bytes.drain(..over);
+        reached_start = false;
+    }
     let body = bytes.strip_suffix(b"\n").unwrap_or(&bytes);
     let start = if lines == 0 {
         bytes.len()

@@ -15,6 +15,7 @@ use super::read::params::{Params, Scope, parse_hex};
 use super::read::sql::{Relation, Sql};
 use super::{QueryEngine, QueryError};
 use crate::keys::{ClusterName, LogFile, LogFileName, NodeId, SessionName};
+use crate::logs::markers::own_output;
 use crate::logs::store::{LogError, LogRange, ShippedFile, list_files, read_range, read_tail};
 
 /// One attempt's output.
@@ -27,9 +28,10 @@ pub struct TaskLog {
     pub complete: bool,
     /// The worker's file the bytes come from (its name in the session's `logs/`).
     pub file: String,
-    /// Ray never reported where this attempt's output is (its worker died before it could:
-    /// `os._exit`, a crash, the OOM killer), so the range was inferred: from where the worker's
-    /// previous task ended to where its next began, Ray's own marker lines left out.
+    /// Ray never reported where this attempt's output is (it exported no `RUNNING` event for
+    /// it, or its worker died first: `os._exit`, a crash, the OOM killer), so the range was
+    /// inferred: between the attempts around it on the worker that have offsets, cut at the
+    /// marker lines Ray's worker writes before each task (see [`crate::logs::markers`]).
     pub inferred: bool,
 }
 
@@ -88,8 +90,10 @@ impl QueryEngine {
         let [file_column, start_column, end_column] = stream.columns();
         let mut sql = Sql::default();
         sql.push(
-            "SELECT cluster, session_name, attempt_number, node_id, worker_id, creation_time_ms, ",
+            "SELECT cluster, session_name, task_id, attempt_number, name, node_id, worker_id, ",
         )
+        .push(RAN_AT)
+        .push(" AS ran_at, ")
         .push(file_column)
         .push(" AS file, ")
         .push(start_column)
@@ -133,27 +137,34 @@ impl QueryEngine {
             )),
             _ => None,
         };
-        let inferred = reported.is_none();
-        let (name, start, end) = match reported {
-            Some(place) => place,
-            None => self
-                .inferred_place(&relation, &row, stream)
-                .await?
-                .ok_or_else(|| {
-                    QueryError::NotFound(format!(
-                        "attempt {attempt} of task {task_id} has no {} location: Ray reports \
-                         one (taskLogInfo) once the attempt runs on a worker, so drivers and \
-                         attempts that never ran have none",
-                        file_column.trim_end_matches("_file")
-                    ))
-                })?,
+        let inferred = match &reported {
+            Some(_) => None,
+            None => Some(
+                self.inferred_place(&relation, &row, stream)
+                    .await?
+                    .ok_or_else(|| {
+                        QueryError::NotFound(format!(
+                            "attempt {attempt} of task {task_id} has no {} location: Ray \
+                             reports one (taskLogInfo) once the attempt runs on a worker, so \
+                             drivers and attempts that never ran have none",
+                            file_column.trim_end_matches("_file")
+                        ))
+                    })?,
+            ),
+        };
+        let (name, start, end) = match (reported, &inferred) {
+            (Some(place), _) => place,
+            (None, Some(inferred)) => (inferred.file.clone(), inferred.start, inferred.end),
+            (None, None) => return Err(missing()),
         };
         let file = log_file(&row, &name).map_err(|reason| {
             QueryError::NotFound(format!(
                 "attempt {attempt} of task {task_id} names no log file Afterglow can keep: {reason}"
             ))
         })?;
-        let range = read_range(&**self.storage(), &file, start, end)
+        // One byte past the response's size tells a range that does not fit from one that does.
+        let cap = self.settings.response_bytes.saturating_add(1);
+        let range = read_range(&**self.storage(), &file, start, end, cap)
             .await
             .map_err(log_error)?;
         // An empty range is also what a file never shipped gives: say which it is.
@@ -166,10 +177,18 @@ impl QueryEngine {
                 file.node_id
             )));
         }
-        let mut bytes = if inferred {
-            without_markers(&range.bytes)
-        } else {
-            range.bytes
+        let mut bytes = match &inferred {
+            None => range.bytes,
+            Some(inferred) => {
+                own_output(&range.bytes, &inferred.ran, inferred.asked, end.is_some()).map_err(
+                    |unbounded| {
+                        QueryError::NotFound(format!(
+                            "Ray reported no offsets for attempt {attempt} of task {task_id} \
+                             in {name}, and they cannot be inferred exactly: {unbounded}"
+                        ))
+                    },
+                )?
+            }
         };
         let mut complete = range.complete;
         // A task can print more than a response may carry (Lambda's 6 MB): its start is kept.
@@ -181,25 +200,28 @@ impl QueryEngine {
             bytes,
             complete,
             file: name,
-            inferred,
+            inferred: inferred.is_some(),
         })
     }
 
     /// Where an attempt Ray reported no `taskLogInfo` for wrote: its worker's file (found by
-    /// the worker id in its name, among the files its node shipped), from where the worker's
-    /// previous attempt ended to where its next began. `None` without a worker or its file.
+    /// the worker id in its name, among the files its node shipped), from where the last
+    /// attempt before it on the worker with reported offsets ended to where the next one
+    /// started, with every attempt that ran on the worker in between (this one among them) for
+    /// [`own_output`] to tell their output apart. `None` without a worker or its file.
     async fn inferred_place(
         &self,
         relation: &Relation,
         row: &JsonRow,
         stream: Stream,
-    ) -> Result<Option<(String, u64, Option<u64>)>, QueryError> {
+    ) -> Result<Option<Inferred>, QueryError> {
         let text = |column: &str| row.get(column).and_then(Json::as_str).map(str::to_owned);
-        let (Some(cluster), Some(session), Some(node_id), Some(worker_id)) = (
+        let (Some(cluster), Some(session), Some(node_id), Some(worker_id), Some(task_id)) = (
             text("cluster"),
             text("session_name"),
             text("node_id"),
             text("worker_id"),
+            text("task_id"),
         ) else {
             return Ok(None);
         };
@@ -218,59 +240,129 @@ impl QueryEngine {
             },
         );
         let files = self.log_files(&cluster_name, &session_name, &node).await?;
-        let Some(name) = files
+        let Some(file) = files
             .into_iter()
             .map(|file| file.name.as_str().to_owned())
             .find(|name| name.starts_with(&prefix) && name.ends_with(suffix))
         else {
             return Ok(None);
         };
-        let created = row
-            .get("creation_time_ms")
+        let ran_at = row.get("ran_at").and_then(Json::as_i64).unwrap_or(i64::MAX);
+        let attempt = row
+            .get("attempt_number")
             .and_then(Json::as_i64)
-            .unwrap_or(i64::MAX);
+            .unwrap_or(0);
         let [_, start_column, end_column] = stream.columns();
-        let mut sql = Sql::default();
-        sql.push("SELECT max(CASE WHEN creation_time_ms < ")
-            .bind(created)
-            .push(" THEN coalesce(")
-            .push(end_column)
-            .push(", ")
-            .push(start_column)
-            .push(") END) AS after, min(CASE WHEN creation_time_ms > ")
-            .bind(created)
-            .push(" THEN ")
-            .push(start_column)
-            .push(" END) AS before FROM ")
-            .relation(relation)
-            .push(" WHERE cluster = ")
-            .bind(cluster)
-            .push(" AND session_name = ")
-            .bind(session)
-            .push(" AND worker_id = ")
-            .bind(worker_id);
-        let rows = self
-            .run(move |connection| query_rows(connection, &sql.text, &sql.params))
+        // The worker's attempts with what the range needs of each: when it ran, its offsets.
+        let on_worker = |sql: &mut Sql| {
+            sql.push("(SELECT task_id, attempt_number, name, ")
+                .push(RAN_AT)
+                .push(" AS ran_at, ")
+                .push(start_column)
+                .push(" AS start, coalesce(")
+                .push(end_column)
+                .push(", ")
+                .push(start_column)
+                .push(") AS end FROM ")
+                .relation(relation)
+                .push(" WHERE cluster = ")
+                .bind(cluster.clone())
+                .push(" AND session_name = ")
+                .bind(session.clone())
+                .push(" AND worker_id = ")
+                .bind(worker_id.clone())
+                .push(")");
+        };
+        let mut bounds = Sql::default();
+        bounds
+            .push("SELECT max(ran_at) FILTER (WHERE start IS NOT NULL AND ran_at < ")
+            .bind(ran_at)
+            .push(") AS earlier, min(ran_at) FILTER (WHERE start IS NOT NULL AND ran_at > ")
+            .bind(ran_at)
+            .push(") AS later, max(\"end\") FILTER (WHERE start IS NOT NULL AND ran_at < ")
+            .bind(ran_at)
+            .push(") AS after, min(start) FILTER (WHERE start IS NOT NULL AND ran_at > ")
+            .bind(ran_at)
+            .push(") AS before FROM ");
+        on_worker(&mut bounds);
+        let mut between = Sql::default();
+        between.push("SELECT task_id, attempt_number, name FROM ");
+        on_worker(&mut between);
+        between.push(" WHERE start IS NULL");
+        let (bounds, ran) = self
+            .run(move |connection| {
+                let bounds = query_rows(connection, &bounds.text, &bounds.params)?;
+                let number = |column: &str| {
+                    bounds
+                        .first()
+                        .and_then(|row| row.get(column))
+                        .and_then(Json::as_i64)
+                };
+                between
+                    .push(" AND ran_at > ")
+                    .bind(number("earlier").unwrap_or(i64::MIN))
+                    .push(" AND ran_at < ")
+                    .bind(number("later").unwrap_or(i64::MAX))
+                    .push(" ORDER BY ran_at, task_id, attempt_number LIMIT ")
+                    .number(MAX_INFERRED_ATTEMPTS);
+                let ran = query_rows(connection, &between.text, &between.params)?;
+                Ok((bounds, ran))
+            })
             .await?;
         let bound = |column: &str| {
-            rows.first()
+            bounds
+                .first()
                 .and_then(|row| row.get(column))
                 .and_then(Json::as_u64)
         };
-        Ok(Some((name, bound("after").unwrap_or(0), bound("before"))))
+        let Some(asked) = ran.iter().position(|other| {
+            other.get("task_id").and_then(Json::as_str) == Some(task_id.as_str())
+                && other.get("attempt_number").and_then(Json::as_i64) == Some(attempt)
+        }) else {
+            // Past the attempts read (too many ran without offsets to cut among), or its other
+            // stream's offsets were reported and this one's were not.
+            return Err(QueryError::NotFound(format!(
+                "Ray reported no {} offsets for attempt {attempt} of task {task_id}, and they \
+                 cannot be inferred: it is not among the {} attempts without them around it on \
+                 its worker (at most {MAX_INFERRED_ATTEMPTS} are read)",
+                start_column.trim_end_matches("_start"),
+                ran.len()
+            )));
+        };
+        Ok(Some(Inferred {
+            file,
+            start: bound("after").unwrap_or(0),
+            end: bound("before"),
+            ran: ran
+                .iter()
+                .map(|other| other.get("name").and_then(Json::as_str).map(str::to_owned))
+                .collect(),
+            asked,
+        }))
     }
 }
 
-/// `bytes` without the lines Ray's workers write before each task for its log monitor
-/// (`:job_id:…`, `:task_name:…`, `:actor_name:…`).
-fn without_markers(bytes: &[u8]) -> Vec<u8> {
-    const MARKERS: [&[u8]; 3] = [b":job_id:", b":task_name:", b":actor_name:"];
-    bytes
-        .split_inclusive(|byte| *byte == b'\n')
-        .filter(|line| !MARKERS.iter().any(|marker| line.starts_with(marker)))
-        .flatten()
-        .copied()
-        .collect()
+/// When an attempt ran on its worker (ns), to order a worker's attempts: Ray pushes a worker
+/// one task at a time, so the times it submitted them to the worker order them; the time one
+/// ran, or else its creation, stands in where that was not exported.
+const RAN_AT: &str = "coalesce(ts_submitted_to_worker, ts_running, creation_time_ms * 1000000)";
+
+/// The most attempts without offsets an inferred range is cut among.
+const MAX_INFERRED_ATTEMPTS: usize = 10_000;
+
+/// The place of an attempt's output that Ray did not report (see
+/// [`QueryEngine::inferred_place`]).
+struct Inferred {
+    /// The worker's file.
+    file: String,
+    /// Where the last attempt before it with offsets ended (0 without one).
+    start: u64,
+    /// Where the next attempt with offsets started (the file's end without one).
+    end: Option<u64>,
+    /// The names of the attempts that ran in the range, in the order they ran.
+    ran: Vec<Option<String>>,
+    /// This attempt's place among them.
+    asked: usize,
 }
 
 impl QueryEngine {
@@ -293,9 +385,16 @@ impl QueryEngine {
         file: &LogFile,
         lines: Option<usize>,
     ) -> Result<LogRange, QueryError> {
-        let tail = read_tail(&**self.storage(), file, lines.unwrap_or(usize::MAX))
-            .await
-            .map_err(log_error)?;
+        let budget = self.settings.response_bytes;
+        // One byte past the response's size tells a tail that does not fit from one that does.
+        let tail = read_tail(
+            &**self.storage(),
+            file,
+            lines.unwrap_or(usize::MAX),
+            budget.saturating_add(1),
+        )
+        .await
+        .map_err(log_error)?;
         if tail.bytes.is_empty() && !tail.complete {
             return Err(QueryError::NotFound(format!(
                 "no log {} was shipped from node {} in {}",
@@ -303,7 +402,6 @@ impl QueryEngine {
             )));
         }
         // The end is what a tail is for: past the response limit, its start goes.
-        let budget = self.settings.response_bytes;
         if tail.bytes.len() > budget {
             let cut = tail.bytes.len() - budget;
             return Ok(LogRange {
@@ -429,19 +527,4 @@ fn log_file(row: &JsonRow, name: &str) -> Result<LogFile, String> {
         node_id: NodeId::new(text("node_id")?).map_err(|err| err.to_string())?,
         file: LogFileName::new(name).map_err(|err| err.to_string())?,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn rays_marker_lines_are_left_out_of_an_inferred_range() {
-        let written = b":job_id:01000000\n:task_name:prints_then_exits\nlast words\n\
-                        :actor_name:A\nsays :task_name: in a line\nno newline";
-        assert_eq!(
-            without_markers(written),
-            b"last words\nsays :task_name: in a line\nno newline".to_vec()
-        );
-    }
 }
