@@ -35,6 +35,6 @@ pub mod proxy;
 pub mod query;
 pub mod serve;
 pub mod setup;
-pub mod ship_logs;
+pub use ::ship_logs::cli as ship_logs;
 pub mod state;
 pub mod telemetry;

@@ -10,7 +10,8 @@ One run of this script:
    batches (variant `lambda`; see lambda_stack.py);
 2. starts a single-node Ray head on 127.0.0.1 exporting every event type to the proxy, and runs
    `workload.py` as a driver;
-   `afterglow ship-logs` runs beside Ray and sends its session logs through the same proxy;
+   `afterglow-ship-logs` (the shipper's own binary, without DuckDB) runs beside Ray and sends
+   its session logs through the same proxy;
 3. captures Ray's answers (`ray list tasks --detail`, `summarize_tasks`, `ray list actors/jobs
    --detail`, `ray list nodes`, each printing task's own output), masks their runtime envs'
    `env_vars` values with Ray's own redaction (as Ray's dashboard shows them, and as Afterglow
@@ -108,15 +109,15 @@ class Api:
 
 
 class LogShipper:
-    """`afterglow ship-logs` beside the Ray node, as a user starts it: before `ray start` (it
+    """`afterglow-ship-logs` beside the Ray node, as a user starts it: before `ray start` (it
     waits for Ray's directory), with the export URL, token included, in the environment Ray
     reads it from rather than on its command line, where any process list would show it."""
 
-    def __init__(self, binary, export_addr, ray_dir, log_path):
+    def __init__(self, shipper, export_addr, ray_dir, log_path):
         env = dict(os.environ, RAY_DASHBOARD_AGGREGATOR_AGENT_EVENTS_EXPORT_ADDR=export_addr)
         env.pop("AWS_LAMBDA_RUNTIME_API", None)
         self.process = subprocess.Popen(
-            [binary, "ship-logs", "--ray-dir", ray_dir, "--interval", "500ms"],
+            [shipper, "--ray-dir", ray_dir, "--interval", "500ms"],
             env=env, stdout=open(log_path, "a"), stderr=subprocess.STDOUT)
 
     def stop(self):
@@ -907,6 +908,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--afterglow", required=True,
                         help="the afterglow binary (for lambda: the Lambda bootstrap)")
+    parser.add_argument("--shipper", required=True,
+                        help="the afterglow-ship-logs binary")
     parser.add_argument("--variant", choices=["serve", "faults", "lambda"], default="serve",
                         help="serve: `afterglow serve`; faults: the same with 503s and a "
                         "restart; lambda: the three functions as Lambda runtimes under "
@@ -945,7 +948,7 @@ def main():
     dashboard_problems = 0
     shipper = None
     try:
-        shipper = LogShipper(os.path.abspath(args.afterglow), export_addr, env["RAY_TMPDIR"],
+        shipper = LogShipper(os.path.abspath(args.shipper), export_addr, env["RAY_TMPDIR"],
                              os.path.join(work, "ship-logs.log"))
         time.sleep(1)  # its first pass finds no Ray directory yet
         os.makedirs(env["RAY_TMPDIR"], exist_ok=True)

@@ -15,9 +15,7 @@ use flate2::read::GzDecoder;
 use crate::keys::{ClusterName, LogFile, LogFileName, NodeId, SessionName, node_logs_prefix};
 use crate::storage::{InvalidKey, ObjectKey, PutMode, Storage, StorageError};
 
-/// Largest chunk accepted in one request: API Gateway base64-encodes a binary body, and Lambda's
-/// synchronous payload limit is 6 MB.
-pub const MAX_CHUNK_BYTES: usize = 3 * 1024 * 1024;
+pub use ship_logs::ship::MAX_CHUNK_BYTES;
 
 /// Why a chunk was not stored, or a range not read.
 #[derive(Debug, thiserror::Error)]

@@ -1,4 +1,4 @@
-//! The log shipper's logic (`afterglow ship-logs`, docs/architecture.md, "Logs"): follow every Ray
+//! The log shipper's logic (`afterglow-ship-logs`, docs/architecture.md, "Logs"): follow every Ray
 //! session's `logs/` folder on one node and send what is appended to each file, with its byte
 //! offset.
 //!
@@ -12,7 +12,7 @@
 //!
 //! What was acknowledged is kept in a state file, written after each pass, so that a restarted
 //! shipper neither re-sends nor skips: it resumes at acknowledged offsets, which are where stored
-//! chunks start, so anything sent again is recognised by the store ([`super::store`]). At most
+//! chunks start, so anything sent again is recognised by the store (`shared::logs::store`). At most
 //! one chunk ([`ShipSettings::chunk_bytes`]) is held in memory.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -25,7 +25,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
-use crate::keys::{LogFileName, NodeId, SessionName};
+use crate::names::{LogFileName, NodeId, SessionName};
+
+/// Largest chunk accepted in one request: API Gateway base64-encodes a binary body, and Lambda's
+/// synchronous payload limit is 6 MB.
+pub const MAX_CHUNK_BYTES: usize = 3 * 1024 * 1024;
 
 /// How the shipper runs.
 #[derive(Clone, Debug)]

@@ -1,16 +1,18 @@
-//! `afterglow ship-logs`: runs next to `ray start` on every node and sends each session's log
-//! files, as they grow, to `POST /v1/logs/{cluster}` ([`shared::logs::ship`] decides what to
-//! send; this module is the loop, the signals and the HTTP client).
+//! `afterglow-ship-logs` (and `afterglow ship-logs`): runs next to `ray start` on every node and
+//! sends each session's log files, as they grow, to `POST /v1/logs/{cluster}` ([`crate::ship`]
+//! decides what to send; this module is the loop, the signals and the HTTP client).
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use async_trait::async_trait;
-use shared::keys::NodeId;
-use shared::logs::ship::{LogChunk, LogSink, SendError, ShipSettings, Shipper, backoff};
-use shared::logs::store::MAX_CHUNK_BYTES;
 use tokio::signal::unix::{SignalKind, signal};
+
+use crate::names::NodeId;
+use crate::ship::{
+    LogChunk, LogSink, MAX_CHUNK_BYTES, SendError, ShipError, ShipSettings, Shipper, backoff,
+};
 
 /// Flags of `afterglow ship-logs`.
 #[derive(Debug, clap::Args)]
@@ -206,7 +208,7 @@ pub async fn run_cli(args: ShipLogsArgs) -> anyhow::Result<()> {
                 failures = 0;
                 args.interval
             }
-            Err(err @ shared::logs::ship::ShipError::Retry { .. }) => {
+            Err(err @ ShipError::Retry { .. }) => {
                 let wait = backoff(failures, MAX_BACKOFF);
                 failures = failures.saturating_add(1);
                 tracing::warn!(error = %err, "endpoint unavailable; retrying in {wait:?}");

@@ -1,0 +1,12 @@
+//! Afterglow's log shipper (docs/architecture.md, "Logs"), as a library of its own so that it
+//! builds without DuckDB: the `afterglow-ship-logs` binary a Ray node installs, and
+//! `afterglow ship-logs` in the main binary, are this crate.
+//!
+//! - [`names`]: the names a shipped piece carries (session, node, file), checked as the store
+//!   checks them.
+//! - [`ship`]: what to send: following one node's session folders.
+//! - [`cli`]: the command: its flags, the loop, the signals and the HTTP client.
+
+pub mod cli;
+pub mod names;
+pub mod ship;
