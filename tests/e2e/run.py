@@ -22,8 +22,10 @@ One run of this script:
 It prints one line per entity type (`tasks: N matched, M differ, K missing`) and exits 1 when
 anything differs or is missing. Usage (tests/e2e/run does the setup):
 
-    python run.py --afterglow target/release/afterglow --variant serve|faults --tasks 2000
-    python run.py --afterglow ~/.cache/afterglow/target/lambda/afterglow/bootstrap --variant lambda
+    python run.py --afterglow target/release/afterglow --shipper target/release/afterglow-ship-logs \
+        --variant serve|faults --tasks 2000
+    python run.py --afterglow ~/.cache/afterglow/target/lambda/afterglow/bootstrap \
+        --shipper target/release/afterglow-ship-logs --variant lambda
 """
 import argparse
 import gzip

@@ -150,8 +150,9 @@ pub struct LogRange {
 }
 
 /// Reads bytes `start..end` of `file` (`end: None` for everything from `start`), at most
-/// `limit` of them: no piece past the limit is fetched, and a range cut there is not
-/// `complete`.
+/// `limit` of them: no piece past the limit is fetched, and a range that reaches the limit
+/// before its end is not `complete` (nor is one without an end that reaches it: whether more
+/// was stored is not read).
 #[tracing::instrument(name = "log_range", skip(storage), fields(file = %file.prefix()))]
 pub async fn read_range(
     storage: &dyn Storage,
@@ -243,8 +244,8 @@ pub async fn list_files(
 
 /// The last `lines` lines of `file` as shipped (a final line without a newline counts), read
 /// from its last piece backwards, and at most its last `limit` bytes: no piece before those is
-/// fetched. `complete` is false when fewer lines were found, for either reason or because the
-/// file was not stored from its start.
+/// fetched. `complete` is false when fewer lines were found: the limit was reached first, or
+/// the file was not stored from its start.
 #[tracing::instrument(name = "log_tail", skip(storage), fields(file = %file.prefix()))]
 pub async fn read_tail(
     storage: &dyn Storage,

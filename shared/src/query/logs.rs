@@ -15,7 +15,7 @@ use super::read::params::{Params, Scope, parse_hex};
 use super::read::sql::{Relation, Sql};
 use super::{QueryEngine, QueryError};
 use crate::keys::{ClusterName, LogFile, LogFileName, NodeId, SessionName};
-use crate::logs::markers::own_output;
+use crate::logs::markers::{Known, before_next_task, own_output};
 use crate::logs::store::{LogError, LogRange, ShippedFile, list_files, read_range, read_tail};
 
 /// One attempt's output.
@@ -172,19 +172,36 @@ impl QueryEngine {
             !range.bytes.is_empty() || !self.storage().list(&file.prefix()).await?.is_empty();
         if !shipped {
             return Err(QueryError::NotFound(format!(
-                "no log of {name} was shipped from node {}: run `afterglow ship-logs` next to \
-                 `ray start` on every node to keep tasks' output",
+                "no log of {name} was shipped from node {}: run the log shipper \
+                 (`afterglow-ship-logs`) next to `ray start` on every node to keep tasks' output",
                 file.node_id
             )));
         }
+        let cut = range.bytes.len() >= cap;
         let mut bytes = match &inferred {
+            // Ray reports no end while the attempt runs, or when its worker died: its output
+            // ends where the worker's next task begins, if one did.
+            None if end.is_none() => before_next_task(&range.bytes),
             None => range.bytes,
             Some(inferred) => {
-                own_output(&range.bytes, &inferred.ran, inferred.asked, end.is_some()).map_err(
+                let known = Known {
+                    clean_start: inferred.clean_start,
+                    next_reported: end.is_some() && !cut,
+                    ordered: inferred.ordered,
+                };
+                own_output(&range.bytes, &inferred.ran, inferred.asked, known).map_err(
                     |unbounded| {
+                        let why = if cut {
+                            format!(
+                                "the part of {name} its output lies in is over {} bytes",
+                                self.settings.response_bytes
+                            )
+                        } else {
+                            unbounded.to_string()
+                        };
                         QueryError::NotFound(format!(
                             "Ray reported no offsets for attempt {attempt} of task {task_id} \
-                             in {name}, and they cannot be inferred exactly: {unbounded}"
+                             in {name}, and they cannot be inferred exactly: {why}"
                         ))
                     },
                 )?
@@ -257,13 +274,11 @@ impl QueryEngine {
         let on_worker = |sql: &mut Sql| {
             sql.push("(SELECT task_id, attempt_number, name, ")
                 .push(RAN_AT)
-                .push(" AS ran_at, ")
+                .push(" AS ran_at, ts_submitted_to_worker IS NOT NULL AS submitted, ")
                 .push(start_column)
-                .push(" AS start, coalesce(")
+                .push(" AS start, ")
                 .push(end_column)
-                .push(", ")
-                .push(start_column)
-                .push(") AS end FROM ")
+                .push(" AS stop FROM ")
                 .relation(relation)
                 .push(" WHERE cluster = ")
                 .bind(cluster.clone())
@@ -279,14 +294,16 @@ impl QueryEngine {
             .bind(ran_at)
             .push(") AS earlier, min(ran_at) FILTER (WHERE start IS NOT NULL AND ran_at > ")
             .bind(ran_at)
-            .push(") AS later, max(\"end\") FILTER (WHERE start IS NOT NULL AND ran_at < ")
+            .push(") AS later, max(stop) FILTER (WHERE start IS NOT NULL AND ran_at < ")
             .bind(ran_at)
-            .push(") AS after, min(start) FILTER (WHERE start IS NOT NULL AND ran_at > ")
+            .push(") AS after_stop, max(start) FILTER (WHERE start IS NOT NULL AND ran_at < ")
+            .bind(ran_at)
+            .push(") AS after_start, min(start) FILTER (WHERE start IS NOT NULL AND ran_at > ")
             .bind(ran_at)
             .push(") AS before FROM ");
         on_worker(&mut bounds);
         let mut between = Sql::default();
-        between.push("SELECT task_id, attempt_number, name FROM ");
+        between.push("SELECT task_id, attempt_number, name, ran_at, submitted FROM ");
         on_worker(&mut between);
         between.push(" WHERE start IS NULL");
         let (bounds, ran) = self
@@ -319,20 +336,30 @@ impl QueryEngine {
             other.get("task_id").and_then(Json::as_str) == Some(task_id.as_str())
                 && other.get("attempt_number").and_then(Json::as_i64) == Some(attempt)
         }) else {
-            // Past the attempts read (too many ran without offsets to cut among), or its other
-            // stream's offsets were reported and this one's were not.
+            // Ray exported none of its times (so it has no place in the worker's order), or
+            // it lies past the attempts read.
             return Err(QueryError::NotFound(format!(
                 "Ray reported no {} offsets for attempt {attempt} of task {task_id}, and they \
-                 cannot be inferred: it is not among the {} attempts without them around it on \
-                 its worker (at most {MAX_INFERRED_ATTEMPTS} are read)",
+                 cannot be inferred: Ray exported no time to place it among its worker's \
+                 attempts, or over {MAX_INFERRED_ATTEMPTS} attempts without offsets ran there",
                 start_column.trim_end_matches("_start"),
-                ran.len()
             )));
         };
+        let (after_stop, after_start) = (bound("after_stop"), bound("after_start"));
+        let ran_at: Vec<Option<i64>> = ran
+            .iter()
+            .map(|other| other.get("ran_at").and_then(Json::as_i64))
+            .collect();
+        let ordered = ran
+            .iter()
+            .all(|other| other.get("submitted").and_then(Json::as_bool) == Some(true))
+            && ran_at.windows(2).all(|pair| pair[0] < pair[1]);
         Ok(Some(Inferred {
             file,
-            start: bound("after").unwrap_or(0),
+            start: after_stop.max(after_start).unwrap_or(0),
             end: bound("before"),
+            clean_start: after_start.is_none_or(|start| after_stop >= Some(start)),
+            ordered,
             ran: ran
                 .iter()
                 .map(|other| other.get("name").and_then(Json::as_str).map(str::to_owned))
@@ -355,7 +382,8 @@ const MAX_INFERRED_ATTEMPTS: usize = 10_000;
 struct Inferred {
     /// The worker's file.
     file: String,
-    /// Where the last attempt before it with offsets ended (0 without one).
+    /// Where the last attempt before it with offsets ended (or started, when its end is not
+    /// known; 0 without one).
     start: u64,
     /// Where the next attempt with offsets started (the file's end without one).
     end: Option<u64>,
@@ -363,6 +391,10 @@ struct Inferred {
     ran: Vec<Option<String>>,
     /// This attempt's place among them.
     asked: usize,
+    /// The range starts where the attempt before it is known to end (see [`Known`]).
+    clean_start: bool,
+    /// The order of `ran` is the order they ran (see [`Known`]).
+    ordered: bool,
 }
 
 impl QueryEngine {

@@ -168,7 +168,8 @@ async fn actor_file(
         .ok_or_else(|| {
             QueryError::NotFound(format!(
                 "no log of actor {actor_id}'s worker (pid {pid}) was shipped from node \
-                 {node_id}: run `afterglow ship-logs` next to `ray start` on every node"
+                 {node_id}: run the log shipper (`afterglow-ship-logs`) next to `ray start` on \
+                 every node"
             ))
         })?;
     Ok(LogFile {
