@@ -96,8 +96,9 @@ def prints_then_exits():
 def printing_tasks():
     """Runs the printing tasks; returns what each attempt printed, by task id."""
     printed = {}
-    # Short enough that Ray exports no RUNNING event, and so no offsets, for many of them:
-    # their output is then cut out of their workers' files at Ray's marker lines.
+    # Several to a worker, so each one's output is cut from a file other tasks wrote to too;
+    # where Ray exports no RUNNING event (and so no offsets) for one, it is cut at Ray's marker
+    # lines, and the comparison says how many were.
     refs = [prints.remote(i) for i in range(PRINTERS)]
     for i, ref in enumerate(refs):
         printed[ref.task_id().hex()] = {
