@@ -12,6 +12,7 @@ use crate::maintenance::{CompactArgs, RebuildArgs};
 use crate::proxy::ProxyArgs;
 use crate::serve::ServeArgs;
 use crate::ship_logs::ShipLogsArgs;
+use crate::sql::SqlArgs;
 
 /// Afterglow: Ray task history that outlives the cluster.
 ///
@@ -94,6 +95,14 @@ pub enum Command {
     /// credential chain), so a leaked URL cannot write another cluster's history. Put the URL
     /// in RAY_DASHBOARD_AGGREGATOR_AGENT_EVENTS_EXPORT_ADDR before `ray start`.
     ExportUrl(ExportUrlArgs),
+    /// Query the whole history with SQL: DuckDB over the tables `task_attempts`, `jobs`,
+    /// `actors`, `nodes`, `workers` and `placement_groups` (docs/tables.md), each attempt and
+    /// entity as it is now.
+    ///
+    /// Reads a local store (--data-dir, AFTERGLOW_DATA_DIR) in place, or copies from the
+    /// deployment's bucket (AFTERGLOW_BUCKET) only the tables the query names, for the
+    /// sessions --cluster and --session select.
+    Sql(SqlArgs),
 }
 
 /// Runs one parsed command line.
@@ -107,5 +116,6 @@ pub async fn run(cli: Cli, config: Config) -> anyhow::Result<()> {
         Command::Proxy(args) => crate::proxy::run_cli(args, config).await,
         Command::ShipLogs(args) => crate::ship_logs::run_cli(args).await,
         Command::ExportUrl(args) => crate::export_url::run(args, config).await,
+        Command::Sql(args) => crate::sql::run(args, config).await,
     }
 }

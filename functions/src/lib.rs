@@ -16,6 +16,7 @@
 //! - [`proxy`]: `afterglow proxy`, a loopback front that signs requests to a deployed query API.
 //! - [`ship_logs`]: `afterglow ship-logs`, the per-node log shipper.
 //! - [`maintenance`]: `compact` and `rebuild` from the command line.
+//! - [`sql`]: `afterglow sql`, DuckDB over the history's published tables.
 //! - [`generate`]: `afterglow generate`, synthetic Ray traffic.
 //! - [`bench`]: `afterglow bench`, the pipeline measured at scale.
 //! - [`telemetry`]: tracing setup; [`progress`]: progress bars for long commands.
@@ -36,5 +37,6 @@ pub mod query;
 pub mod serve;
 pub mod setup;
 pub use ::ship_logs::cli as ship_logs;
+pub mod sql;
 pub mod state;
 pub mod telemetry;

@@ -8,6 +8,7 @@
 //!   write whose response was lost still counts, files no manifest names are collected.
 //! - `folds`: a session's deltas fold into a base by count, by share and on request; a small
 //!   session stays in one file.
+//! - `field_ids`: every table file carries its columns' field ids, however it was written.
 //! - `earlier_build`: a store an earlier build wrote is carried on by this one.
 //! - `batches`: the compact Lambda function's SQS batches: S3 notifications, failures per
 //!   message, byte caps and deadlines.
@@ -31,6 +32,7 @@ mod batches;
 mod catalog;
 mod commits;
 mod earlier_build;
+mod field_ids;
 mod folds;
 mod held_back;
 mod queue;

@@ -5,6 +5,8 @@
 //! against `openapi.yaml`. A file per behaviour; each sets up its store with
 //! [`afterglow_tests::scenario::Scenario`] or a `serve` of the captured runs:
 //!
+//! - `ad_hoc_sql`: `afterglow sql` over a run kept in deltas: each attempt once, as Ray lists it,
+//!   on a local store and on S3.
 //! - `agreement`: every run agrees with Ray through `serve`, through the Lambda function on S3,
 //!   and through a query cache smaller than a session.
 //! - `task_routes`: search, cursor pages in every order, 400s that name the bad parameter, a
@@ -24,6 +26,7 @@
 //!   a scope over the copy budget is refused before anything is copied, the table pages newest
 //!   session first reading only what a page needs, cluster-wide counts sum the sessions'.
 
+mod ad_hoc_sql;
 mod agreement;
 mod clusters;
 mod counts;

@@ -16,6 +16,8 @@
 //!   `tasks` (the task table and one task), `aggregates`, `insights`, `timeline`, `entities`,
 //!   and `logs` (the engine's log methods: a task's output, a node's shipped files).
 //! - [`ray`]: Ray's own routes, with their own request parsing and envelopes.
+//! - `ad_hoc`: a query of the user's over the published tables (`afterglow sql`), outside the
+//!   dashboard API.
 //! - [`redaction`]: the secrets of runtime envs (`env_vars` values), masked in every answer of
 //!   ours and Ray's as Ray's dashboard masks them; what is stored keeps them as sent.
 //!
@@ -34,6 +36,7 @@
 //! 4. The route's module runs it on a pooled DuckDB connection under a deadline and shapes the
 //!    JSON (see docs/architecture.md, "Queries", and `openapi.yaml`).
 
+mod ad_hoc;
 mod aggregates;
 mod clusters;
 mod engine;
@@ -47,6 +50,7 @@ mod summary;
 mod tasks;
 mod timeline;
 
+pub use self::ad_hoc::{AnswerColumn, AnswerSink};
 pub use self::aggregates::BUCKET_BOUNDS_MS;
 pub use self::engine::{COPY_BUDGET_BYTES, QueryEngine, QuerySettings};
 pub use self::logs::TaskLog;

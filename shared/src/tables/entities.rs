@@ -11,10 +11,19 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::TableError;
+use super::columns::{Column, duckdb_field_ids};
 use super::newest::path_literal;
 use crate::merge::entities::{
     ActorRecord, JobRecord, NodeRecord, PlacementGroupRecord, SessionEntities, WorkerRecord,
 };
+
+/// The first column of every entity table.
+const CLUSTER: Column = Column::new(1, "cluster", "VARCHAR");
+/// The second column of every entity table.
+const SESSION_NAME: Column = Column::new(2, "session_name", "VARCHAR");
+/// The last column of every entity table, the merge state as JSON: its field id is far past
+/// the view columns', which take the ids after theirs as they are added.
+const RECORD: Column = Column::new(100, "record", "VARCHAR");
 
 /// The entity tables.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -52,66 +61,90 @@ impl EntityKind {
         }
     }
 
-    /// View columns after `cluster, session_name`, before `record`.
-    fn columns(self) -> &'static [(&'static str, &'static str)] {
+    /// View columns after `cluster, session_name`, before `record`, with their field ids
+    /// (see [`Column`]): from 3 on, as [`CLUSTER`] and [`SESSION_NAME`] are 1 and 2.
+    pub(crate) fn columns(self) -> &'static [Column] {
         match self {
-            Self::Jobs => &[
-                ("job_id", "VARCHAR"),
-                ("state", "VARCHAR"),
-                ("driver_pid", "BIGINT"),
-                ("driver_node_id", "VARCHAR"),
-                ("entrypoint", "VARCHAR"),
-                ("start_time_ms", "BIGINT"),
-                ("end_time_ms", "BIGINT"),
-            ],
-            Self::Actors => &[
-                ("actor_id", "VARCHAR"),
-                ("class_name", "VARCHAR"),
-                ("name", "VARCHAR"),
-                ("state", "VARCHAR"),
-                ("job_id", "VARCHAR"),
-                ("node_id", "VARCHAR"),
-                ("pid", "BIGINT"),
-                ("ray_namespace", "VARCHAR"),
-                ("is_detached", "BOOLEAN"),
-                ("num_restarts", "BIGINT"),
-                ("repr_name", "VARCHAR"),
-                ("death_message", "VARCHAR"),
-                ("placement_group_id", "VARCHAR"),
-            ],
-            Self::Nodes => &[
-                ("node_id", "VARCHAR"),
-                ("node_ip", "VARCHAR"),
-                ("node_name", "VARCHAR"),
-                ("hostname", "VARCHAR"),
-                ("state", "VARCHAR"),
-                ("labels", "VARCHAR"),
-                ("resources_total", "VARCHAR"),
-                ("start_time_ms", "BIGINT"),
-                ("end_time_ms", "BIGINT"),
-            ],
-            Self::Workers => &[
-                ("worker_id", "VARCHAR"),
-                ("worker_type", "VARCHAR"),
-                ("node_id", "VARCHAR"),
-                ("pid", "BIGINT"),
-                ("job_id", "VARCHAR"),
-                ("is_alive", "BOOLEAN"),
-                ("exit_type", "VARCHAR"),
-                ("exit_detail", "VARCHAR"),
-                ("start_time_ms", "BIGINT"),
-                ("end_time_ms", "BIGINT"),
-            ],
-            Self::PlacementGroups => &[
-                ("placement_group_id", "VARCHAR"),
-                ("name", "VARCHAR"),
-                ("state", "VARCHAR"),
-                ("strategy", "VARCHAR"),
-                ("creator_job_id", "VARCHAR"),
-                ("is_detached", "BOOLEAN"),
-                ("bundles", "VARCHAR"),
-            ],
+            Self::Jobs => {
+                const COLUMNS: &[Column] = &[
+                    Column::new(3, "job_id", "VARCHAR"),
+                    Column::new(4, "state", "VARCHAR"),
+                    Column::new(5, "driver_pid", "BIGINT"),
+                    Column::new(6, "driver_node_id", "VARCHAR"),
+                    Column::new(7, "entrypoint", "VARCHAR"),
+                    Column::new(8, "start_time_ms", "BIGINT"),
+                    Column::new(9, "end_time_ms", "BIGINT"),
+                ];
+                COLUMNS
+            }
+            Self::Actors => {
+                const COLUMNS: &[Column] = &[
+                    Column::new(3, "actor_id", "VARCHAR"),
+                    Column::new(4, "class_name", "VARCHAR"),
+                    Column::new(5, "name", "VARCHAR"),
+                    Column::new(6, "state", "VARCHAR"),
+                    Column::new(7, "job_id", "VARCHAR"),
+                    Column::new(8, "node_id", "VARCHAR"),
+                    Column::new(9, "pid", "BIGINT"),
+                    Column::new(10, "ray_namespace", "VARCHAR"),
+                    Column::new(11, "is_detached", "BOOLEAN"),
+                    Column::new(12, "num_restarts", "BIGINT"),
+                    Column::new(13, "repr_name", "VARCHAR"),
+                    Column::new(14, "death_message", "VARCHAR"),
+                    Column::new(15, "placement_group_id", "VARCHAR"),
+                ];
+                COLUMNS
+            }
+            Self::Nodes => {
+                const COLUMNS: &[Column] = &[
+                    Column::new(3, "node_id", "VARCHAR"),
+                    Column::new(4, "node_ip", "VARCHAR"),
+                    Column::new(5, "node_name", "VARCHAR"),
+                    Column::new(6, "hostname", "VARCHAR"),
+                    Column::new(7, "state", "VARCHAR"),
+                    Column::new(8, "labels", "VARCHAR"),
+                    Column::new(9, "resources_total", "VARCHAR"),
+                    Column::new(10, "start_time_ms", "BIGINT"),
+                    Column::new(11, "end_time_ms", "BIGINT"),
+                ];
+                COLUMNS
+            }
+            Self::Workers => {
+                const COLUMNS: &[Column] = &[
+                    Column::new(3, "worker_id", "VARCHAR"),
+                    Column::new(4, "worker_type", "VARCHAR"),
+                    Column::new(5, "node_id", "VARCHAR"),
+                    Column::new(6, "pid", "BIGINT"),
+                    Column::new(7, "job_id", "VARCHAR"),
+                    Column::new(8, "is_alive", "BOOLEAN"),
+                    Column::new(9, "exit_type", "VARCHAR"),
+                    Column::new(10, "exit_detail", "VARCHAR"),
+                    Column::new(11, "start_time_ms", "BIGINT"),
+                    Column::new(12, "end_time_ms", "BIGINT"),
+                ];
+                COLUMNS
+            }
+            Self::PlacementGroups => {
+                const COLUMNS: &[Column] = &[
+                    Column::new(3, "placement_group_id", "VARCHAR"),
+                    Column::new(4, "name", "VARCHAR"),
+                    Column::new(5, "state", "VARCHAR"),
+                    Column::new(6, "strategy", "VARCHAR"),
+                    Column::new(7, "creator_job_id", "VARCHAR"),
+                    Column::new(8, "is_detached", "BOOLEAN"),
+                    Column::new(9, "bundles", "VARCHAR"),
+                ];
+                COLUMNS
+            }
         }
+    }
+
+    /// Every stored column, in order: `cluster`, `session_name`, the view columns, `record`.
+    pub(crate) fn stored_columns(self) -> Vec<Column> {
+        let mut columns = vec![CLUSTER, SESSION_NAME];
+        columns.extend_from_slice(self.columns());
+        columns.push(RECORD);
+        columns
     }
 
     /// Rows of this kind, view columns then the record.
@@ -298,16 +331,13 @@ pub fn write_entities(
     entities: &SessionEntities,
     path: &Path,
 ) -> Result<u64, TableError> {
-    let mut columns = vec![
-        "cluster VARCHAR".to_owned(),
-        "session_name VARCHAR".to_owned(),
-    ];
-    columns.extend(
-        kind.columns()
-            .iter()
-            .map(|(name, sql_type)| format!("{name} {sql_type}")),
-    );
-    columns.push("record VARCHAR".to_owned());
+    let stored = kind.stored_columns();
+    let columns: Vec<String> = stored
+        .iter()
+        .map(|column| format!("{} {}", column.name, column.sql_type))
+        .collect();
+    let names: Vec<String> = stored.iter().map(|column| column.name.to_owned()).collect();
+    let field_ids = duckdb_field_ids(&stored, &names);
     let table = format!("staged_{}", kind.table());
     connection.execute_batch(&format!(
         "DROP TABLE IF EXISTS {table}; CREATE TEMP TABLE {table} ({});",
@@ -327,7 +357,7 @@ pub fn write_entities(
         appender.flush()?;
     }
     connection.execute_batch(&format!(
-        "COPY {table} TO {} (FORMAT parquet, COMPRESSION zstd); DROP TABLE {table};",
+        "COPY {table} TO {} (FORMAT parquet, COMPRESSION zstd{field_ids}); DROP TABLE {table};",
         path_literal(path)
     ))?;
     Ok(rows.len() as u64)

@@ -206,6 +206,7 @@ impl KeyIndex {
             row_group_rows: usize::try_from(index_row_group_rows(rows)).unwrap_or(usize::MAX),
             unique: &[],
             ordered: &["key"],
+            columns: &[],
         };
         let mut file = ParquetFile::create(path, schema, &layout)?;
         file.write(&batch)?;

@@ -7,6 +7,7 @@
 //! (status times by reference). [`newest`] is the log-structured read over a table's base and
 //! delta files; [`task_block`] reads one task's rows from a block its key index names;
 //! [`stored_keys`] is where compaction finds the stored versions of the attempts it merges.
+//! [`published`] names the tables as other engines and `afterglow sql` read them.
 //! [`manifest`] and [`catalog`] are the commit protocol (compaction replaces them
 //! conditionally, queries read them; docs/architecture.md, "The commit protocol").
 //!
@@ -17,11 +18,13 @@
 
 pub mod catalog;
 pub mod cluster_rollup;
+pub mod columns;
 pub mod entities;
 pub mod key_index;
 pub mod manifest;
 pub mod newest;
 pub(crate) mod parquet;
+pub mod published;
 pub mod report_times;
 pub mod rollup;
 pub mod stored_keys;

@@ -12,6 +12,8 @@
 
 use std::path::{Path, PathBuf};
 
+use super::columns::{Column, duckdb_field_ids};
+
 /// The key of a `task_attempts` row and of the profile spans of an attempt.
 pub const ATTEMPT_KEY: [&str; 4] = ["cluster", "session_name", "task_id", "attempt_number"];
 
@@ -282,22 +284,29 @@ fn superseded_positions(vector: &DeletionVector<'_>) -> String {
 }
 
 /// Writes the newest rows of `files` to `path` as one Parquet file, sorted by `order` and
-/// written with COPY `options`: a fold of deltas into a base, in DuckDB alone (the sort spills
-/// to disk rather than needing memory for every row), for files that cannot be interleaved as
-/// they are sorted (see [`crate::compact::fold`]). Returns the row count; with no files,
-/// nothing is written.
+/// written with COPY `options`, each column `columns` names with its field id: a fold of
+/// deltas into a base, in DuckDB alone (the sort spills to disk rather than needing memory for
+/// every row), for files that cannot be interleaved as they are sorted (see
+/// [`crate::compact::fold`]). Returns the row count; with no files, nothing is written.
 pub fn write_newest(
     connection: &duckdb::Connection,
     files: &TableFiles<'_>,
     order: &str,
     options: &str,
+    columns: &[Column],
     path: &Path,
 ) -> Result<u64, duckdb::Error> {
     let Some(relation) = newest_rows(files) else {
         return Ok(0);
     };
+    // Files of older builds may lack columns, which DuckDB's field ids may not name.
+    let mut described = connection.prepare(&format!("DESCRIBE SELECT * FROM {relation}"))?;
+    let present: Vec<String> = described
+        .query_map([], |row| row.get(0))?
+        .collect::<Result<_, _>>()?;
+    let field_ids = duckdb_field_ids(columns, &present);
     let copy = format!(
-        "COPY (SELECT * FROM {relation} ORDER BY {order}) TO {} ({options})",
+        "COPY (SELECT * FROM {relation} ORDER BY {order}) TO {} ({options}{field_ids})",
         path_literal(path)
     );
     Ok(connection.execute(&copy, [])? as u64)

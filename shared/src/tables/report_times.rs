@@ -30,6 +30,11 @@ pub const DEFINED: &str = "def_name IS NOT NULL";
 /// The column [`DEFINED`] reads.
 pub const DEFINED_COLUMN: &str = "def_name";
 
+/// True for a time compaction may store by reference (NULL in its own column).
+pub(crate) fn stored_by_reference(column: &str) -> bool {
+    REFERENCED.iter().any(|(name, _)| *name == column)
+}
+
 /// A column a reference may point at, by its code (the position here).
 const ANCHORS: [&str; 17] = [
     "ts_nil",

@@ -304,6 +304,7 @@ mod tests {
             row_group_rows: 30_000,
             unique: &["task_id"],
             ordered: &[],
+            columns: &[],
         };
         let mut file = ParquetFile::create(path, batch.schema(), &layout)?;
         file.write(batch)?;

@@ -407,7 +407,7 @@ fn actor_detail(actor: &ActorRecord, node_ips: &Map<String, Json>) -> Json {
         .rev()
         .find(|transition| transition.state == "DEAD")
         .map(|transition| transition.at);
-    json!({
+    let mut detail = json!({
         "actorId": actor.id,
         "jobId": definition.and_then(|d| d.job_id.clone()).unwrap_or_default(),
         "address": {"nodeId": node_id, "ipAddress": ip, "port": 0, "workerId": worker_id},
@@ -429,7 +429,16 @@ fn actor_detail(actor: &ActorRecord, node_ips: &Map<String, Json>) -> Json {
         "processStats": null,
         "mem": [],
         "tpus": [],
-    })
+    });
+    // Ray records where an actor was created only with `RAY_record_task_actor_creation_sites`,
+    // and its answer has no `callSite` without one.
+    if let Some(site) = definition
+        .map(|d| d.call_site.as_str())
+        .filter(|site| !site.is_empty())
+    {
+        detail["callSite"] = json!(site);
+    }
+    detail
 }
 
 /// Node id → IP, for actors' addresses.
@@ -662,4 +671,37 @@ pub(super) async fn summarize_actors(
             "summary": summary, "total_actors": total, "summary_by": "class"}}}),
         Vec::new(),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::merge::Reported;
+    use crate::merge::entities::ActorDefinitionFacts;
+
+    #[test]
+    fn an_actors_creation_site_is_answered_when_ray_recorded_one() {
+        let actor = |call_site: &str| ActorRecord {
+            id: "ab".into(),
+            definition: Some(Reported {
+                at: 0,
+                value: ActorDefinitionFacts {
+                    class_name: "Counter".into(),
+                    call_site: call_site.into(),
+                    ..ActorDefinitionFacts::default()
+                },
+            }),
+            transitions: Vec::new(),
+        };
+        let site = "main at workload.py:12";
+        assert_eq!(
+            actor_detail(&actor(site), &Map::new())["callSite"],
+            json!(site)
+        );
+        assert!(
+            actor_detail(&actor(""), &Map::new())
+                .get("callSite")
+                .is_none()
+        );
+    }
 }

@@ -23,6 +23,7 @@ use parquet::schema::types::ColumnPath;
 use super::lanes::ColumnLanes;
 
 use crate::tables::TableError;
+use crate::tables::columns::{Column, with_field_ids};
 
 /// ZSTD's level, DuckDB's default, which every other file is written with.
 const ZSTD_LEVEL: i32 = 3;
@@ -37,6 +38,9 @@ pub(crate) struct Layout {
     /// Integer columns of other types held in order (a key index's keys): delta-encoded, as
     /// every `BIGINT` is, rather than put in a dictionary as large as they are.
     pub(crate) ordered: &'static [&'static str],
+    /// The table's columns, whose field ids are written (see [`crate::tables::columns`]);
+    /// empty for a file no other engine reads (rollups, key indexes).
+    pub(crate) columns: &'static [Column],
 }
 
 /// A Parquet file being written, batch by batch, in the order given. Its errors name it.
@@ -105,6 +109,11 @@ impl ParquetFile {
         layout: &Layout,
         lanes: Option<usize>,
     ) -> Result<Self, ParquetError> {
+        let schema = if layout.columns.is_empty() {
+            schema
+        } else {
+            with_field_ids(&schema, layout.columns)
+        };
         let file = File::create(path)?;
         let mut properties = WriterProperties::builder()
             .set_compression(Compression::ZSTD(ZstdLevel::try_new(ZSTD_LEVEL)?))
@@ -232,6 +241,7 @@ mod tests {
         row_group_rows: 128,
         unique: &["id"],
         ordered: &[],
+        columns: &[],
     };
 
     fn schema() -> SchemaRef {

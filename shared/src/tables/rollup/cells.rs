@@ -249,6 +249,7 @@ fn store(counted: &[Cells], sets: &[Set], path: &Path) -> Result<u64, TableError
         row_group_rows: ROW_GROUP_ROWS as usize,
         unique: &[],
         ordered: &[],
+        columns: &[],
     };
     let mut file = ParquetFile::create(path, rows.schema(), &layout)?;
     file.write(&rows)?;

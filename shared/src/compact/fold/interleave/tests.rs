@@ -10,6 +10,7 @@ const LAYOUT: Layout = Layout {
     row_group_rows: 122_880,
     unique: &["task_id"],
     ordered: &[],
+    columns: &[],
 };
 
 /// Writes `select` to `path` in `order`, in DuckDB, compressed as table files are.
@@ -174,6 +175,7 @@ fn interleaves_as_duckdb_orders(
         files,
         &SORT_KEY.join(", "),
         "FORMAT parquet, ROW_GROUP_SIZE 122880",
+        &[],
         &theirs,
     )?;
     assert_eq!(written.rows, expected, "rows interleaved");
@@ -317,6 +319,7 @@ const GROUPS: Layout = Layout {
     row_group_rows: 30_000,
     unique: &["task_id"],
     ordered: &[],
+    columns: &[],
 };
 
 /// A base of 300 000 attempts ([`attempts_in_order`]) as a fold writes it: DuckDB's sorted
