@@ -10,6 +10,7 @@
 mod compact;
 mod entities;
 mod events;
+mod iceberg;
 mod ingest;
 mod insights;
 mod logs;

@@ -10,6 +10,7 @@ use crate::export_url::ExportUrlArgs;
 use crate::generate::GenerateArgs;
 use crate::maintenance::{CompactArgs, RebuildArgs};
 use crate::proxy::ProxyArgs;
+use crate::publish::PublishArgs;
 use crate::serve::ServeArgs;
 use crate::ship_logs::ShipLogsArgs;
 use crate::sql::SqlArgs;
@@ -103,6 +104,14 @@ pub enum Command {
     /// deployment's bucket (AFTERGLOW_BUCKET) only the tables the query names, for the
     /// sessions --cluster and --session select.
     Sql(SqlArgs),
+    /// Publish the tables as Apache Iceberg v2 metadata over the stored files (no copy), for
+    /// PyIceberg, DuckDB's iceberg_scan, Spark, Trino and Ray Data's read_iceberg.
+    ///
+    /// Writes each table's metadata under iceberg/{table}/ in the store (--data-dir,
+    /// AFTERGLOW_DATA_DIR, or AFTERGLOW_BUCKET), reflecting every session as its manifest is
+    /// now; only sessions that changed since the last publish are written again. Prints each
+    /// table's current metadata file.
+    Publish(PublishArgs),
 }
 
 /// Runs one parsed command line.
@@ -117,5 +126,6 @@ pub async fn run(cli: Cli, config: Config) -> anyhow::Result<()> {
         Command::ShipLogs(args) => crate::ship_logs::run_cli(args).await,
         Command::ExportUrl(args) => crate::export_url::run(args, config).await,
         Command::Sql(args) => crate::sql::run(args, config).await,
+        Command::Publish(args) => crate::publish::run(args, config).await,
     }
 }

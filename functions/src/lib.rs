@@ -17,6 +17,7 @@
 //! - [`ship_logs`]: `afterglow ship-logs`, the per-node log shipper.
 //! - [`maintenance`]: `compact` and `rebuild` from the command line.
 //! - [`sql`]: `afterglow sql`, DuckDB over the history's published tables.
+//! - [`publish`]: `afterglow publish`, the published tables as Iceberg metadata.
 //! - [`generate`]: `afterglow generate`, synthetic Ray traffic.
 //! - [`bench`]: `afterglow bench`, the pipeline measured at scale.
 //! - [`telemetry`]: tracing setup; [`progress`]: progress bars for long commands.
@@ -33,6 +34,7 @@ pub mod maintenance;
 pub mod page;
 pub mod progress;
 pub mod proxy;
+pub mod publish;
 pub mod query;
 pub mod serve;
 pub mod setup;

@@ -12,7 +12,12 @@
 //! `tables/cluster_rollups/cluster={cluster}/rollup-{ulid}.parquet` a cluster's rollup;
 //! `logs/{cluster}/{session}/{node_id}/{file}/{offset:020}.gz` each shipped piece of a node's log
 //! file, named by the byte offset where it starts in that file; `quarantine/{ulid}.ndjson` lines
-//! compaction could not use; `state/serve/compacted/{ulid}.txt` what `serve` has compacted.
+//! compaction could not use; `state/serve/compacted/{ulid}.txt` what `serve` has compacted;
+//! `iceberg/{table}/` each published table as Apache Iceberg metadata over those same files
+//! (`metadata/v{n}.metadata.json` its versions, `metadata/version-hint.text` the newest,
+//! `metadata/snap-{id}.avro` manifest lists, `metadata/cluster={c}/session={s}/{sequence}-{rows}-
+//! {data|deletes}.avro` one session's manifests as of its manifest's sequence, and
+//! `deletes/cluster={c}/session={s}/{sequence}/{data file}` its position-delete files).
 
 use ulid::Ulid;
 
@@ -268,6 +273,86 @@ impl LogFile {
 /// The prefix of every log file of one node in one session (ends with `/`).
 pub fn node_logs_prefix(cluster: &ClusterName, session: &SessionName, node_id: &NodeId) -> String {
     format!("{LOGS_PREFIX}{cluster}/{session}/{node_id}/")
+}
+
+/// Where the published tables' Iceberg metadata lives.
+pub const ICEBERG_PREFIX: &str = "iceberg/";
+
+/// What an Iceberg manifest of one session lists.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IcebergManifest {
+    /// Its data files.
+    Data,
+    /// Its position-delete files.
+    Deletes,
+}
+
+/// The location of published table `table` (`iceberg/{table}`).
+pub fn iceberg_table_key(table: &str) -> Result<ObjectKey, InvalidKey> {
+    ObjectKey::new(format!("{ICEBERG_PREFIX}{table}"))
+}
+
+/// Version `version` of a published table's Iceberg metadata.
+pub fn iceberg_metadata_key(table: &str, version: u64) -> Result<ObjectKey, InvalidKey> {
+    ObjectKey::new(format!(
+        "{ICEBERG_PREFIX}{table}/metadata/v{version}.metadata.json"
+    ))
+}
+
+/// The newest version of a published table's Iceberg metadata, as readers that find a table by
+/// its directory look for it.
+pub fn iceberg_version_hint_key(table: &str) -> Result<ObjectKey, InvalidKey> {
+    ObjectKey::new(format!(
+        "{ICEBERG_PREFIX}{table}/metadata/version-hint.text"
+    ))
+}
+
+/// The manifest list of snapshot `snapshot_id`.
+pub fn iceberg_manifest_list_key(table: &str, snapshot_id: i64) -> Result<ObjectKey, InvalidKey> {
+    ObjectKey::new(format!(
+        "{ICEBERG_PREFIX}{table}/metadata/snap-{snapshot_id}.avro"
+    ))
+}
+
+/// One session's Iceberg manifest of `content`, as of its manifest's `sequence`, whose rows are
+/// those of compaction run `rows` (see [`iceberg_manifest_versions`]).
+pub fn iceberg_manifest_key(
+    table: &str,
+    cluster: &ClusterName,
+    session: &SessionName,
+    (sequence, rows): (u64, u64),
+    content: IcebergManifest,
+) -> Result<ObjectKey, InvalidKey> {
+    let content = match content {
+        IcebergManifest::Data => "data",
+        IcebergManifest::Deletes => "deletes",
+    };
+    ObjectKey::new(format!(
+        "{ICEBERG_PREFIX}{table}/metadata/cluster={cluster}/session={session}/{sequence}-{rows}-{content}.avro"
+    ))
+}
+
+/// The `(sequence, rows)` an [`iceberg_manifest_key`] (or its URI) was named by.
+pub fn iceberg_manifest_versions(path: &str) -> Option<(u64, u64)> {
+    let name = path.rsplit('/').next()?;
+    let mut parts = name.split('-');
+    let sequence = parts.next()?.parse().ok()?;
+    let rows = parts.next()?.parse().ok()?;
+    Some((sequence, rows))
+}
+
+/// The position-delete file of data file `data_file` (its name) in a session as of its
+/// manifest's `sequence`.
+pub fn iceberg_deletes_key(
+    table: &str,
+    cluster: &ClusterName,
+    session: &SessionName,
+    sequence: u64,
+    data_file: &str,
+) -> Result<ObjectKey, InvalidKey> {
+    ObjectKey::new(format!(
+        "{ICEBERG_PREFIX}{table}/deletes/cluster={cluster}/session={session}/{sequence}/{data_file}"
+    ))
 }
 
 #[cfg(test)]

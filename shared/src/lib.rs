@@ -18,6 +18,8 @@
 //!   sides share), and the Parquet mechanics; most files are written with the parquet crate,
 //!   read with DuckDB.
 //! - [`query`]: the dashboard API and Ray's own routes, answered by DuckDB over those tables.
+//! - [`iceberg`]: the published tables as Apache Iceberg metadata over the same files, for
+//!   other engines.
 //! - [`logs`]: Ray's log files, shipped from each node and read back by byte range.
 //!
 //! And what the stages share:
@@ -39,6 +41,7 @@ pub mod compact;
 pub mod config;
 pub mod event;
 pub mod gzip;
+pub mod iceberg;
 pub mod ingest;
 pub mod keys;
 pub mod logs;

@@ -24,15 +24,10 @@ fn field_ids(
     let mut statement = connection.prepare(&format!(
         "SELECT name, field_id FROM parquet_schema({file}) WHERE num_children IS NULL"
     ))?;
-    // A report time's reference code (`node_id_at_ref`, …) is compaction's own encoding,
-    // never published, and has no field id.
+    // Every column, a report time's reference code (`node_id_at_ref`, …) too: an Iceberg
+    // reader finds a file's columns by id only when every one has one.
     let ids = statement
         .query_map([], |row| Ok((row.get::<_, String>(0)?, row.get(1)?)))?
-        .filter(|column| {
-            column
-                .as_ref()
-                .map_or(true, |(name, _)| !name.ends_with("_at_ref"))
-        })
         .collect::<Result<_, _>>()?;
     let writer = connection.query_row(
         &format!("SELECT created_by FROM parquet_file_metadata({file})"),

@@ -77,6 +77,10 @@ impl Storage for LosesConditionalResponses {
         self.inner.location()
     }
 
+    fn uri(&self, key: &ObjectKey) -> String {
+        self.inner.uri(key)
+    }
+
     fn local_path(&self, key: &ObjectKey) -> Option<std::path::PathBuf> {
         self.inner.local_path(key)
     }
@@ -152,6 +156,10 @@ impl Storage for CommitsAfterRead {
 
     fn location(&self) -> String {
         self.inner.location()
+    }
+
+    fn uri(&self, key: &ObjectKey) -> String {
+        self.inner.uri(key)
     }
 
     fn local_path(&self, key: &ObjectKey) -> Option<std::path::PathBuf> {
@@ -261,6 +269,10 @@ impl Storage for Refuses {
 
     fn location(&self) -> String {
         self.inner.location()
+    }
+
+    fn uri(&self, key: &ObjectKey) -> String {
+        self.inner.uri(key)
     }
 
     fn local_path(&self, key: &ObjectKey) -> Option<std::path::PathBuf> {
@@ -398,6 +410,10 @@ impl Storage for SlowWrites {
         self.inner.location()
     }
 
+    fn uri(&self, key: &ObjectKey) -> String {
+        self.inner.uri(key)
+    }
+
     fn local_path(&self, key: &ObjectKey) -> Option<std::path::PathBuf> {
         self.inner.local_path(key)
     }
@@ -465,6 +481,10 @@ impl Storage for HeldReads {
 
     fn location(&self) -> String {
         self.inner.location()
+    }
+
+    fn uri(&self, key: &ObjectKey) -> String {
+        self.inner.uri(key)
     }
 
     fn local_path(&self, key: &ObjectKey) -> Option<std::path::PathBuf> {
@@ -644,6 +664,10 @@ impl Storage for UnreliableManifestWrites {
         self.inner.location()
     }
 
+    fn uri(&self, key: &ObjectKey) -> String {
+        self.inner.uri(key)
+    }
+
     fn local_path(&self, key: &ObjectKey) -> Option<std::path::PathBuf> {
         self.inner.local_path(key)
     }
@@ -698,5 +722,9 @@ impl Storage for RecordsGets {
 
     fn location(&self) -> String {
         self.inner.location()
+    }
+
+    fn uri(&self, key: &ObjectKey) -> String {
+        self.inner.uri(key)
     }
 }

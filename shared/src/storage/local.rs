@@ -311,6 +311,14 @@ impl Storage for LocalDirStorage {
     fn local_path(&self, key: &ObjectKey) -> Option<PathBuf> {
         Some(self.root.join(key.as_str()))
     }
+
+    fn uri(&self, key: &ObjectKey) -> String {
+        let path = self.root.join(key.as_str());
+        std::path::absolute(&path)
+            .unwrap_or(path)
+            .display()
+            .to_string()
+    }
 }
 
 #[cfg(test)]

@@ -167,6 +167,12 @@ pub trait Storage: Send + Sync + fmt::Debug {
     /// Where the objects live, for people (`s3://bucket/prefix`, a directory path).
     fn location(&self) -> String;
 
+    /// The object's address for other programs that read the store (an Iceberg reader):
+    /// `s3://bucket/prefix/key`, or a local object's absolute path.
+    fn uri(&self, key: &ObjectKey) -> String {
+        format!("{}/{}", self.location(), key.as_str())
+    }
+
     /// The object's own file, when the backend keeps objects as local files: readers of
     /// immutable objects then use it in place instead of copying it.
     fn local_path(&self, _key: &ObjectKey) -> Option<std::path::PathBuf> {

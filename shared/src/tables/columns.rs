@@ -29,6 +29,25 @@ impl Column {
     }
 }
 
+/// `first` then `second`, as one array of `N` columns (their lengths' sum).
+pub(crate) const fn concat<const N: usize>(first: &[Column], second: &[Column]) -> [Column; N] {
+    assert!(
+        first.len() + second.len() == N,
+        "N is the sum of the lengths"
+    );
+    let mut out = [Column::new(0, "", ""); N];
+    let mut index = 0;
+    while index < first.len() {
+        out[index] = first[index];
+        index += 1;
+    }
+    while index < N {
+        out[index] = second[index - first.len()];
+        index += 1;
+    }
+    out
+}
+
 /// `columns` as (name, DuckDB type) pairs.
 pub fn names_and_types(columns: &[Column]) -> Vec<(&'static str, &'static str)> {
     columns

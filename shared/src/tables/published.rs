@@ -29,7 +29,9 @@ const WITHHELD: [&str; 2] = ["serialized_runtime_env", "record"];
 /// compaction may store by reference to another column (`node_id_at`, `definition_at`, …; see
 /// [`super::report_times`]), which read as NULL where they were.
 pub fn withheld(column: &str) -> bool {
-    WITHHELD.contains(&column) || report_times::stored_by_reference(column)
+    WITHHELD.contains(&column)
+        || report_times::stored_by_reference(column)
+        || report_times::is_reference_column(column)
 }
 
 /// What a published table is read from.
@@ -76,7 +78,7 @@ impl PublishedTable {
 /// files carry.
 pub fn stored_columns(source: Source) -> Vec<Column> {
     match source {
-        Source::Attempts => task_attempts::COLUMNS.to_vec(),
+        Source::Attempts => task_attempts::STORED_COLUMNS.to_vec(),
         Source::Entities(kind) => kind.stored_columns(),
     }
 }

@@ -22,6 +22,8 @@ use duckdb::arrow::datatypes::{DataType, Field, FieldRef, Int64Type, Schema};
 use duckdb::arrow::error::ArrowError;
 use duckdb::arrow::record_batch::RecordBatch;
 
+use super::columns::Column;
+
 /// SQL true for a stored `task_attempts` row whose definition arrived (Ray's lists show only
 /// those). `definition_at` may be stored by reference (NULL with a code), but the definition's
 /// name is written exactly when the definition is, by every build.
@@ -33,6 +35,30 @@ pub const DEFINED_COLUMN: &str = "def_name";
 /// True for a time compaction may store by reference (NULL in its own column).
 pub(crate) fn stored_by_reference(column: &str) -> bool {
     REFERENCED.iter().any(|(name, _)| *name == column)
+}
+
+/// The `…_ref` columns of codes, in [`REFERENCED`] order, with their field ids: compaction's
+/// own encoding, never published, but written with ids like every stored column, so that an
+/// Iceberg reader finds every column of a file by id.
+pub(crate) const REFERENCE_COLUMNS: [Column; 11] = [
+    Column::new(71, "definition_at_ref", "UTINYINT"),
+    Column::new(72, "node_id_at_ref", "UTINYINT"),
+    Column::new(73, "worker_id_at_ref", "UTINYINT"),
+    Column::new(74, "worker_pid_at_ref", "UTINYINT"),
+    Column::new(75, "stdout_file_at_ref", "UTINYINT"),
+    Column::new(76, "stderr_file_at_ref", "UTINYINT"),
+    Column::new(77, "stdout_start_at_ref", "UTINYINT"),
+    Column::new(78, "stdout_end_at_ref", "UTINYINT"),
+    Column::new(79, "stderr_start_at_ref", "UTINYINT"),
+    Column::new(80, "stderr_end_at_ref", "UTINYINT"),
+    Column::new(81, "reported_error_at_ref", "UTINYINT"),
+];
+
+/// True for a column of reference codes ([`REFERENCE_COLUMNS`]).
+pub(crate) fn is_reference_column(column: &str) -> bool {
+    REFERENCE_COLUMNS
+        .iter()
+        .any(|reference| reference.name == column)
 }
 
 /// A column a reference may point at, by its code (the position here).
@@ -196,6 +222,16 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn each_referenced_time_has_its_code_column_with_an_id() {
+        let names: Vec<String> = REFERENCED
+            .iter()
+            .map(|(column, _)| reference_column(column))
+            .collect();
+        let registered: Vec<&str> = REFERENCE_COLUMNS.iter().map(|column| column.name).collect();
+        assert_eq!(names, registered);
     }
 
     #[test]

@@ -41,6 +41,11 @@ const STATUS_COLUMNS: [(i32, &str); 14] = [
     (13, "ts_getting_and_pinning_args"),
 ];
 
+/// Every column a `task_attempts` file may hold: [`COLUMNS`], then the codes of the report
+/// times stored by reference ([`report_times::REFERENCE_COLUMNS`]).
+pub(crate) const STORED_COLUMNS: [Column; COLUMNS.len() + report_times::REFERENCE_COLUMNS.len()] =
+    super::columns::concat(COLUMNS, &report_times::REFERENCE_COLUMNS);
+
 /// The table's columns, in order, with their field ids (see [`Column`]) and DuckDB types.
 pub(crate) const COLUMNS: &[Column] = &[
     Column::new(1, "cluster", "VARCHAR"),
@@ -180,7 +185,7 @@ pub(crate) const LAYOUT: Layout = Layout {
     row_group_rows: ROW_GROUP_ROWS as usize,
     unique: &["task_id"],
     ordered: &[],
-    columns: COLUMNS,
+    columns: &STORED_COLUMNS,
 };
 
 /// Rows per row group of every `task_attempts` file ([`PARQUET_OPTIONS`], [`write_delta`]): a key

@@ -193,7 +193,7 @@ pub(super) fn write_newest_rows(
         files,
         &task_attempts::sort_order(),
         task_attempts::PARQUET_OPTIONS,
-        task_attempts::COLUMNS,
+        &task_attempts::STORED_COLUMNS,
         path,
     )?;
     Ok((rows, None))

@@ -1,0 +1,174 @@
+//! An Iceberg table's metadata document (format version 2): what [`super::sync`] reads of the
+//! current version, and each new version with one more snapshot. Keys this build does not
+//! write are kept as they were read.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use super::schema::{LAST_PARTITION_ID, TableSchema};
+
+/// The summary key every snapshot the sync commits carries: a snapshot without it was
+/// committed by something else.
+pub const PRODUCER_KEY: &str = "afterglow.producer";
+
+/// How long snapshots are kept for time travel and for queries that started before a newer
+/// one (the current one always is).
+pub const SNAPSHOT_RETENTION_MS: i64 = 24 * 60 * 60 * 1000;
+
+/// Previous metadata versions the log keeps.
+const METADATA_LOG_LENGTH: usize = 100;
+
+/// One snapshot.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Snapshot {
+    /// Its id.
+    pub snapshot_id: i64,
+    /// The snapshot it follows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_snapshot_id: Option<i64>,
+    /// Its sequence number.
+    pub sequence_number: i64,
+    /// When it was committed (ms since the epoch).
+    pub timestamp_ms: i64,
+    /// Its manifest list's URI.
+    pub manifest_list: String,
+    /// Its summary (`operation` and counts).
+    pub summary: BTreeMap<String, String>,
+    /// The schema it was written with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema_id: Option<i32>,
+}
+
+/// The table metadata document.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct TableMetadata {
+    /// Always 2.
+    pub format_version: u32,
+    /// The table's identity.
+    pub table_uuid: String,
+    /// The table's location.
+    pub location: String,
+    /// The newest snapshot's sequence number.
+    pub last_sequence_number: i64,
+    /// When this version was written.
+    pub last_updated_ms: i64,
+    /// The highest field id assigned.
+    pub last_column_id: i32,
+    /// The schemas.
+    pub schemas: Vec<Value>,
+    /// The current schema.
+    pub current_schema_id: i32,
+    /// The partition specs.
+    pub partition_specs: Vec<Value>,
+    /// The current partition spec.
+    pub default_spec_id: i32,
+    /// The highest partition field id assigned.
+    pub last_partition_id: i32,
+    /// Table properties (the name mapping among them).
+    pub properties: BTreeMap<String, String>,
+    /// The current snapshot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_snapshot_id: Option<i64>,
+    /// Snapshots kept.
+    pub snapshots: Vec<Snapshot>,
+    /// When each snapshot became current.
+    #[serde(default)]
+    pub snapshot_log: Vec<Value>,
+    /// The previous metadata versions.
+    #[serde(default)]
+    pub metadata_log: Vec<Value>,
+    /// The sort orders (the tables are not sorted as Iceberg knows sorts).
+    pub sort_orders: Vec<Value>,
+    /// The current sort order.
+    pub default_sort_order_id: i32,
+    /// Branches and tags.
+    #[serde(default)]
+    pub refs: BTreeMap<String, Value>,
+    /// Whatever else the version read holds.
+    #[serde(flatten)]
+    pub other: BTreeMap<String, Value>,
+}
+
+impl TableMetadata {
+    /// A table without snapshots at `location`, identified by `uuid`.
+    pub fn new(location: String, uuid: String, schema: &TableSchema, now_ms: i64) -> Self {
+        Self {
+            format_version: 2,
+            table_uuid: uuid,
+            location,
+            last_sequence_number: 0,
+            last_updated_ms: now_ms,
+            last_column_id: schema.last_column_id,
+            schemas: vec![schema.schema.clone()],
+            current_schema_id: 0,
+            partition_specs: vec![json!({"spec-id": 0, "fields": schema.partition_fields})],
+            default_spec_id: 0,
+            last_partition_id: LAST_PARTITION_ID,
+            properties: BTreeMap::from([
+                (
+                    "schema.name-mapping.default".to_owned(),
+                    schema.name_mapping.clone(),
+                ),
+                ("format-version".to_owned(), "2".to_owned()),
+            ]),
+            current_snapshot_id: None,
+            snapshots: Vec::new(),
+            snapshot_log: Vec::new(),
+            metadata_log: Vec::new(),
+            sort_orders: vec![json!({"order-id": 0, "fields": []})],
+            default_sort_order_id: 0,
+            refs: BTreeMap::new(),
+            other: BTreeMap::new(),
+        }
+    }
+
+    /// The current snapshot.
+    pub fn current(&self) -> Option<&Snapshot> {
+        let id = self.current_snapshot_id.filter(|id| *id >= 0)?;
+        self.snapshots
+            .iter()
+            .find(|snapshot| snapshot.snapshot_id == id)
+    }
+
+    /// The version after this one (read from `read_from`), with `snapshot` current; snapshots
+    /// older than [`SNAPSHOT_RETENTION_MS`] are expired from it.
+    pub fn with_snapshot(&self, read_from: Option<String>, snapshot: Snapshot) -> Self {
+        let mut next = self.clone();
+        let now_ms = snapshot.timestamp_ms;
+        next.last_updated_ms = now_ms;
+        next.last_sequence_number = snapshot.sequence_number;
+        next.current_snapshot_id = Some(snapshot.snapshot_id);
+        next.refs.insert(
+            "main".to_owned(),
+            json!({"snapshot-id": snapshot.snapshot_id, "type": "branch"}),
+        );
+        next.snapshot_log.push(json!({
+            "timestamp-ms": now_ms,
+            "snapshot-id": snapshot.snapshot_id,
+        }));
+        if let Some(previous) = read_from {
+            next.metadata_log.push(json!({
+                "timestamp-ms": self.last_updated_ms,
+                "metadata-file": previous,
+            }));
+        }
+        next.snapshots.push(snapshot);
+        let cutoff = now_ms.saturating_sub(SNAPSHOT_RETENTION_MS);
+        next.snapshots.retain(|kept| {
+            kept.timestamp_ms >= cutoff || Some(kept.snapshot_id) == next.current_snapshot_id
+        });
+        let kept: Vec<i64> = next.snapshots.iter().map(|kept| kept.snapshot_id).collect();
+        next.snapshot_log.retain(|entry| {
+            entry["snapshot-id"]
+                .as_i64()
+                .is_some_and(|id| kept.contains(&id))
+        });
+        let excess = next.metadata_log.len().saturating_sub(METADATA_LOG_LENGTH);
+        next.metadata_log.drain(..excess);
+        next
+    }
+}

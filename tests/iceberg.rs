@@ -1,0 +1,3 @@
+//! The published tables as Apache Iceberg, held to readers that are not ours.
+
+mod published;

@@ -1,0 +1,96 @@
+"""Reads published Iceberg tables with two readers that are not Afterglow's, and prints each
+reader's rows as JSON: {"pyiceberg": {table: rows}, "duckdb": {table: rows}}.
+
+Usage: read.py METADATA_JSON...
+
+PyIceberg 0.12 reads each table's metadata (`StaticTable.from_metadata`, `scan().to_arrow()`),
+DuckDB 1.5.5 with its iceberg, avro and httpfs extensions (from their PyPI packages, loaded
+offline) reads the table's directory with `iceberg_scan`. With AWS_ENDPOINT_URL_S3 set, `s3://` paths are read
+from that endpoint (SeaweedFS in the tests) with the standard AWS credential variables.
+"""
+
+import importlib.util
+import json
+import os
+import sys
+from pathlib import Path
+
+import duckdb
+from pyiceberg.table import StaticTable
+
+DUCKDB_VERSION = "v1.5.5"
+
+
+def table_location(metadata: str) -> str:
+    # {location}/metadata/v{n}.metadata.json, the location ending in iceberg/{table}
+    return metadata.rsplit("/metadata/", 1)[0]
+
+
+def s3_properties() -> dict:
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3")
+    if not endpoint:
+        return {}
+    return {
+        "s3.endpoint": endpoint,
+        "s3.access-key-id": os.environ["AWS_ACCESS_KEY_ID"],
+        "s3.secret-access-key": os.environ["AWS_SECRET_ACCESS_KEY"],
+        "s3.region": os.environ.get("AWS_REGION", "us-east-1"),
+        "s3.force-virtual-addressing": "false",
+    }
+
+
+def with_pyiceberg(metadata: str) -> list:
+    table = StaticTable.from_metadata(metadata, properties=s3_properties())
+    return table.scan().to_arrow().to_pylist()
+
+
+def extension(name: str) -> str:
+    spec = importlib.util.find_spec(f"duckdb_extension_{name}")
+    if spec is None or not spec.submodule_search_locations:
+        sys.exit(f"the duckdb-extension-{name} package is not installed")
+    root = Path(list(spec.submodule_search_locations)[0])
+    return str(root / "extensions" / DUCKDB_VERSION / f"{name}.duckdb_extension")
+
+
+def duckdb_connection() -> duckdb.DuckDBPyConnection:
+    connection = duckdb.connect()
+    for name in ("httpfs", "avro", "iceberg"):
+        connection.execute(f"LOAD '{extension(name)}'")
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3")
+    if endpoint:
+        host = endpoint.split("://", 1)[-1]
+        connection.execute(
+            "CREATE SECRET s3 (TYPE s3, KEY_ID ?, SECRET ?, REGION ?, ENDPOINT ?, "
+            "URL_STYLE 'path', USE_SSL false)",
+            [
+                os.environ["AWS_ACCESS_KEY_ID"],
+                os.environ["AWS_SECRET_ACCESS_KEY"],
+                os.environ.get("AWS_REGION", "us-east-1"),
+                host,
+            ],
+        )
+    return connection
+
+
+def with_duckdb(connection: duckdb.DuckDBPyConnection, location: str) -> list:
+    # The table's directory, as the README shows: DuckDB finds the version by its hint.
+    cursor = connection.execute("SELECT * FROM iceberg_scan(?)", [location])
+    names = [column[0] for column in cursor.description]
+    return [dict(zip(names, row)) for row in cursor.fetchall()]
+
+
+def main() -> None:
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
+    connection = duckdb_connection()
+    answer = {"pyiceberg": {}, "duckdb": {}}
+    for metadata in sys.argv[1:]:
+        location = table_location(metadata)
+        name = location.rsplit("/", 1)[-1]
+        answer["pyiceberg"][name] = with_pyiceberg(metadata)
+        answer["duckdb"][name] = with_duckdb(connection, location)
+    json.dump(answer, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()
