@@ -110,7 +110,8 @@ pub enum Command {
     /// Writes each table's metadata under iceberg/{table}/ in the store (--data-dir,
     /// AFTERGLOW_DATA_DIR, or AFTERGLOW_BUCKET), reflecting every session as its manifest is
     /// now; only sessions that changed since the last publish are written again. Prints each
-    /// table's current metadata file.
+    /// table's current metadata file. With --glue-database, also points each table of that
+    /// Glue database at it, as the deployed catalog function does after every commit.
     Publish(PublishArgs),
 }
 

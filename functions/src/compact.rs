@@ -17,6 +17,7 @@ use shared::compact::notification::raw_key_from_notification;
 use shared::compact::schedule::batch::{BatchLimits, Message};
 use shared::compact::schedule::check_queue::CheckQueue;
 use shared::compact::schedule::quiet::QuietCheck;
+use shared::iceberg::SyncQueue;
 use shared::storage::ObjectKey;
 use tracing::Instrument as _;
 
@@ -101,6 +102,9 @@ pub struct CompactFunction {
     /// queues none (sessions are then folded by the fold policy alone, and deferred messages
     /// are reported as failures; the deployed function always has a queue).
     pub checks: Option<CheckQueue>,
+    /// Where the catalog-sync function is asked to publish the tables after a commit; `None`
+    /// (the Iceberg catalog off) asks nothing.
+    pub sync: Option<SyncQueue>,
     /// The store's key prefix (notifications name full keys).
     pub prefix: String,
     /// Caps on one batch; the deadline comes from each invocation.
@@ -135,6 +139,7 @@ pub async fn handle(
         let CompactFunction {
             compactor,
             checks,
+            sync,
             prefix,
             limits,
         } = function;
@@ -155,6 +160,9 @@ pub async fn handle(
                 .map(|(key, _)| key)
                 .collect();
             let report = compactor.compact(&keys).await?;
+            if !report.committed.is_empty() {
+                request_sync(sync.as_ref()).await;
+            }
             if !queue_checks(checks.as_ref(), &report.committed).await {
                 // Retried, the objects are compacted again (to the same rows) and the commit
                 // asks for its check once more.
@@ -167,6 +175,7 @@ pub async fn handle(
         let mut bodies = HashMap::new();
         let mut quiet = Vec::new();
         let mut failures = Vec::new();
+        let mut committed = false;
         for message in &sqs.records {
             let id = message.message_id.clone().unwrap_or_default();
             let body = message.body.as_deref().unwrap_or_default();
@@ -189,6 +198,7 @@ pub async fn handle(
             let unqueued = requeue(checks.as_ref(), deferred, &bodies).await;
             failures.extend(unqueued.iter().map(|id| failure(id)));
             let outcome = compactor.compact_messages(taken, &limits).await;
+            committed = !outcome.report.committed.is_empty();
             failures.extend(outcome.failed.iter().map(|id| failure(id)));
             // A commit's check is the only thing that folds and tidies a session nothing more
             // arrives for. When it cannot be queued the notifications are not acknowledged:
@@ -213,12 +223,26 @@ pub async fn handle(
         if !queue_checks(checks.as_ref(), &follow_ups).await {
             failures.extend(again.iter().map(|(id, _)| failure(id)));
         }
+        // A quiet check may have folded a session or let one expire: published again too.
+        if committed || !quiet.is_empty() {
+            request_sync(sync.as_ref()).await;
+        }
         let mut response = SqsBatchResponse::default();
         response.batch_item_failures = failures;
         Ok(serde_json::to_value(response)?)
     }
     .instrument(span)
     .await
+}
+
+/// Asks the catalog-sync function to publish the tables. A request that cannot be sent fails
+/// nothing: the next one, or the function's scheduled sweep, publishes the same changes.
+async fn request_sync(sync: Option<&SyncQueue>) {
+    if let Some(sync) = sync
+        && let Err(err) = sync.request_all().await
+    {
+        tracing::warn!(error = %err, "sync requests not sent; the next commit or sweep makes them up");
+    }
 }
 
 /// Sends the `deferred` messages (their bodies in `bodies`, by id) back to the queue to be

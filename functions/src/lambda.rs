@@ -1,6 +1,7 @@
 //! The Lambda entry point: `_HANDLER` names the function; each runs the shared router (HTTP
 //! functions behind API Gateway's HTTP API, payload v2; ingest also behind the firewalled REST
-//! API, payload v1, whose stage the template keeps out of the path).
+//! API, payload v1, whose stage the template keeps out of the path) or its event handler
+//! (compact, catalog).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,9 +13,10 @@ use shared::compact::schedule::batch::BatchLimits;
 use shared::compact::schedule::check_queue::CheckQueue;
 use shared::compact::{CompactSettings, Compactor};
 use shared::config::{Config, ConfigError, LambdaFunction};
+use shared::iceberg::{GlueCatalog, RETIRED_FILE_GRACE, SyncQueue};
 use shared::ingest::{IngestAccess, Ingestor};
 use shared::query::{QueryEngine, QuerySettings};
-use shared::storage::S3Storage;
+use shared::storage::{S3Storage, Storage};
 
 use crate::http::router;
 use crate::state::{AppState, QueryService};
@@ -67,8 +69,14 @@ pub async fn run(function: LambdaFunction, config: Config) -> anyhow::Result<()>
             let storage = Arc::new(S3Storage::connect(settings).await);
             let scratch = std::env::temp_dir().join("afterglow-compact");
             std::fs::create_dir_all(&scratch).context("cannot create the scratch directory")?;
+            // Published tables' snapshots name files for a while after a fold retires them.
+            let retire_grace = match config.catalog_queue_url {
+                Some(_) => RETIRED_FILE_GRACE,
+                None => CompactSettings::default().retire_grace,
+            };
             // DuckDB gets 60 % of the function's memory and spills the rest to /tmp.
             let settings = CompactSettings {
+                retire_grace,
                 memory_limit_mib: config.lambda_memory_mib.map(|memory| memory * 6 / 10),
                 retention: config.tables_retention,
                 cache_bytes: config.cache_bytes,
@@ -95,9 +103,14 @@ pub async fn run(function: LambdaFunction, config: Config) -> anyhow::Result<()>
                     .map(BatchLimits::max_bytes_for_memory),
                 ..BatchLimits::default()
             };
+            let sync = match config.catalog_queue_url.clone() {
+                Some(url) => Some(SyncQueue::connect(url).await),
+                None => None,
+            };
             let function = crate::compact::CompactFunction {
                 compactor,
                 checks: Some(checks),
+                sync,
                 prefix,
                 limits,
             };
@@ -108,6 +121,26 @@ pub async fn run(function: LambdaFunction, config: Config) -> anyhow::Result<()>
             .await
             .map_err(|err| anyhow::anyhow!(err))
             .context("the compact function stopped")
+        }
+        LambdaFunction::Catalog => {
+            let database = config.glue_database.clone().ok_or(ConfigError::Missing {
+                variable: "AFTERGLOW_GLUE_DATABASE",
+                reason: "the catalog function points the published tables at a Glue database \
+                         (the template sets it)",
+            })?;
+            let storage: Arc<dyn Storage> =
+                Arc::new(S3Storage::connect(config.lambda_s3(None)?).await);
+            let function = crate::catalog::CatalogFunction {
+                storage,
+                catalog: GlueCatalog::connect(database).await,
+            };
+            let function = &function;
+            lambda_runtime::run(lambda_runtime::service_fn(move |event| {
+                crate::catalog::handle(function, event)
+            }))
+            .await
+            .map_err(|err| anyhow::anyhow!(err))
+            .context("the catalog function stopped")
         }
     }
 }

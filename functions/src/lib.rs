@@ -23,6 +23,7 @@
 //! - [`telemetry`]: tracing setup; [`progress`]: progress bars for long commands.
 
 pub mod bench;
+pub mod catalog;
 pub mod cli;
 pub mod compact;
 pub mod export_url;

@@ -65,17 +65,21 @@ pub enum LambdaFunction {
     Compact,
     /// `query`: API Gateway → the dashboard API.
     Query,
+    /// `catalog`: sync requests (via SQS FIFO) and a scheduled sweep → the published tables'
+    /// Iceberg metadata and the Glue Data Catalog.
+    Catalog,
 }
 
 impl LambdaFunction {
     /// Every `_HANDLER` value this build serves.
-    pub const ALL: &'static [&'static str] = &["ingest", "compact", "query"];
+    pub const ALL: &'static [&'static str] = &["ingest", "compact", "query", "catalog"];
 
     fn parse(value: &str) -> Result<Self, ConfigError> {
         match value {
             "ingest" => Ok(Self::Ingest),
             "compact" => Ok(Self::Compact),
             "query" => Ok(Self::Query),
+            "catalog" => Ok(Self::Catalog),
             other => Err(ConfigError::Invalid {
                 variable: "_HANDLER",
                 shown: other.to_owned(),
@@ -123,6 +127,12 @@ pub struct Config {
     /// The compact function's queue, for quiet checks (the compact function requires it;
     /// `rebuild` and `compact` over the bucket queue theirs there too).
     pub compact_queue_url: Option<String>,
+    /// The catalog-sync function's FIFO queue: the compact function asks it to publish the
+    /// tables after each commit; unset, it asks nothing (the Iceberg catalog is off).
+    pub catalog_queue_url: Option<String>,
+    /// The Glue database the catalog-sync function (and `afterglow publish`) points the
+    /// published tables at.
+    pub glue_database: Option<String>,
     /// Log filter directive (`AFTERGLOW_LOG`), when set.
     pub log_filter: Option<String>,
     /// `Some` when running inside AWS Lambda.
@@ -293,6 +303,8 @@ impl Config {
             grafana_url,
             fold_quiet,
             compact_queue_url: get("AFTERGLOW_COMPACT_QUEUE_URL"),
+            catalog_queue_url: get("AFTERGLOW_CATALOG_QUEUE_URL"),
+            glue_database: get("AFTERGLOW_GLUE_DATABASE"),
             ingest_secret,
             query_token,
             lambda_memory_mib,

@@ -299,6 +299,20 @@ pub fn iceberg_metadata_key(table: &str, version: u64) -> Result<ObjectKey, Inva
     ))
 }
 
+/// The version an [`iceberg_metadata_key`] of `table` names, given as the key or its URI
+/// (`None` for any other file, such as another writer's metadata).
+pub fn iceberg_metadata_version(table: &str, path: &str) -> Option<u64> {
+    let (directory, name) = path.rsplit_once('/')?;
+    if !directory.ends_with(&format!("{ICEBERG_PREFIX}{table}/metadata")) {
+        return None;
+    }
+    let digits = name.strip_prefix('v')?.strip_suffix(".metadata.json")?;
+    if digits.is_empty() || !digits.bytes().all(|byte| byte.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
 /// The newest version of a published table's Iceberg metadata, as readers that find a table by
 /// its directory look for it.
 pub fn iceberg_version_hint_key(table: &str) -> Result<ObjectKey, InvalidKey> {
@@ -358,6 +372,25 @@ pub fn iceberg_deletes_key(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_metadata_version_is_read_back_from_its_key_or_uri_alone()
+    -> Result<(), Box<dyn std::error::Error>> {
+        let key = iceberg_metadata_key("jobs", 12)?;
+        assert_eq!(iceberg_metadata_version("jobs", key.as_str()), Some(12));
+        let uri = format!("s3://bucket/prefix/{}", key.as_str());
+        assert_eq!(iceberg_metadata_version("jobs", &uri), Some(12));
+        for other in [
+            "s3://b/iceberg/jobs/metadata/00012-6f2c0e0a.metadata.json",
+            "s3://b/iceberg/actors/metadata/v12.metadata.json",
+            "s3://b/iceberg/jobs/metadata/v.metadata.json",
+            "s3://b/iceberg/jobs/metadata/v+1.metadata.json",
+            "s3://b/iceberg/jobs/data/v3.metadata.json",
+        ] {
+            assert_eq!(iceberg_metadata_version("jobs", other), None, "{other}");
+        }
+        Ok(())
+    }
 
     #[test]
     fn log_chunks_sort_by_offset_and_name_it() -> Result<(), Box<dyn std::error::Error>> {

@@ -24,7 +24,8 @@
 //!   keeps a document of its own, and the single document an earlier build wrote is moved,
 //!   even when the response to the list's creation is lost.
 //!
-//! `sqs` is no suite: it holds the compact function and the messages its tests drive it with.
+//! `sqs` is no suite: it holds the compact function and the messages its tests drive it with
+//! (the Iceberg catalog's test drives it too).
 
 mod agreement;
 mod backlog;
@@ -37,5 +38,5 @@ mod folds;
 mod held_back;
 mod queue;
 mod retention;
-mod sqs;
+pub(crate) mod sqs;
 mod tidying;

@@ -18,13 +18,14 @@ use shared::compact::{CompactSettings, Compactor};
 use shared::storage::Storage;
 
 /// One SQS message: its id, the record as Lambda delivers it, and the notified object's size.
-pub(super) type Sqs = (String, serde_json::Value, u64);
+pub(crate) type Sqs = (String, serde_json::Value, u64);
 
 /// The compact function as Lambda runs it over `compactor`, queueing no quiet checks.
-pub(super) fn function(compactor: Compactor, limits: BatchLimits) -> CompactFunction {
+pub(crate) fn function(compactor: Compactor, limits: BatchLimits) -> CompactFunction {
     CompactFunction {
         compactor,
         checks: None,
+        sync: None,
         prefix: String::new(),
         limits,
     }
@@ -43,7 +44,7 @@ pub(super) fn queueing_to(moto: &Moto, queue_url: &str, compactor: Compactor) ->
 }
 
 /// Runs the compact function on SQS `records`; returns the ids it asks to redeliver.
-pub(super) async fn invoke(
+pub(crate) async fn invoke(
     function: &CompactFunction,
     records: &[serde_json::Value],
 ) -> anyhow::Result<Vec<String>> {
@@ -51,7 +52,7 @@ pub(super) async fn invoke(
 }
 
 /// [`invoke`] with an invocation `context` (its deadline).
-pub(super) async fn invoke_in(
+pub(crate) async fn invoke_in(
     function: &CompactFunction,
     records: &[serde_json::Value],
     context: lambda_runtime::Context,
@@ -153,7 +154,7 @@ fn s3_notification_sized(objects: &[(&str, u64)]) -> serde_json::Value {
 
 /// One SQS message per stored raw object of `cluster` (ids `m0`, `m1`, … in key order), each
 /// notifying the object with its real size.
-pub(super) async fn sqs_messages_for(
+pub(crate) async fn sqs_messages_for(
     storage: &dyn Storage,
     cluster: &str,
 ) -> anyhow::Result<Vec<Sqs>> {

@@ -76,7 +76,7 @@ def template_settings(path=TEMPLATE):
         return raw
 
     resources = template["Resources"]
-    memory, timeouts, batch_sizes, literal_env = {}, {}, [], {}
+    memory, timeouts, batch_sizes, receives, literal_env = {}, {}, [], [], {}
     binary_types = []
     for resource in resources.values():
         if resource.get("Type") == "AWS::Serverless::Api":
@@ -91,18 +91,18 @@ def template_settings(path=TEMPLATE):
         variables = properties.get("Environment", {}).get("Variables", {})
         literal_env[properties["Handler"]] = {name: setting for name, setting in variables.items()
                                               if isinstance(setting, str)}
+        if properties["Handler"] != "compact":
+            continue
         for source in properties.get("Events", {}).values():
             if source.get("Type") == "SQS":
                 batch_sizes.append(int(source["Properties"]["BatchSize"]))
-    receives = [
-        int(resource["Properties"]["RedrivePolicy"]["maxReceiveCount"])
-        for resource in resources.values()
-        if resource.get("Type") == "AWS::SQS::Queue"
-        and "RedrivePolicy" in resource.get("Properties", {})
-    ]
+                # `!GetAtt Queue.Arn`: the queue whose redrive policy counts the receives.
+                queue = source["Properties"]["Queue"]["Fn::GetAtt"].split(".")[0]
+                policy = resources[queue]["Properties"]["RedrivePolicy"]
+                receives.append(int(value(policy["maxReceiveCount"])))
     if len(batch_sizes) != 1 or len(receives) != 1:
-        raise ValueError(f"{path}: expected one SQS event source and one redrive policy, "
-                         f"found {len(batch_sizes)} and {len(receives)}")
+        raise ValueError(f"{path}: expected the compact function to read one queue with a "
+                         f"redrive policy, found {len(batch_sizes)} and {len(receives)}")
     return {"batch_size": batch_sizes[0], "max_receives": receives[0], "memory_mb": memory,
             "timeout_s": timeouts, "literal_env": literal_env, "binary_types": binary_types}
 

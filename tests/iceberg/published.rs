@@ -6,158 +6,20 @@
 //! answers, each attempt once and as Ray lists it, every time; on a local store and on S3
 //! (SeaweedFS).
 
-use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 
-use afterglow::sql::{Format, print};
-use afterglow_tests::api::our_rows;
 use afterglow_tests::faults::Refuses;
-use afterglow_tests::ray::check;
 use afterglow_tests::scenario::Scenario;
 use afterglow_tests::{FixtureRun, keeping_deltas};
-use anyhow::{Context as _, bail, ensure};
-use serde_json::Value as Json;
-use shared::iceberg::{Published, TableMetadata, metadata_location, sync_tables};
+use anyhow::{Context as _, ensure};
+use shared::iceberg::{Published, TableMetadata, sync_tables};
 use shared::keys;
-use shared::query::read::params::Scope;
-use shared::query::{QueryEngine, QuerySettings};
 use shared::storage::Storage;
+
+use super::readers::{Found, TABLES, readers_agree, readers_python};
 
 /// The clusters the run is compacted into, one after the other.
 const CLUSTERS: [&str; 2] = ["iceberg-a", "iceberg-b"];
-
-/// The tables compared: every published table the captured run has rows in.
-const TABLES: [&str; 5] = ["task_attempts", "jobs", "actors", "nodes", "workers"];
-
-/// The Python with PyIceberg and DuckDB's extensions (`tests/iceberg/setup`), or `None` to
-/// skip when it is not installed and `AFTERGLOW_TEST_ICEBERG` does not ask for it.
-fn readers_python() -> anyhow::Result<Option<PathBuf>> {
-    let python = std::env::var_os("AFTERGLOW_ICEBERG_PYTHON")
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("HOME").map(|home| {
-                PathBuf::from(home).join(".cache/afterglow/iceberg-readers-venv/bin/python")
-            })
-        })
-        .context("neither AFTERGLOW_ICEBERG_PYTHON nor HOME is set")?;
-    if python.exists() {
-        return Ok(Some(python));
-    }
-    if std::env::var_os("AFTERGLOW_TEST_ICEBERG").is_some() {
-        bail!(
-            "{} is missing: run tests/iceberg/setup (scripts/test does)",
-            python.display()
-        );
-    }
-    eprintln!(
-        "skipping the Iceberg readers: run tests/iceberg/setup, or set AFTERGLOW_TEST_ICEBERG=1"
-    );
-    Ok(None)
-}
-
-/// Every table's rows as each reader (`pyiceberg`, `duckdb`) reads them.
-async fn read_with_readers(
-    python: &PathBuf,
-    storage: &dyn Storage,
-) -> anyhow::Result<BTreeMap<String, BTreeMap<String, Vec<Json>>>> {
-    let mut locations = Vec::new();
-    for table in TABLES {
-        locations.push(metadata_location(storage, table).await?);
-    }
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("iceberg/read.py");
-    let output = tokio::process::Command::new(python)
-        .arg(&script)
-        .args(&locations)
-        .output()
-        .await
-        .with_context(|| format!("cannot run {}", python.display()))?;
-    ensure!(
-        output.status.success(),
-        "{} failed: {}",
-        script.display(),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).context("the readers' answer is not JSON")
-}
-
-/// What `afterglow sql` answers for `SELECT * FROM {table}`.
-async fn our_answer(engine: &QueryEngine, table: &str) -> anyhow::Result<Vec<Json>> {
-    let printed = print(
-        engine,
-        &Scope::default(),
-        &format!("SELECT * FROM {table}"),
-        Format::Json,
-        0,
-        Vec::new(),
-    )
-    .await?;
-    let rows: Json = serde_json::from_slice(&printed)?;
-    Ok(rows.as_array().context("not an array")?.clone())
-}
-
-/// `rows` in an order of their own, each as its JSON text (its keys in order).
-fn canonical(rows: &[Json]) -> Vec<String> {
-    let mut texts: Vec<String> = rows.iter().map(Json::to_string).collect();
-    texts.sort();
-    texts
-}
-
-/// Both readers read every table exactly as `afterglow sql` answers it, and their attempts of
-/// each of `clusters` agree with Ray's own list.
-async fn readers_agree(
-    python: &PathBuf,
-    storage: &Arc<dyn Storage>,
-    run: &FixtureRun,
-    clusters: &[&str],
-    what: &str,
-) -> anyhow::Result<()> {
-    let dir = tempfile::tempdir()?;
-    let engine = QueryEngine::open(Arc::clone(storage), QuerySettings::under(dir.path()))?;
-    let read = read_with_readers(python, &**storage).await?;
-    for table in TABLES {
-        let ours = canonical(&our_answer(&engine, table).await?);
-        ensure!(!ours.is_empty(), "{what}: afterglow sql has no {table}");
-        for (reader, tables) in &read {
-            let theirs = canonical(tables.get(table).map_or(&[][..], Vec::as_slice));
-            if theirs != ours {
-                let missing: Vec<&String> = ours
-                    .iter()
-                    .filter(|row| !theirs.contains(row))
-                    .take(2)
-                    .collect();
-                let extra: Vec<&String> = theirs
-                    .iter()
-                    .filter(|row| !ours.contains(row))
-                    .take(2)
-                    .collect();
-                bail!(
-                    "{what}: {reader} read {} rows of {table}, afterglow sql answers {}; \
-                     not read: {missing:?}; read but not answered: {extra:?}",
-                    theirs.len(),
-                    ours.len()
-                );
-            }
-        }
-    }
-    for (reader, tables) in &read {
-        let attempts = tables.get("task_attempts").context("no task_attempts")?;
-        for cluster in clusters {
-            let of_cluster: Vec<Json> = attempts
-                .iter()
-                .filter(|row| row["cluster"] == *cluster)
-                .cloned()
-                .collect();
-            // `our_rows` refuses an attempt read twice: no superseded row is seen.
-            check(
-                run,
-                &our_rows(&of_cluster)?,
-                &format!("{reader}, {cluster}, {what}"),
-            )?;
-        }
-    }
-    Ok(())
-}
 
 /// The current snapshot's operation of `table`.
 async fn operation(storage: &dyn Storage, table: &str, version: u64) -> anyhow::Result<String> {
@@ -242,7 +104,15 @@ async fn iceberg_readers_read_what_afterglow_answers(
         operation(&*storage, "task_attempts", 1).await? == "overwrite",
         "a first snapshot with position deletes is an overwrite"
     );
-    readers_agree(&python, &storage, &run, &[first], "one cluster's deltas").await?;
+    readers_agree(
+        &python,
+        &Found::Directory,
+        &storage,
+        &run,
+        &[first],
+        "one cluster's deltas",
+    )
+    .await?;
 
     // Nothing changed: nothing is committed.
     let again = sync_tables(&storage, now_ms + 1).await?;
@@ -258,7 +128,15 @@ async fn iceberg_readers_read_what_afterglow_answers(
         attempts.version == Some(2) && attempts.changed == 1 && attempts.sessions == 2,
         "the second cluster's session alone is written: {attempts:?}"
     );
-    readers_agree(&python, &storage, &run, &CLUSTERS, "two clusters' deltas").await?;
+    readers_agree(
+        &python,
+        &Found::Directory,
+        &storage,
+        &run,
+        &CLUSTERS,
+        "two clusters' deltas",
+    )
+    .await?;
 
     ensure!(compactor.fold().await? == 2, "both sessions folded");
     // Cut short just before its commit: everything but the new metadata version is written.
@@ -272,7 +150,15 @@ async fn iceberg_readers_read_what_afterglow_answers(
         cut_short.is_err() && refusing.refused() == 1,
         "the commit was not refused: {cut_short:?}"
     );
-    readers_agree(&python, &storage, &run, &CLUSTERS, "a sync cut short").await?;
+    readers_agree(
+        &python,
+        &Found::Directory,
+        &storage,
+        &run,
+        &CLUSTERS,
+        "a sync cut short",
+    )
+    .await?;
     refusing.clear();
     let folded = sync_tables(&refusing_storage, now_ms + 4).await?;
     let attempts = outcome(&folded, "task_attempts")?;
@@ -284,7 +170,15 @@ async fn iceberg_readers_read_what_afterglow_answers(
         operation(&*storage, "task_attempts", 3).await? == "replace",
         "a fold publishes a replace snapshot"
     );
-    readers_agree(&python, &storage, &run, &CLUSTERS, "folded").await
+    readers_agree(
+        &python,
+        &Found::Directory,
+        &storage,
+        &run,
+        &CLUSTERS,
+        "folded",
+    )
+    .await
 }
 
 afterglow_tests::for_each_backend!(iceberg_readers_read_what_afterglow_answers);

@@ -2,11 +2,15 @@
 reader's rows as JSON: {"pyiceberg": {table: rows}, "duckdb": {table: rows}}.
 
 Usage: read.py METADATA_JSON...
+       read.py --glue DATABASE TABLE...
 
-PyIceberg 0.12 reads each table's metadata (`StaticTable.from_metadata`, `scan().to_arrow()`),
-DuckDB 1.5.5 with its iceberg, avro and httpfs extensions (from their PyPI packages, loaded
-offline) reads the table's directory with `iceberg_scan`. With AWS_ENDPOINT_URL_S3 set, `s3://` paths are read
-from that endpoint (SeaweedFS in the tests) with the standard AWS credential variables.
+Given metadata files, PyIceberg 0.12 reads each table's metadata (`StaticTable.from_metadata`,
+`scan().to_arrow()`), and DuckDB 1.5.5 with its iceberg, avro and httpfs extensions (from their
+PyPI packages, loaded offline) reads the table's directory with `iceberg_scan`. Given a Glue
+database, PyIceberg loads each table through its Glue catalog, and DuckDB reads the metadata file
+the catalog names (found with boto3). With AWS_ENDPOINT_URL_S3 set, `s3://` paths are read from
+that endpoint (SeaweedFS in the tests), and with AWS_ENDPOINT_URL_GLUE the catalog is that
+endpoint's (moto in the tests), with the standard AWS credential variables.
 """
 
 import importlib.util
@@ -37,6 +41,31 @@ def s3_properties() -> dict:
         "s3.region": os.environ.get("AWS_REGION", "us-east-1"),
         "s3.force-virtual-addressing": "false",
     }
+
+
+def glue_properties() -> dict:
+    properties = {
+        "type": "glue",
+        "glue.region": os.environ.get("AWS_REGION", "us-east-1"),
+        "glue.access-key-id": os.environ["AWS_ACCESS_KEY_ID"],
+        "glue.secret-access-key": os.environ["AWS_SECRET_ACCESS_KEY"],
+    }
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_GLUE")
+    if endpoint:
+        properties["glue.endpoint"] = endpoint
+    return {**properties, **s3_properties()}
+
+
+def glue_metadata(database: str, table: str) -> str:
+    import boto3
+
+    glue = boto3.client(
+        "glue",
+        endpoint_url=os.environ.get("AWS_ENDPOINT_URL_GLUE"),
+        region_name=os.environ.get("AWS_REGION", "us-east-1"),
+    )
+    found = glue.get_table(DatabaseName=database, Name=table)["Table"]
+    return found["Parameters"]["metadata_location"]
 
 
 def with_pyiceberg(metadata: str) -> list:
@@ -73,7 +102,8 @@ def duckdb_connection() -> duckdb.DuckDBPyConnection:
 
 
 def with_duckdb(connection: duckdb.DuckDBPyConnection, location: str) -> list:
-    # The table's directory, as the README shows: DuckDB finds the version by its hint.
+    # A metadata file, or the table's directory as the README shows (DuckDB then finds the
+    # version by its hint).
     cursor = connection.execute("SELECT * FROM iceberg_scan(?)", [location])
     names = [column[0] for column in cursor.description]
     return [dict(zip(names, row)) for row in cursor.fetchall()]
@@ -84,6 +114,19 @@ def main() -> None:
         sys.exit(__doc__)
     connection = duckdb_connection()
     answer = {"pyiceberg": {}, "duckdb": {}}
+    if sys.argv[1] == "--glue":
+        if len(sys.argv) < 4:
+            sys.exit(__doc__)
+        from pyiceberg.catalog import load_catalog
+
+        database = sys.argv[2]
+        catalog = load_catalog("glue", **glue_properties())
+        for name in sys.argv[3:]:
+            table = catalog.load_table(f"{database}.{name}")
+            answer["pyiceberg"][name] = table.scan().to_arrow().to_pylist()
+            answer["duckdb"][name] = with_duckdb(connection, glue_metadata(database, name))
+        json.dump(answer, sys.stdout)
+        return
     for metadata in sys.argv[1:]:
         location = table_location(metadata)
         name = location.rsplit("/", 1)[-1]

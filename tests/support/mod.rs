@@ -7,6 +7,7 @@
 
 pub mod api;
 pub mod faults;
+pub mod glue_race;
 pub mod moto;
 pub mod ray;
 pub mod ray_entities;

@@ -1,4 +1,5 @@
-//! moto's server on 127.0.0.1, standing in for AWS Secrets Manager and SQS.
+//! moto's server on 127.0.0.1, standing in for AWS Secrets Manager, SQS and the Glue Data
+//! Catalog.
 //!
 //! Runs when `moto_server` is on PATH (`scripts/test` installs `moto[server]` and sets
 //! `AFTERGLOW_TEST_MOTO=1`, which turns a missing server into a failure instead of a skip).
@@ -79,6 +80,62 @@ impl Moto {
             .http_client(shared::aws::http_client())
             .build();
         aws_sdk_sqs::Client::from_conf(config)
+    }
+
+    /// The server's URL.
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// A Glue client of this server, over `http` (the SDK's usual client, or one that injects
+    /// faults).
+    pub fn glue_over(&self, http: aws_sdk_glue::config::SharedHttpClient) -> aws_sdk_glue::Client {
+        let config = aws_sdk_glue::Config::builder()
+            .behavior_version(aws_sdk_glue::config::BehaviorVersion::latest())
+            .endpoint_url(&self.endpoint)
+            .region(aws_sdk_glue::config::Region::new("us-east-1"))
+            .credentials_provider(aws_sdk_glue::config::Credentials::new(
+                "moto", "moto", None, None, "moto",
+            ))
+            .http_client(http)
+            .build();
+        aws_sdk_glue::Client::from_conf(config)
+    }
+
+    /// A Glue client of this server.
+    pub fn glue(&self) -> aws_sdk_glue::Client {
+        self.glue_over(shared::aws::http_client())
+    }
+
+    /// Creates a Glue database.
+    pub async fn create_glue_database(&self, name: &str) -> anyhow::Result<()> {
+        let input = aws_sdk_glue::types::DatabaseInput::builder()
+            .name(name)
+            .build()
+            .context("DatabaseInput")?;
+        self.glue()
+            .create_database()
+            .database_input(input)
+            .send()
+            .await
+            .context("CreateDatabase")?;
+        Ok(())
+    }
+
+    /// Creates a FIFO queue (`name` ends in `.fifo`); returns its URL.
+    pub async fn create_fifo_queue(&self, name: &str) -> anyhow::Result<String> {
+        let created = self
+            .sqs()
+            .create_queue()
+            .queue_name(name)
+            .attributes(aws_sdk_sqs::types::QueueAttributeName::FifoQueue, "true")
+            .send()
+            .await
+            .context("CreateQueue")?;
+        created
+            .queue_url()
+            .map(str::to_owned)
+            .context("no queue URL")
     }
 
     /// Creates a queue; returns its URL.

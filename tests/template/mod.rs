@@ -5,6 +5,8 @@
 
 mod access;
 mod alarms;
+mod build;
+mod catalog;
 mod compaction;
 mod firewall;
 mod limits;

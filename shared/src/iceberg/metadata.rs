@@ -17,6 +17,21 @@ pub const PRODUCER_KEY: &str = "afterglow.producer";
 /// one (the current one always is).
 pub const SNAPSHOT_RETENTION_MS: i64 = 24 * 60 * 60 * 1000;
 
+/// How long a file our manifests no longer name (a fold's inputs) is kept while the tables are
+/// published: until the last kept snapshot naming it has expired (committed at most one sweep
+/// of the catalog function after the fold, and kept [`SNAPSHOT_RETENTION_MS`]), and the
+/// longest query that read from one of those snapshots has finished.
+pub const RETIRED_FILE_GRACE: std::time::Duration = std::time::Duration::from_secs(
+    SNAPSHOT_RETENTION_MS.unsigned_abs() / 1000 + SWEEP_SECS + LONGEST_QUERY_SECS,
+);
+
+/// The catalog function's sweep interval (the template's `Sweep` schedule).
+const SWEEP_SECS: u64 = 60 * 60;
+
+/// The longest query of the tables expected to be running (Athena stops DML at 30 minutes by
+/// default).
+const LONGEST_QUERY_SECS: u64 = 60 * 60;
+
 /// Previous metadata versions the log keeps.
 const METADATA_LOG_LENGTH: usize = 100;
 

@@ -15,16 +15,25 @@
 //! - `position_deletes`: deletion vectors as position-delete files.
 //! - `metadata`: the table metadata document and its snapshots.
 //! - `sync`: the snapshot producer.
+//! - `glue`: the tables in the AWS Glue Data Catalog.
+//! - `publish`: each table synced, then pointed at in the catalog.
+//! - `sync_queue`: the requests the compact function sends the catalog-sync function.
 
 mod avro;
+mod glue;
 mod metadata;
 mod position_deletes;
+mod publish;
 mod schema;
 mod sync;
+mod sync_queue;
 
-pub use self::metadata::{PRODUCER_KEY, SNAPSHOT_RETENTION_MS, TableMetadata};
+pub use self::glue::{GlueCatalog, Pointed};
+pub use self::metadata::{PRODUCER_KEY, RETIRED_FILE_GRACE, SNAPSHOT_RETENTION_MS, TableMetadata};
+pub use self::publish::{Cataloged, publish};
 pub use self::schema::TableSchema;
 pub use self::sync::{Published, sync_table, sync_tables};
+pub use self::sync_queue::{SyncQueue, SyncRequest};
 
 use crate::keys;
 use crate::storage::{InvalidKey, Storage, StorageError};
@@ -82,6 +91,9 @@ pub enum IcebergError {
          its metadata to have it published again"
     )]
     Foreign(String),
+    /// The Glue Data Catalog refused or could not be reached.
+    #[error("Glue Data Catalog: {0}")]
+    Catalog(String),
     /// Every attempt to commit lost a race with another commit.
     #[error("table {table}: {races} commits in a row lost a race with another; try again")]
     Contended {

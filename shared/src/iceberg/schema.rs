@@ -24,6 +24,18 @@ fn iceberg_type(sql_type: &str) -> Option<&'static str> {
     }
 }
 
+/// The Glue (Hive) type of a published column's DuckDB type.
+pub(super) fn hive_type(sql_type: &str) -> Option<&'static str> {
+    match sql_type {
+        "VARCHAR" => Some("string"),
+        "BIGINT" => Some("bigint"),
+        "INTEGER" => Some("int"),
+        "BOOLEAN" => Some("boolean"),
+        "DOUBLE" => Some("double"),
+        _ => None,
+    }
+}
+
 /// What every manifest and metadata version says of a table's columns and partitions.
 #[derive(Clone, Debug)]
 pub struct TableSchema {

@@ -41,6 +41,9 @@ pub struct Published {
     /// The metadata version committed; `None` when the current one already reflected every
     /// session.
     pub version: Option<u64>,
+    /// The table's current metadata version after the sync: the one committed, or the one
+    /// that already reflected every session.
+    pub current: u64,
     /// Sessions the table holds.
     pub sessions: usize,
     /// Sessions whose manifests were written.
@@ -53,7 +56,7 @@ pub struct Published {
 }
 
 /// A session as our manifest has it now.
-struct Session {
+pub(super) struct Session {
     cluster: ClusterName,
     session: SessionName,
     manifest: Manifest,
@@ -103,8 +106,10 @@ pub async fn sync_table(
     sync_with(storage, table, &sessions, now_ms).await
 }
 
+/// Makes `table`'s Iceberg metadata reflect `sessions` (every session, as [`load_sessions`]
+/// read them).
 #[tracing::instrument(name = "iceberg_sync", skip_all, fields(table = table.name))]
-async fn sync_with(
+pub(super) async fn sync_with(
     storage: &Arc<dyn Storage>,
     table: &PublishedTable,
     sessions: &[Session],
@@ -126,6 +131,7 @@ async fn sync_with(
         let mut outcome = Published {
             table: table.name,
             version: None,
+            current: current.as_ref().map_or(0, |(version, _)| *version),
             sessions: 0,
             changed: 0,
             removed: 0,
@@ -264,6 +270,7 @@ async fn sync_with(
             )
             .await?;
         outcome.version = Some(version + 1);
+        outcome.current = version + 1;
         tracing::info!(
             table = table.name,
             version = version + 1,
@@ -322,7 +329,9 @@ impl Changes {
 }
 
 /// Every session of every cluster, with its manifest.
-async fn load_sessions(storage: &Arc<dyn Storage>) -> Result<Vec<Session>, IcebergError> {
+pub(super) async fn load_sessions(
+    storage: &Arc<dyn Storage>,
+) -> Result<Vec<Session>, IcebergError> {
     let catalog = catalog::load(storage).await?;
     let mut sessions = Vec::new();
     for (cluster, listed) in &catalog.clusters {
