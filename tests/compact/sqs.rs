@@ -62,6 +62,11 @@ pub(crate) async fn invoke_in(
     let response = afterglow::compact::handle(function, event)
         .await
         .map_err(|err| anyhow::anyhow!("{err}"))?;
+    redelivered(&response)
+}
+
+/// The message ids an SQS batch response asks to redeliver (its `batchItemFailures`).
+pub(crate) fn redelivered(response: &serde_json::Value) -> anyhow::Result<Vec<String>> {
     Ok(response["batchItemFailures"]
         .as_array()
         .context("batchItemFailures")?

@@ -11,7 +11,9 @@ One run of this script:
 2. starts a single-node Ray head on 127.0.0.1 exporting every event type to the proxy, and runs
    `workload.py` as a driver;
    `afterglow-ship-logs` (the shipper's own binary, without DuckDB) runs beside Ray and sends
-   its session logs through the same proxy;
+   its session logs through the same proxy; in the `serve` variant, once the workload is done,
+   `afterglow publish` publishes the tables as Iceberg and a second driver reads them with
+   `ray.data.read_iceberg` on the same cluster (read_iceberg.py);
 3. captures Ray's answers (`ray list tasks --detail`, `summarize_tasks`, `ray list actors/jobs
    --detail`, `ray list nodes`, each printing task's own output), masks their runtime envs'
    `env_vars` values with Ray's own redaction (as Ray's dashboard shows them, and as Afterglow
@@ -735,6 +737,51 @@ def compare(ray, api):
     return problems
 
 
+def read_with_ray_data(binary, data_dir, api, env, address, work):
+    """The published tables read by Ray Data on the live cluster: once Afterglow shows every
+    attempt Ray lists, `afterglow publish` over serve's store, then `ray.data.read_iceberg` in
+    a driver of its own (read_iceberg.py) reads every attempt and job Afterglow shows, each once
+    (a delta's superseded rows are position deletes). It runs before Ray's lists are taken, so
+    its own tasks are among those compared later. Returns the number of problems."""
+    listed = json.loads(ray_cli(env, "list", "tasks", "--format", "json", "--limit", "10000",
+                                "--address", address))
+    wait_for_attempts(api, len(listed), timeout=180)
+    published = subprocess.run([binary, "publish", "--data-dir", data_dir],
+                               capture_output=True, text=True, timeout=300)
+    if published.returncode != 0:
+        print(f"ray.data.read_iceberg: afterglow publish failed: {published.stderr[-2000:]}")
+        return 1
+    # "{table}: …: {metadata file}", one line per table.
+    locations = [line.rsplit(": ", 1)[1] for line in published.stdout.splitlines()
+                 if line.split(":", 1)[0] in ("task_attempts", "jobs")]
+    ours = {
+        "task_attempts": {(row["task_id"], row["attempt_number"]) for row in all_pages(
+            api, "/api/tasks", f"cluster={CLUSTER}&limit=1000", "tasks")},
+        "jobs": {(row["job_id"],) for row in all_pages(
+            api, "/api/jobs", f"cluster={CLUSTER}", "jobs")},
+    }
+    read = subprocess.run([sys.executable, os.path.join(HERE, "read_iceberg.py"),
+                           os.path.join(work, "iceberg-catalog.db"), *locations],
+                          env=dict(env, RAY_ADDRESS=address), capture_output=True, text=True,
+                          timeout=600)
+    if read.returncode != 0:
+        print(f"ray.data.read_iceberg failed: {read.stderr[-3000:]}")
+        return 1
+    theirs = json.loads(read.stdout.strip().splitlines()[-1])
+    problems = 0
+    # The table keeps each driver's own attempt, which Ray's lists and /api/tasks leave out.
+    theirs["task_attempts"] = [row[:2] for row in theirs.get("task_attempts", [])
+                               if row[2] != "DRIVER_TASK"]
+    for table, mine in ours.items():
+        rows = [tuple(row) for row in theirs.get(table, [])]
+        twice = len(rows) - len(set(rows))
+        missing, extra = len(mine - set(rows)), len(set(rows) - mine)
+        print(f"ray.data.read_iceberg {table}: {len(rows)} rows read, {twice} read twice, "
+              f"{missing} missing, {extra} extra")
+        problems += twice + missing + extra + (not mine)
+    return problems
+
+
 def compare_ray_tools(env, ray, api, detail=True):
     """Ray's own CLI and SDK pointed at Afterglow (`--address .../ray/{cluster}/{session}`)
     after the cluster is gone: the same commands as `ray_answers`, compared with what the live
@@ -979,6 +1026,10 @@ def main():
             raise RuntimeError("the workload failed")
         log("workload finished; letting the agent flush")
         time.sleep(10)
+        ray_data_problems = 0
+        if args.variant == "serve":
+            ray_data_problems = read_with_ray_data(args.afterglow, deployment.data_dir, api, env,
+                                                   address, work)
         ray = masked_as_rays_dashboard(ray_answers(env, address))
         log(f"Ray lists {len(ray['tasks'])} attempts")
         ray_logs = ray_task_logs(env, address, printed_path)
@@ -1001,7 +1052,7 @@ def main():
             shutil.rmtree(os.path.join(env["RAY_TMPDIR"], name), ignore_errors=True)
         log(f"Ray and the log shipper (exit {shipped}) stopped, {len(sessions)} session "
             "directories removed; comparing")
-        problems = 0
+        problems = ray_data_problems
         if args.variant == "lambda":
             # Nothing is sent any more: each session's last quiet check folds it, and the
             # comparisons below read the folded tables.

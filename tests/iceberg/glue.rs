@@ -120,12 +120,7 @@ async fn run_catalog(
     let response = handle(function, event)
         .await
         .map_err(|err| anyhow::anyhow!("{err}"))?;
-    Ok(response["batchItemFailures"]
-        .as_array()
-        .context("batchItemFailures")?
-        .iter()
-        .filter_map(|failure| failure["itemIdentifier"].as_str().map(str::to_owned))
-        .collect())
+    sqs::redelivered(&response)
 }
 
 /// The metadata location the catalog's `table` points at.

@@ -1,10 +1,10 @@
 //! A captured Ray run compacted one raw object at a time into two clusters (a base and deltas
 //! whose deletion vectors supersede earlier rows), published as Iceberg after the first
-//! cluster, after the second (the first's manifests carried forward), and after both are folded,
-//! that last sync first cut short before its commit and then retried: PyIceberg 0.12 and
-//! DuckDB's `iceberg_scan` (`tests/iceberg/read.py`) read exactly the rows `afterglow sql`
-//! answers, each attempt once and as Ray lists it, every time; on a local store and on S3
-//! (SeaweedFS).
+//! cluster, after the second (the first's manifests carried forward), after both are folded
+//! (that sync first cut short before its commit and then retried), and after both expire:
+//! PyIceberg 0.12 and DuckDB's `iceberg_scan` (`tests/iceberg/read.py`) read exactly the rows
+//! `afterglow sql` answers, each attempt once and as Ray lists it, every time (nothing, once
+//! expired); on a local store and on S3 (SeaweedFS).
 
 use std::sync::Arc;
 
@@ -60,16 +60,8 @@ async fn compact_one_by_one(
             compactor.compact(&[key]).await?;
         }
     }
-    let manifest = scenario.only_manifest(cluster).await?;
-    let superseded: u64 = manifest
-        .task_attempts
-        .deltas
-        .iter()
-        .filter_map(|delta| delta.deletes.as_ref())
-        .map(|deletes| deletes.rows)
-        .sum();
     ensure!(
-        superseded > 0,
+        scenario.superseded_rows(cluster).await? > 0,
         "{cluster}: no delta supersedes a row: the test would not show position deletes applied"
     );
     Ok(())
@@ -178,7 +170,25 @@ async fn iceberg_readers_read_what_afterglow_answers(
         &CLUSTERS,
         "folded",
     )
-    .await
+    .await?;
+
+    // Both sessions expire: their manifests are emptied (not deleted) and their files deleted.
+    // The next sync takes them out of every table.
+    let expired = compactor
+        .expire_sessions(std::time::Duration::from_secs(60), now_ms + 5)
+        .await?;
+    ensure!(expired == 2, "{expired} sessions expired, not 2");
+    let emptied = sync_tables(&storage, now_ms + 6).await?;
+    let attempts = outcome(&emptied, "task_attempts")?;
+    ensure!(
+        attempts.version == Some(4) && attempts.removed == 2 && attempts.sessions == 0,
+        "the expired sessions were not taken out: {attempts:?}"
+    );
+    ensure!(
+        operation(&*storage, "task_attempts", 4).await? == "delete",
+        "an expiry publishes a delete snapshot"
+    );
+    readers_agree(&python, &Found::Directory, &storage, &run, &[], "expired").await
 }
 
 afterglow_tests::for_each_backend!(iceberg_readers_read_what_afterglow_answers);

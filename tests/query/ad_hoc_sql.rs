@@ -46,16 +46,8 @@ async fn published_tables_hold_each_attempt_once_as_ray_lists_it(
     for key in compactor.raw_keys().await? {
         compactor.compact(&[key]).await?;
     }
-    let manifest = scenario.only_manifest(CLUSTER).await?;
-    let superseded: u64 = manifest
-        .task_attempts
-        .deltas
-        .iter()
-        .filter_map(|delta| delta.deletes.as_ref())
-        .map(|deletes| deletes.rows)
-        .sum();
     ensure!(
-        superseded > 0,
+        scenario.superseded_rows(CLUSTER).await? > 0,
         "no delta supersedes a row: the test would not show deletion vectors applied"
     );
     let dir = tempfile::tempdir()?;

@@ -124,29 +124,20 @@ impl Moto {
 
     /// Creates a FIFO queue (`name` ends in `.fifo`); returns its URL.
     pub async fn create_fifo_queue(&self, name: &str) -> anyhow::Result<String> {
-        let created = self
-            .sqs()
-            .create_queue()
-            .queue_name(name)
-            .attributes(aws_sdk_sqs::types::QueueAttributeName::FifoQueue, "true")
-            .send()
-            .await
-            .context("CreateQueue")?;
-        created
-            .queue_url()
-            .map(str::to_owned)
-            .context("no queue URL")
+        self.create_queue_of(name, true).await
     }
 
     /// Creates a queue; returns its URL.
     pub async fn create_queue(&self, name: &str) -> anyhow::Result<String> {
-        let created = self
-            .sqs()
-            .create_queue()
-            .queue_name(name)
-            .send()
-            .await
-            .context("CreateQueue")?;
+        self.create_queue_of(name, false).await
+    }
+
+    async fn create_queue_of(&self, name: &str, fifo: bool) -> anyhow::Result<String> {
+        let mut create = self.sqs().create_queue().queue_name(name);
+        if fifo {
+            create = create.attributes(aws_sdk_sqs::types::QueueAttributeName::FifoQueue, "true");
+        }
+        let created = create.send().await.context("CreateQueue")?;
         created
             .queue_url()
             .map(str::to_owned)

@@ -191,6 +191,19 @@ impl Scenario {
         Ok(manifest::load(&*self.storage, &meta.key).await?.manifest)
     }
 
+    /// Rows the deltas of `cluster`'s one session supersede (their deletion vectors' rows): a
+    /// test of superseded rows shows nothing unless some are.
+    pub async fn superseded_rows(&self, cluster: &str) -> anyhow::Result<u64> {
+        let manifest = self.only_manifest(cluster).await?;
+        Ok(manifest
+            .task_attempts
+            .deltas
+            .iter()
+            .filter_map(|delta| delta.deletes.as_ref())
+            .map(|deletes| deletes.rows)
+            .sum())
+    }
+
     /// Rewrites every session's manifest with `edit` applied, as an earlier build might have
     /// written it.
     pub async fn rewrite_manifests(&self, edit: impl Fn(&mut Manifest)) -> anyhow::Result<()> {

@@ -177,7 +177,7 @@ pub(super) async fn sync_with(
             if seen.contains(partition) {
                 continue;
             }
-            if still_stored(storage, partition).await? {
+            if still_stored(storage, table, partition).await? {
                 listed.extend(before.manifests.iter().cloned());
                 outcome.sessions += 1;
             } else {
@@ -354,10 +354,11 @@ pub(super) async fn load_sessions(
     Ok(sessions)
 }
 
-/// True when a session's manifest still exists (a session missing from the catalog read may
-/// have come since).
+/// True when a session's manifest still names files of `table` (a session missing from the
+/// catalog read may have come since). An expired session's manifest stays, emptied.
 async fn still_stored(
     storage: &Arc<dyn Storage>,
+    table: &PublishedTable,
     partition: &Partition,
 ) -> Result<bool, IcebergError> {
     let (Ok(cluster), Ok(session)) = (
@@ -367,7 +368,12 @@ async fn still_stored(
         return Ok(false);
     };
     let key = keys::manifest_key(&cluster, &session)?;
-    Ok(manifest::load(&**storage, &key).await?.etag.is_some())
+    let stored = manifest::load(&**storage, &key).await?;
+    let holds_rows = match table.source {
+        Source::Attempts => stored.manifest.task_attempts.all().next().is_some(),
+        Source::Entities(kind) => stored.manifest.entities.contains_key(kind.table()),
+    };
+    Ok(stored.etag.is_some() && holds_rows)
 }
 
 /// The newest metadata version and its document, if the table was ever published.
