@@ -69,25 +69,7 @@ pub async fn run(function: LambdaFunction, config: Config) -> anyhow::Result<()>
             let storage = Arc::new(S3Storage::connect(settings).await);
             let scratch = std::env::temp_dir().join("afterglow-compact");
             std::fs::create_dir_all(&scratch).context("cannot create the scratch directory")?;
-            // Published tables' snapshots name files for a while after a fold retires them.
-            let retire_grace = match config.catalog_queue_url {
-                Some(_) => RETIRED_FILE_GRACE,
-                None => CompactSettings::default().retire_grace,
-            };
-            // DuckDB gets 60 % of the function's memory and spills the rest to /tmp.
-            let settings = CompactSettings {
-                retire_grace,
-                memory_limit_mib: config.lambda_memory_mib.map(|memory| memory * 6 / 10),
-                retention: config.tables_retention,
-                cache_bytes: config.cache_bytes,
-                stored_keys_bytes: config.stored_keys_bytes,
-                fold: FoldPolicy {
-                    quiet: config.fold_quiet,
-                    ..FoldPolicy::default()
-                },
-                ..CompactSettings::default()
-            };
-            let compactor = Compactor::new(storage, settings, scratch);
+            let compactor = Compactor::new(storage, compact_settings(&config), scratch);
             let queue_url = config
                 .compact_queue_url
                 .clone()
@@ -142,6 +124,28 @@ pub async fn run(function: LambdaFunction, config: Config) -> anyhow::Result<()>
             .map_err(|err| anyhow::anyhow!(err))
             .context("the catalog function stopped")
         }
+    }
+}
+
+/// How the compact function compacts, from its configuration.
+pub fn compact_settings(config: &Config) -> CompactSettings {
+    // Published tables' snapshots name files for a while after a fold retires them.
+    let retire_grace = match config.catalog_queue_url {
+        Some(_) => RETIRED_FILE_GRACE,
+        None => CompactSettings::default().retire_grace,
+    };
+    // DuckDB gets 60 % of the function's memory and spills the rest to /tmp.
+    CompactSettings {
+        retire_grace,
+        memory_limit_mib: config.lambda_memory_mib.map(|memory| memory * 6 / 10),
+        retention: config.tables_retention,
+        cache_bytes: config.cache_bytes,
+        stored_keys_bytes: config.stored_keys_bytes,
+        fold: FoldPolicy {
+            quiet: config.fold_quiet,
+            ..FoldPolicy::default()
+        },
+        ..CompactSettings::default()
     }
 }
 

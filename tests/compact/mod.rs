@@ -18,6 +18,8 @@
 //! - `backlog`: `serve` compacts at its next start what it stored and never compacted.
 //! - `held_back`: a fault holds back only the raw objects it touches, and they are compacted
 //!   once it clears.
+//! - `published_grace`: with the Iceberg catalog on, a fold's replaced files outlive every
+//!   snapshot that names them.
 //! - `retention`: expiry removes old sessions whole; `rebuild` is refused once the raw history
 //!   it would replay is gone.
 //! - `catalog`: on both backends, records racing across clusters lose no entry, each cluster
@@ -36,6 +38,7 @@ mod earlier_build;
 mod field_ids;
 mod folds;
 mod held_back;
+mod published_grace;
 mod queue;
 mod retention;
 pub(crate) mod sqs;
