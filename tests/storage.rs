@@ -272,7 +272,39 @@ async fn put_file_stores_the_file_and_keeps_the_contract(
     Ok(())
 }
 
+/// A range read returns exactly those bytes (an object's tail, its middle, nothing), and
+/// refuses a range past the end or of a missing object instead of answering short.
+async fn get_range_reads_only_the_range(storage: Arc<dyn Storage>) -> anyhow::Result<()> {
+    let body: Vec<u8> = (0..=255u8).cycle().take(200_000).collect();
+    let object = key("tables/task_attempts/cluster=c/session=s/base-1.parquet")?;
+    storage
+        .put(&object, Bytes::from(body.clone()), PutMode::Overwrite)
+        .await?;
+    for range in [199_992..200_000, 1_000..70_000, 0..1, 5..5] {
+        let read = storage.get_range(&object, range.clone()).await?;
+        ensure!(
+            read[..] == body[range.start as usize..range.end as usize],
+            "bytes {range:?} differ ({} read)",
+            read.len()
+        );
+    }
+    for range in [199_990..200_001, 300_000..300_008] {
+        let read = storage.get_range(&object, range.clone()).await;
+        ensure!(
+            matches!(read, Err(StorageError::Backend { .. })),
+            "bytes {range:?} of 200000: expected a refusal, got {read:?}"
+        );
+    }
+    let missing = storage.get_range(&key("nothing/here")?, 0..8).await;
+    ensure!(
+        matches!(missing, Err(StorageError::NotFound { .. })),
+        "expected NotFound, got {missing:?}"
+    );
+    Ok(())
+}
+
 afterglow_tests::for_each_backend!(
+    get_range_reads_only_the_range,
     put_then_get_returns_the_same_bytes,
     get_of_a_missing_key_is_not_found,
     create_refuses_an_existing_object,

@@ -16,7 +16,7 @@ use shared::iceberg::{Published, TableMetadata, sync_tables};
 use shared::keys;
 use shared::storage::Storage;
 
-use super::readers::{Found, TABLES, readers_agree, readers_python};
+use super::readers::{Found, TABLES, readers_agree, readers_python, statistics_bound_every_file};
 
 /// The clusters the run is compacted into, one after the other.
 const CLUSTERS: [&str; 2] = ["iceberg-a", "iceberg-b"];
@@ -129,6 +129,7 @@ async fn iceberg_readers_read_what_afterglow_answers(
         "two clusters' deltas",
     )
     .await?;
+    statistics_bound_every_file(&python, &storage, "two clusters' deltas").await?;
 
     ensure!(compactor.fold().await? == 2, "both sessions folded");
     // Cut short just before its commit: everything but the new metadata version is written.

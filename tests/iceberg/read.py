@@ -3,6 +3,7 @@ reader's rows as JSON: {"pyiceberg": {table: rows}, "duckdb": {table: rows}}.
 
 Usage: read.py METADATA_JSON...
        read.py --glue DATABASE TABLE...
+       read.py --stats METADATA_JSON...
 
 Given metadata files, PyIceberg 0.12 reads each table's metadata (`StaticTable.from_metadata`,
 `scan().to_arrow()`), and DuckDB 1.5.5 with its iceberg, avro and httpfs extensions (from their
@@ -109,6 +110,57 @@ def with_duckdb(connection: duckdb.DuckDBPyConnection, location: str) -> list:
     return [dict(zip(names, row)) for row in cursor.fetchall()]
 
 
+def stats_of(connection: duckdb.DuckDBPyConnection, metadata: str) -> dict:
+    from pyiceberg.expressions import GreaterThanOrEqual, LessThan
+
+    table = StaticTable.from_metadata(metadata, properties=s3_properties())
+    files = [row for row in table.inspect.files().to_pylist() if row["content"] == 0]
+    columns = [
+        (field.name, str(field.field_type))
+        for field in table.schema().fields
+        if str(field.field_type) in ("string", "long", "int", "boolean", "double")
+    ]
+    checked, wrong, lowest = 0, [], {}
+    for row in files:
+        metrics = row["readable_metrics"]
+        for name, kind in columns:
+            found = metrics[name]
+            quoted = '"' + name.replace('"', '""') + '"'
+            total, values, least, most = connection.execute(
+                f"SELECT count(*), count({quoted}), min({quoted}), max({quoted}) "
+                "FROM read_parquet(?)",
+                [row["file_path"]],
+            ).fetchone()
+            checked += 1
+            where = f"{row['file_path'].rsplit('/', 1)[-1]} {name}"
+            if found["value_count"] != total or found["null_value_count"] != total - values:
+                wrong.append(f"{where}: counts {found['value_count']}/{found['null_value_count']}, "
+                             f"the file has {total} values, {total - values} null")
+            lower, upper = found["lower_bound"], found["upper_bound"]
+            if values == 0:
+                if lower is not None or upper is not None:
+                    wrong.append(f"{where}: bounds {lower!r}..{upper!r} of nulls alone")
+                continue
+            if lower is None or upper is None:
+                wrong.append(f"{where}: no bounds for {values} values")
+                continue
+            exact = kind != "string"
+            if not (lower <= least and upper >= most) or (exact and (lower, upper) != (least, most)):
+                wrong.append(f"{where}: bounds {lower!r}..{upper!r}, the file holds {least!r}..{most!r}")
+            if kind in ("long", "int"):
+                lowest[name] = min(lowest.get(name, lower), lower)
+    pruned = None
+    bounded = [name for name, kind in columns if name in lowest]
+    if bounded:
+        name = bounded[0]
+        pruned = {
+            "column": name,
+            "below": len(list(table.scan(row_filter=LessThan(name, lowest[name])).plan_files())),
+            "from": len(list(table.scan(row_filter=GreaterThanOrEqual(name, lowest[name])).plan_files())),
+        }
+    return {"files": len(files), "checked": checked, "wrong": wrong, "pruned": pruned}
+
+
 def main() -> None:
     if len(sys.argv) < 2:
         sys.exit(__doc__)
@@ -126,6 +178,12 @@ def main() -> None:
             answer["pyiceberg"][name] = table.scan().to_arrow().to_pylist()
             answer["duckdb"][name] = with_duckdb(connection, glue_metadata(database, name))
         json.dump(answer, sys.stdout)
+        return
+    if sys.argv[1] == "--stats":
+        stats = {}
+        for metadata in sys.argv[2:]:
+            stats[table_location(metadata).rsplit("/", 1)[-1]] = stats_of(connection, metadata)
+        json.dump(stats, sys.stdout)
         return
     for metadata in sys.argv[1:]:
         location = table_location(metadata)

@@ -94,6 +94,57 @@ async fn read_with_readers(
     serde_json::from_slice(&output.stdout).context("the readers' answer is not JSON")
 }
 
+/// Every data file's column statistics in the manifests bound what the file holds, as DuckDB
+/// reads it (counts and integer bounds exact, text bounds around it), and bound it closely
+/// enough that PyIceberg plans no file for a filter below every file's lower bound.
+pub(super) async fn statistics_bound_every_file(
+    python: &PathBuf,
+    storage: &Arc<dyn Storage>,
+    what: &str,
+) -> anyhow::Result<()> {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("iceberg/read.py");
+    let mut command = tokio::process::Command::new(python);
+    command.arg(&script).arg("--stats");
+    for table in TABLES {
+        command.arg(metadata_location(&**storage, table).await?);
+    }
+    let output = command
+        .output()
+        .await
+        .with_context(|| format!("cannot run {}", python.display()))?;
+    ensure!(
+        output.status.success(),
+        "{} --stats failed: {}",
+        script.display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let stats: Json =
+        serde_json::from_slice(&output.stdout).context("the statistics are not JSON")?;
+    for table in TABLES {
+        let of_table = &stats[table];
+        let files = of_table["files"].as_u64().unwrap_or_default();
+        ensure!(
+            files > 0 && of_table["checked"].as_u64() > Some(files),
+            "{what}: {table}'s statistics were not checked: {of_table}"
+        );
+        ensure!(
+            of_table["wrong"].as_array().is_some_and(Vec::is_empty),
+            "{what}: {table}'s statistics are wrong: {}",
+            of_table["wrong"]
+        );
+        let pruned = &of_table["pruned"];
+        ensure!(
+            pruned["below"] == 0 && pruned["from"].as_u64() == Some(files),
+            "{what}: {table}: a filter on {} planned {} of {files} files below every lower \
+             bound and {} from it",
+            pruned["column"],
+            pruned["below"],
+            pruned["from"]
+        );
+    }
+    Ok(())
+}
+
 /// What `afterglow sql` answers for `SELECT * FROM {table}`.
 async fn our_answer(engine: &QueryEngine, table: &str) -> anyhow::Result<Vec<Json>> {
     let printed = print(

@@ -4,10 +4,13 @@
 //! `field-id`s are what readers resolve fields by. A manifest list is also read back: it is
 //! what the previous snapshot published, session by session.
 
+use std::collections::BTreeMap;
+
 use apache_avro::types::Value;
 use apache_avro::{Reader, Schema, Writer};
 
 use super::IcebergError;
+use super::column_stats::ColumnStats;
 
 /// `manifest_entry`, version 2: the partition tuple is `(cluster, session_name)`.
 const MANIFEST_ENTRY: &str = include_str!("manifest_entry.avsc");
@@ -71,6 +74,8 @@ pub(super) struct ManifestFile {
     pub(super) bytes: u64,
     /// For a position-delete file: the one data file its positions are in.
     pub(super) referenced_data_file: Option<String>,
+    /// Its columns' statistics (none for a position-delete file).
+    pub(super) stats: ColumnStats,
 }
 
 /// What a table's metadata says of itself in each manifest (the spec's Avro file metadata).
@@ -113,6 +118,9 @@ pub(super) fn write_manifest(
 
 fn entry(content: Content, partition: &Partition, file: &ManifestFile) -> Value {
     let long = |value: u64| Value::Long(i64::try_from(value).unwrap_or(i64::MAX));
+    let stats = &file.stats;
+    let counted = |count: &i64| Value::Long(*count);
+    let bound = |value: &Vec<u8>| Value::Bytes(value.clone());
     let data_file = Value::Record(vec![
         ("content".into(), Value::Int(content.file_code())),
         ("file_path".into(), Value::String(file.path.clone())),
@@ -132,12 +140,15 @@ fn entry(content: Content, partition: &Partition, file: &ManifestFile) -> Value 
         ),
         ("record_count".into(), long(file.records)),
         ("file_size_in_bytes".into(), long(file.bytes)),
-        ("column_sizes".into(), null()),
-        ("value_counts".into(), null()),
-        ("null_value_counts".into(), null()),
+        ("column_sizes".into(), map(&stats.column_sizes, counted)),
+        ("value_counts".into(), map(&stats.value_counts, counted)),
+        (
+            "null_value_counts".into(),
+            map(&stats.null_value_counts, counted),
+        ),
         ("nan_value_counts".into(), null()),
-        ("lower_bounds".into(), null()),
-        ("upper_bounds".into(), null()),
+        ("lower_bounds".into(), map(&stats.lower_bounds, bound)),
+        ("upper_bounds".into(), map(&stats.upper_bounds, bound)),
         ("key_metadata".into(), null()),
         ("split_offsets".into(), null()),
         ("equality_ids".into(), null()),
@@ -318,6 +329,25 @@ fn unwrapped(value: &Value) -> &Value {
         Value::Union(_, inner) => inner,
         other => other,
     }
+}
+
+/// A map by field id, as Iceberg's Avro writes one (an array of key-value records); null when
+/// empty, which says nothing of any column.
+fn map<T>(entries: &BTreeMap<i32, T>, value: impl Fn(&T) -> Value) -> Value {
+    if entries.is_empty() {
+        return null();
+    }
+    some(Value::Array(
+        entries
+            .iter()
+            .map(|(id, entry)| {
+                Value::Record(vec![
+                    ("key".into(), Value::Int(*id)),
+                    ("value".into(), value(entry)),
+                ])
+            })
+            .collect(),
+    ))
 }
 
 fn null() -> Value {

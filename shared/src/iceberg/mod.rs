@@ -12,6 +12,7 @@
 //!
 //! - `schema`: a table's Iceberg schema, partition spec and name mapping.
 //! - `avro`: manifests and manifest lists.
+//! - `column_stats`: a data file's column statistics, from its Parquet footer.
 //! - `position_deletes`: deletion vectors as position-delete files.
 //! - `metadata`: the table metadata document and its snapshots.
 //! - `sync`: the snapshot producer.
@@ -20,6 +21,7 @@
 //! - `sync_queue`: the requests the compact function sends the catalog-sync function.
 
 mod avro;
+mod column_stats;
 mod glue;
 mod metadata;
 mod position_deletes;

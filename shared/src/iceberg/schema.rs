@@ -13,7 +13,7 @@ use crate::tables::published::{PublishedTable, stored_columns};
 const PARTITION_FIELDS: [(&str, i32); 2] = [("cluster", 1000), ("session_name", 1001)];
 
 /// The Iceberg type of a published column's DuckDB type.
-fn iceberg_type(sql_type: &str) -> Option<&'static str> {
+pub(super) fn iceberg_type(sql_type: &str) -> Option<&'static str> {
     match sql_type {
         "VARCHAR" => Some("string"),
         "BIGINT" => Some("long"),

@@ -18,6 +18,7 @@ use ulid::Ulid;
 
 use super::IcebergError;
 use super::avro::{self, Content, ListedManifest, ManifestFile, Partition, TableShape};
+use super::column_stats::{self, ColumnStats};
 use super::metadata::{PRODUCER_KEY, Snapshot, TableMetadata};
 use super::position_deletes;
 use super::schema::TableSchema;
@@ -495,13 +496,20 @@ async fn session_manifests(
     if files.is_empty() {
         return Ok(Ok(Vec::new()));
     }
+    let located: Vec<(ObjectKey, u64)> = files
+        .iter()
+        .map(|file| (file.key.clone(), file.bytes))
+        .collect();
+    let stats = column_stats::read_column_stats(storage, &located, table).await?;
     let data: Vec<ManifestFile> = files
         .iter()
-        .map(|file| ManifestFile {
+        .zip(stats)
+        .map(|(file, stats)| ManifestFile {
             path: storage.uri(&file.key),
             records: file.rows,
             bytes: file.bytes,
             referenced_data_file: None,
+            stats,
         })
         .collect();
     let mut manifests = vec![
@@ -553,6 +561,7 @@ async fn session_manifests(
             records: positions.len() as u64,
             bytes,
             referenced_data_file: Some(target_uri),
+            stats: ColumnStats::default(),
         });
     }
     if !deletes.is_empty() {

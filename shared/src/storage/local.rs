@@ -7,14 +7,17 @@
 //! can never collide with an object.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::ops::Range;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
 use bytes::Bytes;
 
-use super::{ETag, ObjectKey, ObjectMeta, PutMode, Storage, StorageError, StoredObject};
+use super::{
+    ETag, ObjectKey, ObjectMeta, PutMode, Storage, StorageError, StoredObject, past_the_end,
+};
 
 const STAGING_DIR: &str = "~staging";
 const LOCK_FILE: &str = "~lock";
@@ -199,6 +202,36 @@ fn get_blocking(root: &Path, key: &ObjectKey) -> Result<StoredObject, StorageErr
     })
 }
 
+fn get_range_blocking(
+    root: &Path,
+    key: &ObjectKey,
+    range: &Range<u64>,
+) -> Result<Bytes, StorageError> {
+    let not_found_or_backend = |err: io::Error| {
+        if err.kind() == io::ErrorKind::NotFound {
+            StorageError::NotFound { key: key.clone() }
+        } else {
+            StorageError::backend(key, err)
+        }
+    };
+    let mut file = File::open(root.join(key.as_str())).map_err(not_found_or_backend)?;
+    let metadata = file.metadata().map_err(not_found_or_backend)?;
+    if metadata.is_dir() {
+        return Err(StorageError::NotFound { key: key.clone() });
+    }
+    let length = range
+        .end
+        .checked_sub(range.start)
+        .filter(|_| range.end <= metadata.len())
+        .and_then(|length| usize::try_from(length).ok())
+        .ok_or_else(|| StorageError::backend(key, past_the_end(range, metadata.len())))?;
+    file.seek(SeekFrom::Start(range.start))
+        .map_err(not_found_or_backend)?;
+    let mut body = vec![0; length];
+    file.read_exact(&mut body).map_err(not_found_or_backend)?;
+    Ok(Bytes::from(body))
+}
+
 fn list_blocking(root: &Path, prefix: &str) -> Result<Vec<ObjectMeta>, StorageError> {
     // Walk from the deepest directory the prefix names; the rest of it filters names.
     let start = match prefix.rsplit_once('/') {
@@ -282,6 +315,15 @@ impl Storage for LocalDirStorage {
         let key = key.clone();
         self.blocking(key.clone().as_str(), move |root| get_blocking(root, &key))
             .await
+    }
+
+    #[tracing::instrument(name = "local.get_range", skip(self), fields(key = %key))]
+    async fn get_range(&self, key: &ObjectKey, range: Range<u64>) -> Result<Bytes, StorageError> {
+        let key = key.clone();
+        self.blocking(key.clone().as_str(), move |root| {
+            get_range_blocking(root, &key, &range)
+        })
+        .await
     }
 
     #[tracing::instrument(name = "local.list", skip(self))]

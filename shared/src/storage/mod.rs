@@ -12,6 +12,7 @@ mod local;
 mod s3;
 
 use std::fmt;
+use std::ops::Range;
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -119,6 +120,14 @@ impl StorageError {
     }
 }
 
+/// Why a range read was refused: it runs past the object's end.
+pub(crate) fn past_the_end(range: &Range<u64>, size: u64) -> String {
+    format!(
+        "bytes {}..{} run past the object's {size} bytes",
+        range.start, range.end
+    )
+}
+
 /// A flat store of objects addressed by [`ObjectKey`].
 ///
 /// Contract, for every implementation:
@@ -157,6 +166,25 @@ pub trait Storage: Send + Sync + fmt::Debug {
 
     /// Reads a whole object. [`StorageError::NotFound`] if absent.
     async fn get(&self, key: &ObjectKey) -> Result<StoredObject, StorageError>;
+
+    /// Reads the bytes `range` of an object (a Parquet file's footer, without the file).
+    /// [`StorageError::NotFound`] if absent; a range that runs past the object's end is
+    /// [`StorageError::Backend`]. This default reads the whole object; backends read only
+    /// the range.
+    async fn get_range(&self, key: &ObjectKey, range: Range<u64>) -> Result<Bytes, StorageError> {
+        let body = self.get(key).await?.body;
+        let within = usize::try_from(range.start)
+            .ok()
+            .zip(usize::try_from(range.end).ok())
+            .filter(|(start, end)| start <= end && *end <= body.len());
+        match within {
+            Some((start, end)) => Ok(body.slice(start..end)),
+            None => Err(StorageError::backend(
+                key,
+                past_the_end(&range, body.len() as u64),
+            )),
+        }
+    }
 
     /// Lists every object whose key starts with `prefix`, in key order.
     async fn list(&self, prefix: &str) -> Result<Vec<ObjectMeta>, StorageError>;

@@ -4,6 +4,7 @@
 //! answer becomes [`StorageError::Precondition`], a `409 ConditionalRequestConflict` (another
 //! conditional write to the key in flight) [`StorageError::Conflict`].
 
+use std::ops::Range;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -196,6 +197,56 @@ impl Storage for S3Storage {
             .map_err(|err| StorageError::backend(key, err))?
             .into_bytes();
         Ok(StoredObject { body, etag })
+    }
+
+    #[tracing::instrument(name = "s3.get_range", skip(self), fields(bucket = %self.bucket, key = %key))]
+    async fn get_range(&self, key: &ObjectKey, range: Range<u64>) -> Result<Bytes, StorageError> {
+        if range.start >= range.end {
+            return if range.start == range.end {
+                Ok(Bytes::new())
+            } else {
+                Err(StorageError::backend(
+                    key,
+                    format!("bytes {range:?} are no range"),
+                ))
+            };
+        }
+        let last = range.end - 1;
+        let output = self
+            .client
+            .get_object()
+            .bucket(&self.bucket)
+            .key(self.full_key(key.as_str()))
+            .range(format!("bytes={}-{last}", range.start))
+            .send()
+            .await
+            .map_err(|err| match status_of(&err) {
+                Some(404) => StorageError::NotFound { key: key.clone() },
+                // S3 answers a range that starts past the end with 416.
+                Some(416) => {
+                    StorageError::backend(key, format!("bytes {range:?} are past the end"))
+                }
+                _ => StorageError::backend(key, describe(err)),
+            })?;
+        let body = output
+            .body
+            .collect()
+            .await
+            .map_err(|err| StorageError::backend(key, err))?
+            .into_bytes();
+        // S3 answers a range that ends past the object's end with what there is.
+        if body.len() as u64 != range.end - range.start {
+            return Err(StorageError::backend(
+                key,
+                format!(
+                    "bytes {}..{} asked, {} read: the range runs past the object's end",
+                    range.start,
+                    range.end,
+                    body.len()
+                ),
+            ));
+        }
+        Ok(body)
     }
 
     #[tracing::instrument(name = "s3.list", skip(self), fields(bucket = %self.bucket))]
