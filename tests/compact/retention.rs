@@ -8,11 +8,13 @@ use afterglow_tests::scenario::Scenario;
 use afterglow_tests::{FixtureRun, compactor_over, now_ms};
 use anyhow::{Context as _, ensure};
 use shared::compact::CompactSettings;
-use shared::storage::Storage;
+use shared::storage::{ObjectKey, Storage, StorageError};
 
 /// Retention removes a session whole once its newest event is older than the retention: its
-/// manifest, then every file the manifest named, then its catalog entry. Newer sessions are
-/// left alone, and still agree with Ray.
+/// manifest's files, then its catalog entry. The files are retired, not deleted: the session's
+/// quiet check deletes them once their grace period is over, so a reader already under way (or
+/// an Iceberg snapshot from before) keeps them until then. Newer sessions are left alone, and
+/// still agree with Ray.
 #[tokio::test]
 async fn expiry_removes_old_sessions_whole_and_keeps_the_rest() -> anyhow::Result<()> {
     use shared::tables::catalog;
@@ -58,8 +60,8 @@ async fn expiry_removes_old_sessions_whole_and_keeps_the_rest() -> anyhow::Resul
         .expire_sessions(std::time::Duration::from_secs(7 * 86_400), now)
         .await?;
     ensure!(
-        expired == old_manifests.len(),
-        "expired {expired} sessions, {} were old",
+        expired.len() == old_manifests.len(),
+        "expired {expired:?}, {} sessions were old",
         old_manifests.len()
     );
     for meta in &old_manifests {
@@ -71,14 +73,45 @@ async fn expiry_removes_old_sessions_whole_and_keeps_the_rest() -> anyhow::Resul
             "an old manifest still names files"
         );
     }
+    let stored = |file: &ObjectKey| {
+        let storage = Arc::clone(&storage);
+        let file = file.clone();
+        async move {
+            match storage.get(&file).await {
+                Ok(_) => Ok(true),
+                Err(StorageError::NotFound { .. }) => Ok(false),
+                Err(err) => Err(err),
+            }
+        }
+    };
     for file in &old_files {
         ensure!(
-            matches!(
-                storage.get(file).await,
-                Err(shared::storage::StorageError::NotFound { .. })
-            ),
-            "{file} was left behind"
+            stored(file).await?,
+            "{file} was deleted within its grace period"
         );
+    }
+    // Within the grace period the quiet check keeps them, and asks to be made again.
+    for check in &expired {
+        let tidied = compactor.tidy_if_quiet(check).await?;
+        ensure!(
+            tidied.again && tidied.deleted == 0,
+            "{check:?} within the grace: {tidied:?}"
+        );
+    }
+    // Once it is over, the check deletes every one of them.
+    let (after_grace, _scratch) = scenario.compactor(CompactSettings {
+        retire_grace: std::time::Duration::ZERO,
+        ..CompactSettings::default()
+    })?;
+    for check in &expired {
+        let tidied = after_grace.tidy_if_quiet(check).await?;
+        ensure!(
+            !tidied.again && tidied.deleted > 0,
+            "{check:?} after the grace: {tidied:?}"
+        );
+    }
+    for file in &old_files {
+        ensure!(!stored(file).await?, "{file} was left behind");
     }
     let after = catalog::load(&storage).await?;
     ensure!(
@@ -118,7 +151,10 @@ async fn a_session_written_while_it_expires_is_kept() -> anyhow::Result<()> {
         .expire_sessions(std::time::Duration::from_secs(7 * 86_400), now)
         .await?;
     ensure!(racing.committed(), "no commit raced the expiry");
-    ensure!(expired == 0, "a session written meanwhile was expired");
+    ensure!(
+        expired.is_empty(),
+        "a session written meanwhile was expired"
+    );
     scenario
         .check(&run, "racing", "a session written while it expired")
         .await?;

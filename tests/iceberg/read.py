@@ -4,6 +4,7 @@ reader's rows as JSON: {"pyiceberg": {table: rows}, "duckdb": {table: rows}}.
 Usage: read.py METADATA_JSON...
        read.py --glue DATABASE TABLE...
        read.py --stats METADATA_JSON...
+       read.py --count METADATA_JSON...
 
 Given metadata files, PyIceberg 0.12 reads each table's metadata (`StaticTable.from_metadata`,
 `scan().to_arrow()`), and DuckDB 1.5.5 with its iceberg, avro and httpfs extensions (from their
@@ -178,6 +179,16 @@ def main() -> None:
             answer["pyiceberg"][name] = table.scan().to_arrow().to_pylist()
             answer["duckdb"][name] = with_duckdb(connection, glue_metadata(database, name))
         json.dump(answer, sys.stdout)
+        return
+    if sys.argv[1] == "--count":
+        counts = {}
+        for metadata in sys.argv[2:]:
+            name = table_location(metadata).rsplit("/", 1)[-1]
+            counts[name] = {
+                "pyiceberg": len(with_pyiceberg(metadata)),
+                "duckdb": len(with_duckdb(connection, metadata)),
+            }
+        json.dump(counts, sys.stdout)
         return
     if sys.argv[1] == "--stats":
         stats = {}

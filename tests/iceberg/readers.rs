@@ -59,27 +59,18 @@ pub(super) fn readers_python() -> anyhow::Result<Option<PathBuf>> {
     Ok(None)
 }
 
-/// Every table's rows as each reader (`pyiceberg`, `duckdb`) reads them.
-async fn read_with_readers(
+/// What `tests/iceberg/read.py` prints given `args` (and, for a Glue catalog, its endpoint), as
+/// JSON.
+async fn read_py(
     python: &PathBuf,
-    found: &Found<'_>,
-    storage: &dyn Storage,
-) -> anyhow::Result<BTreeMap<String, BTreeMap<String, Vec<Json>>>> {
+    args: &[String],
+    glue_endpoint: Option<&str>,
+) -> anyhow::Result<Json> {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("iceberg/read.py");
     let mut command = tokio::process::Command::new(python);
-    command.arg(&script);
-    match found {
-        Found::Directory => {
-            for table in TABLES {
-                command.arg(metadata_location(storage, table).await?);
-            }
-        }
-        Found::Glue { database, endpoint } => {
-            command
-                .args(["--glue", database])
-                .args(TABLES)
-                .env("AWS_ENDPOINT_URL_GLUE", endpoint);
-        }
+    command.arg(&script).args(args);
+    if let Some(endpoint) = glue_endpoint {
+        command.env("AWS_ENDPOINT_URL_GLUE", endpoint);
     }
     let output = command
         .output()
@@ -87,11 +78,53 @@ async fn read_with_readers(
         .with_context(|| format!("cannot run {}", python.display()))?;
     ensure!(
         output.status.success(),
-        "{} failed: {}",
+        "{} {args:?} failed: {}",
         script.display(),
         String::from_utf8_lossy(&output.stderr)
     );
-    serde_json::from_slice(&output.stdout).context("the readers' answer is not JSON")
+    serde_json::from_slice(&output.stdout).with_context(|| format!("read.py {args:?} is not JSON"))
+}
+
+/// Each table's newest metadata file.
+async fn newest_metadata(storage: &dyn Storage) -> anyhow::Result<Vec<String>> {
+    let mut found = Vec::with_capacity(TABLES.len());
+    for table in TABLES {
+        found.push(metadata_location(storage, table).await?);
+    }
+    Ok(found)
+}
+
+/// Every table's rows as each reader (`pyiceberg`, `duckdb`) reads them.
+async fn read_with_readers(
+    python: &PathBuf,
+    found: &Found<'_>,
+    storage: &dyn Storage,
+) -> anyhow::Result<BTreeMap<String, BTreeMap<String, Vec<Json>>>> {
+    let read = match found {
+        Found::Directory => read_py(python, &newest_metadata(storage).await?, None).await?,
+        Found::Glue { database, endpoint } => {
+            let args: Vec<String> = ["--glue", database]
+                .into_iter()
+                .chain(TABLES)
+                .map(str::to_owned)
+                .collect();
+            read_py(python, &args, Some(endpoint)).await?
+        }
+    };
+    serde_json::from_value(read).context("the readers' answer is not rows by reader and table")
+}
+
+/// How many rows each reader (`pyiceberg`, `duckdb`) reads of each table at `metadata` (a
+/// metadata file of each table, any version): a snapshot other than the newest.
+pub(super) async fn rows_read_at(
+    python: &PathBuf,
+    metadata: &[String],
+) -> anyhow::Result<BTreeMap<String, BTreeMap<String, u64>>> {
+    let args: Vec<String> = std::iter::once("--count".to_owned())
+        .chain(metadata.iter().cloned())
+        .collect();
+    serde_json::from_value(read_py(python, &args, None).await?)
+        .context("the counts are not counts by table and reader")
 }
 
 /// Every data file's column statistics in the manifests bound what the file holds, as DuckDB
@@ -102,24 +135,10 @@ pub(super) async fn statistics_bound_every_file(
     storage: &Arc<dyn Storage>,
     what: &str,
 ) -> anyhow::Result<()> {
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("iceberg/read.py");
-    let mut command = tokio::process::Command::new(python);
-    command.arg(&script).arg("--stats");
-    for table in TABLES {
-        command.arg(metadata_location(&**storage, table).await?);
-    }
-    let output = command
-        .output()
-        .await
-        .with_context(|| format!("cannot run {}", python.display()))?;
-    ensure!(
-        output.status.success(),
-        "{} --stats failed: {}",
-        script.display(),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let stats: Json =
-        serde_json::from_slice(&output.stdout).context("the statistics are not JSON")?;
+    let args: Vec<String> = std::iter::once("--stats".to_owned())
+        .chain(newest_metadata(&**storage).await?)
+        .collect();
+    let stats: Json = read_py(python, &args, None).await?;
     for table in TABLES {
         let of_table = &stats[table];
         let files = of_table["files"].as_u64().unwrap_or_default();

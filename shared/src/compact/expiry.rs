@@ -1,6 +1,9 @@
 //! Table retention, done by compaction: a session whose newest event is older than the
-//! retention is removed whole, in the order readers tolerate — its manifest first (readers then
-//! see an empty session), then every file the manifest named, then its catalog entry.
+//! retention leaves the tables whole, in the order readers tolerate — its manifest first
+//! (readers then see an empty session), then its catalog entry. Its files are retired in that
+//! manifest, not deleted: the session's quiet check deletes them once the grace period is over
+//! ([`Compactor::tidy_if_quiet`]), as it does the files a fold replaced, so a query already
+//! reading the session, or an Iceberg reader on a snapshot from before the expiry, keeps them.
 //!
 //! The manifest is not deleted but replaced by an empty one, conditionally on the version read:
 //! a compaction committing into the session meanwhile makes that write fail, and the session is
@@ -14,27 +17,29 @@
 
 use std::time::Duration;
 
+use super::schedule::quiet::QuietCheck;
 use super::{CompactError, Compactor};
 use crate::keys::{self, ClusterName, SessionName};
-use crate::tables::manifest::{Commit, DataFile, Document as _, Manifest};
+use crate::tables::manifest::Commit;
 use crate::tables::{catalog, manifest};
 
 impl Compactor {
     /// Removes every session whose newest event is older than `retention` before `now_ms`;
-    /// returns how many. A session with no event time is kept. Reads every cluster's catalog
-    /// document (see [`catalog::load`]).
+    /// returns each as the quiet check that deletes its files once their grace period is over.
+    /// A session with no event time is kept. Reads every cluster's catalog document (see
+    /// [`catalog::load`]).
     #[tracing::instrument(name = "expire", skip(self))]
     pub async fn expire_sessions(
         &self,
         retention: Duration,
         now_ms: i64,
-    ) -> Result<usize, CompactError> {
+    ) -> Result<Vec<QuietCheck>, CompactError> {
         let keep_ms = i64::try_from(retention.as_millis()).unwrap_or(i64::MAX);
         let cutoff = now_ms.saturating_sub(keep_ms);
         let catalog = catalog::load(self.storage()).await?;
-        let mut expired = 0;
+        let mut expired = Vec::new();
         for (cluster, sessions) in &catalog.clusters {
-            let expired_before = expired;
+            let expired_before = expired.len();
             for (session, stats) in sessions {
                 if stats.last_ms.is_none_or(|last| last >= cutoff) {
                     continue;
@@ -45,63 +50,63 @@ impl Compactor {
                     tracing::warn!(%cluster, session, "catalog names an invalid session; left alone");
                     continue;
                 };
-                if self.expire_session(&cluster, &session, cutoff).await? {
-                    expired += 1;
+                if let Some(check) = self
+                    .expire_session(&cluster, &session, cutoff, now_ms)
+                    .await?
+                {
+                    expired.push(check);
                 }
             }
             // The cluster's rollup counts the sessions just removed until it is counted again.
-            if expired > expired_before
+            if expired.len() > expired_before
                 && let Ok(cluster) = ClusterName::new(cluster)
             {
                 self.roll_up_after(&cluster).await;
             }
         }
-        if expired > 0 {
-            tracing::info!(expired, "sessions past the retention removed");
+        if !expired.is_empty() {
+            tracing::info!(
+                expired = expired.len(),
+                "sessions past the retention removed"
+            );
         }
         Ok(expired)
     }
 
-    /// Removes one session unless it was written since the catalog was read; true if removed.
+    /// Removes one session unless it was written since the catalog was read; its quiet check
+    /// if removed.
     async fn expire_session(
         &self,
         cluster: &ClusterName,
         session: &SessionName,
         cutoff: i64,
-    ) -> Result<bool, CompactError> {
+        now_ms: i64,
+    ) -> Result<Option<QuietCheck>, CompactError> {
         let storage = &**self.storage();
         let key = keys::manifest_key(cluster, session)?;
         let read = manifest::load(storage, &key).await?;
         let current = read.manifest;
         if current.stats.last_ms.is_some_and(|last| last >= cutoff) {
             tracing::info!(%cluster, %session, "events arrived since the catalog was read; kept");
-            return Ok(false);
+            return Ok(None);
         }
+        let mut sequence = current.sequence;
         if read.etag.is_some() {
-            let emptied = Manifest {
-                sequence: current.sequence.saturating_add(1),
-                ..Manifest::empty()
-            };
-            if manifest::commit(storage, &key, &emptied, read.etag.as_ref(), &[]).await?
+            let expired = current.expired(now_ms);
+            if manifest::commit(storage, &key, &expired, read.etag.as_ref(), &[]).await?
                 == Commit::Lost
             {
                 tracing::info!(%cluster, %session, "written while expiring; kept");
-                return Ok(false);
+                return Ok(None);
             }
-        }
-        let files = current
-            .task_attempts
-            .all()
-            .chain(current.task_profile.all())
-            .chain(current.entities.values())
-            // With each file its deletion vector, rollup and key index.
-            .flat_map(DataFile::keys)
-            .chain(current.retired.iter().map(|file| &file.key));
-        for file in files {
-            storage.delete(file).await?;
+            sequence = expired.sequence;
         }
         catalog::forget(self.storage(), cluster, session, cutoff).await?;
         tracing::info!(%cluster, %session, "session expired");
-        Ok(true)
+        Ok(Some(QuietCheck {
+            cluster: cluster.clone(),
+            session: session.clone(),
+            sequence,
+        }))
     }
 }

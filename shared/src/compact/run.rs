@@ -259,11 +259,13 @@ impl Compactor {
             failed_sessions = failed.len(),
             "compaction finished"
         );
-        if let Some(retention) = self.settings.retention
-            && let Err(err) = self.expire_sessions(retention, now_ms()).await
-        {
-            // The next run tries again; nothing read depends on it.
-            tracing::warn!(error = %err, "could not expire old sessions");
+        if let Some(retention) = self.settings.retention {
+            match self.expire_sessions(retention, now_ms()).await {
+                // Each expired session's files go at its quiet check, after their grace.
+                Ok(expired) => report.committed.extend(expired),
+                // The next run tries again; nothing read depends on it.
+                Err(err) => tracing::warn!(error = %err, "could not expire old sessions"),
+            }
         }
         Ok(RunOutcome {
             report,

@@ -118,6 +118,28 @@ impl Manifest {
         installed
     }
 
+    /// The session's manifest once it has expired: the next version, with no live file and
+    /// every file this one names retired, those live here at `now_ms` (the retired keep their
+    /// time). Readers already under way, and Iceberg snapshots that name the files, keep them
+    /// through the grace period.
+    pub fn expired(&self, now_ms: i64) -> Self {
+        let live = self
+            .task_attempts
+            .all()
+            .chain(self.task_profile.all())
+            .chain(self.entities.values())
+            .flat_map(DataFile::keys)
+            .map(|key| RetiredFile {
+                key: key.clone(),
+                retired_at_ms: now_ms,
+            });
+        Self {
+            sequence: self.sequence.saturating_add(1),
+            retired: self.retired.iter().cloned().chain(live).collect(),
+            ..Self::empty()
+        }
+    }
+
     /// Every file this manifest names, live or retired.
     pub fn keys(&self) -> impl Iterator<Item = &ObjectKey> {
         self.task_attempts
