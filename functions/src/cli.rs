@@ -29,11 +29,16 @@ pub struct Cli {
 }
 
 impl Cli {
-    /// True for the commands that draw progress bars on stderr.
-    pub fn shows_progress(&self) -> bool {
+    /// True for the commands whose own output says what they are doing (progress bars on
+    /// stderr, a line per table): their logs would bury it.
+    pub fn reports_itself(&self) -> bool {
         matches!(
             self.command,
-            Command::Generate(_) | Command::Bench(_) | Command::Compact(_) | Command::Rebuild(_)
+            Command::Generate(_)
+                | Command::Bench(_)
+                | Command::Compact(_)
+                | Command::Rebuild(_)
+                | Command::Publish(_)
         )
     }
 }

@@ -25,10 +25,10 @@ fn main() -> ExitCode {
         }
     };
     let lambda = config.lambda;
-    // Commands that draw progress bars log only warnings unless asked, so logs do not bury them.
+    // Commands that report what they do themselves log only warnings unless asked.
     let quiet = cli
         .as_ref()
-        .is_some_and(afterglow::cli::Cli::shows_progress);
+        .is_some_and(afterglow::cli::Cli::reports_itself);
     let filter = config
         .log_filter
         .as_deref()

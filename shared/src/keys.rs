@@ -17,7 +17,8 @@
 //! (`metadata/v{n}.metadata.json` its versions, `metadata/version-hint.text` the newest,
 //! `metadata/snap-{id}.avro` manifest lists, `metadata/cluster={c}/session={s}/{sequence}-{rows}-
 //! {data|deletes}.avro` one session's manifests as of its manifest's sequence, and
-//! `deletes/cluster={c}/session={s}/{sequence}/{data file}` its position-delete files).
+//! `deletes/cluster={c}/session={s}/{sequence}/{data file}` its position-delete files, and
+//! `retired/v{n}.json` the files version `n` stopped naming, deleted after a grace period).
 
 use ulid::Ulid;
 
@@ -365,8 +366,30 @@ pub fn iceberg_deletes_key(
     data_file: &str,
 ) -> Result<ObjectKey, InvalidKey> {
     ObjectKey::new(format!(
-        "{ICEBERG_PREFIX}{table}/deletes/cluster={cluster}/session={session}/{sequence}/{data_file}"
+        "{}{data_file}",
+        iceberg_deletes_folder(table, cluster, session, sequence)
     ))
+}
+
+/// The folder of a session's position-delete files as of its manifest's `sequence`, ending in
+/// `/`.
+pub fn iceberg_deletes_folder(
+    table: &str,
+    cluster: &ClusterName,
+    session: &SessionName,
+    sequence: u64,
+) -> String {
+    format!("{ICEBERG_PREFIX}{table}/deletes/cluster={cluster}/session={session}/{sequence}/")
+}
+
+/// The record of the files version `version` of a published table stopped naming.
+pub fn iceberg_retired_key(table: &str, version: u64) -> Result<ObjectKey, InvalidKey> {
+    ObjectKey::new(format!("{ICEBERG_PREFIX}{table}/retired/v{version}.json"))
+}
+
+/// Where a published table's records of retired files are.
+pub fn iceberg_retired_prefix(table: &str) -> String {
+    format!("{ICEBERG_PREFIX}{table}/retired/")
 }
 
 #[cfg(test)]

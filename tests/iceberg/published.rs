@@ -4,8 +4,9 @@
 //! (that sync first cut short before its commit and then retried), and after both expire:
 //! PyIceberg 0.12 and DuckDB's `iceberg_scan` (`tests/iceberg/read.py`) read exactly the rows
 //! `afterglow sql` answers, each attempt once and as Ray lists it, every time (nothing, once
-//! expired, while the snapshot from before the expiry still reads whole); every file's column
-//! statistics bound what DuckDB finds in it; on a local store and on S3 (SeaweedFS).
+//! expired, while the snapshot from before the expiry still reads whole, until the grace period
+//! of the files the commits retired is over); every file's column statistics bound what DuckDB
+//! finds in it; on a local store and on S3 (SeaweedFS).
 
 use std::sync::Arc;
 
@@ -13,7 +14,7 @@ use afterglow_tests::faults::Refuses;
 use afterglow_tests::scenario::Scenario;
 use afterglow_tests::{FixtureRun, keeping_deltas};
 use anyhow::{Context as _, ensure};
-use shared::iceberg::{Published, TableMetadata, sync_tables};
+use shared::iceberg::{Published, RETIRED_FILE_GRACE, TableMetadata, delete_retired, sync_tables};
 use shared::keys;
 use shared::storage::Storage;
 
@@ -207,7 +208,41 @@ async fn iceberg_readers_read_what_afterglow_answers(
         rows_after == rows_before && rows_before["task_attempts"]["pyiceberg"] > 0,
         "the snapshot before the expiry read {rows_before:?}, after it {rows_after:?}"
     );
-    Ok(())
+
+    // The fold and the expiry retired every session manifest and position-delete file the
+    // table had: kept through the grace period, then deleted, while the current snapshot reads
+    // on.
+    let grace_ms = i64::try_from(RETIRED_FILE_GRACE.as_millis())?;
+    let within = delete_retired(&storage, "task_attempts", now_ms + 4 + grace_ms - 1).await?;
+    let before_grace = session_files(&*storage).await?;
+    ensure!(
+        within == 0 && before_grace > 0,
+        "{within} files deleted within the grace period, {before_grace} left"
+    );
+    let deleted = delete_retired(&storage, "task_attempts", now_ms + 6 + grace_ms).await?;
+    let left = session_files(&*storage).await?;
+    ensure!(
+        deleted == before_grace && left == 0,
+        "after the grace period {deleted} of {before_grace} retired files deleted, {left} left"
+    );
+    readers_agree(
+        &python,
+        &Found::Directory,
+        &storage,
+        &run,
+        &[],
+        "expired, its retired files deleted",
+    )
+    .await
+}
+
+/// The session manifests and position-delete files `task_attempts`' Iceberg folder holds.
+async fn session_files(storage: &dyn Storage) -> anyhow::Result<usize> {
+    let manifests = storage
+        .list("iceberg/task_attempts/metadata/cluster=")
+        .await?;
+    let deletes = storage.list("iceberg/task_attempts/deletes/").await?;
+    Ok(manifests.len() + deletes.len())
 }
 
 afterglow_tests::for_each_backend!(iceberg_readers_read_what_afterglow_answers);

@@ -186,4 +186,74 @@ impl TableMetadata {
         next.metadata_log.drain(..excess);
         next
     }
+
+    /// The files this version names and `next` no longer does: the manifest lists of the
+    /// snapshots `next` expired, and the metadata files its log let go (as URIs).
+    pub(super) fn dropped_by(&self, next: &TableMetadata) -> Vec<String> {
+        let lists = self
+            .snapshots
+            .iter()
+            .filter(|snapshot| {
+                !next
+                    .snapshots
+                    .iter()
+                    .any(|kept| kept.snapshot_id == snapshot.snapshot_id)
+            })
+            .map(|snapshot| snapshot.manifest_list.clone());
+        let logged = |log: &[Value]| -> Vec<String> {
+            log.iter()
+                .filter_map(|entry| entry["metadata-file"].as_str().map(str::to_owned))
+                .collect()
+        };
+        let still_logged = logged(&next.metadata_log);
+        let versions = logged(&self.metadata_log)
+            .into_iter()
+            .filter(|file| !still_logged.contains(file));
+        lists.chain(versions).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tables::published::published_tables;
+
+    fn snapshot(id: i64, timestamp_ms: i64) -> Snapshot {
+        Snapshot {
+            snapshot_id: id,
+            parent_snapshot_id: None,
+            sequence_number: id,
+            timestamp_ms,
+            manifest_list: format!("/t/metadata/snap-{id}.avro"),
+            summary: BTreeMap::new(),
+            schema_id: Some(0),
+        }
+    }
+
+    /// A snapshot past the retention takes its manifest list with it, and a version past the
+    /// log's length its metadata file; what is kept is not dropped.
+    #[test]
+    fn a_version_drops_the_expired_snapshots_lists_and_the_versions_out_of_its_log() {
+        let schema = TableSchema::of(&published_tables()[0]).expect("publishable");
+        let day = SNAPSHOT_RETENTION_MS;
+        let mut metadata = TableMetadata::new("/t".into(), "u".into(), &schema, 0);
+        for version in 1..=METADATA_LOG_LENGTH as i64 + 1 {
+            metadata = metadata.with_snapshot(
+                Some(format!("/t/metadata/v{version}.metadata.json")),
+                snapshot(version, version),
+            );
+        }
+        let last = METADATA_LOG_LENGTH as i64 + 1;
+        let next = metadata.with_snapshot(
+            Some(format!("/t/metadata/v{}.metadata.json", last + 1)),
+            snapshot(last + 1, day + 2),
+        );
+        // At `day + 2` snapshot 1 is older than a day; the log, full at v2..v101, lets v2 go
+        // (v1 went at the version before).
+        assert_eq!(
+            metadata.dropped_by(&next),
+            ["/t/metadata/snap-1.avro", "/t/metadata/v2.metadata.json"]
+        );
+        assert!(next.dropped_by(&next).is_empty());
+    }
 }

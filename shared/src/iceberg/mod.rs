@@ -18,6 +18,7 @@
 //! - `sync`: the snapshot producer.
 //! - `glue`: the tables in the AWS Glue Data Catalog.
 //! - `publish`: each table synced, then pointed at in the catalog.
+//! - `retired`: the Iceberg files a commit stopped naming, deleted after a grace period.
 //! - `sync_queue`: the requests the compact function sends the catalog-sync function.
 
 mod avro;
@@ -26,6 +27,7 @@ mod glue;
 mod metadata;
 mod position_deletes;
 mod publish;
+mod retired;
 mod schema;
 mod sync;
 mod sync_queue;
@@ -33,6 +35,7 @@ mod sync_queue;
 pub use self::glue::{GlueCatalog, Pointed};
 pub use self::metadata::{PRODUCER_KEY, RETIRED_FILE_GRACE, SNAPSHOT_RETENTION_MS, TableMetadata};
 pub use self::publish::{Cataloged, publish};
+pub use self::retired::delete_retired;
 pub use self::schema::TableSchema;
 pub use self::sync::{Published, sync_table, sync_tables};
 pub use self::sync_queue::{SyncQueue, SyncRequest};

@@ -1,10 +1,13 @@
 //! Publishing: each table's Iceberg metadata made to reflect our manifests ([`super::sync`]),
-//! then, with a catalog, the catalog pointed at its current version ([`super::glue`]).
+//! then, with a catalog, the catalog pointed at its current version ([`super::glue`]), and the
+//! Iceberg files its commits retired deleted once their grace period is over
+//! ([`super::retired`]).
 
 use std::sync::Arc;
 
 use super::IcebergError;
 use super::glue::{GlueCatalog, Pointed};
+use super::retired::delete_retired;
 use super::sync::{Published, load_sessions, sync_with};
 use crate::storage::Storage;
 use crate::tables::published::PublishedTable;
@@ -45,6 +48,10 @@ pub async fn publish(
         .await;
         if let Err(err) = &outcome {
             tracing::error!(table = table.name, error = %err, "table not published");
+        }
+        // What is left for now is deleted by the next publish.
+        if let Err(err) = delete_retired(storage, table.name, now_ms).await {
+            tracing::warn!(table = table.name, error = %err, "retired Iceberg files not deleted");
         }
         outcomes.push((table.name, outcome));
     }

@@ -21,6 +21,7 @@ use super::avro::{self, Content, ListedManifest, ManifestFile, Partition, TableS
 use super::column_stats::{self, ColumnStats};
 use super::metadata::{PRODUCER_KEY, Snapshot, TableMetadata};
 use super::position_deletes;
+use super::retired::{self, Retired};
 use super::schema::TableSchema;
 use crate::keys::{self, ClusterName, IcebergManifest, SessionName};
 use crate::storage::{ObjectKey, PutMode, Storage, StorageError};
@@ -244,6 +245,7 @@ pub(super) async fn sync_with(
             .transpose()?
             .map(|key| storage.uri(&key));
         let next = metadata.with_snapshot(read_from, snapshot);
+        let retired = retired_by(storage, table.name, &published, &listed, &metadata, &next);
         let next_key = keys::iceberg_metadata_key(table.name, version + 1)?;
         let body = serde_json::to_vec_pretty(&next)?;
         match storage
@@ -270,6 +272,9 @@ pub(super) async fn sync_with(
                 PutMode::Overwrite,
             )
             .await?;
+        if let Err(err) = retired::record(storage, table.name, version + 1, &retired).await {
+            tracing::warn!(table = table.name, error = %err, "the files this commit retired are not recorded; they stay");
+        }
         outcome.version = Some(version + 1);
         outcome.current = version + 1;
         tracing::info!(
@@ -286,6 +291,50 @@ pub(super) async fn sync_with(
         table: table.name.to_owned(),
         races: MAX_RACES,
     })
+}
+
+/// What a commit from `previous` (whose current snapshot publishes `published`) to `next`
+/// (listing `listed`) stops naming: the manifests of the sessions that changed or left, with
+/// their position-delete files, and what `next` expired or let out of its log.
+fn retired_by(
+    storage: &Arc<dyn Storage>,
+    table: &str,
+    published: &BTreeMap<Partition, PublishedSession>,
+    listed: &[ListedManifest],
+    previous: &TableMetadata,
+    next: &TableMetadata,
+) -> Retired {
+    let still: BTreeSet<&str> = listed
+        .iter()
+        .map(|manifest| manifest.path.as_str())
+        .collect();
+    let mut retired = Retired::at(next.last_updated_ms);
+    for (partition, session) in published {
+        for manifest in &session.manifests {
+            if still.contains(manifest.path.as_str()) {
+                continue;
+            }
+            retired.keys.extend(key_of(storage, &manifest.path).ok());
+            if manifest.content == Content::PositionDeletes
+                && let (Ok(cluster), Ok(name)) = (
+                    ClusterName::new(&partition.cluster),
+                    SessionName::new(&partition.session),
+                )
+            {
+                retired.folders.push(keys::iceberg_deletes_folder(
+                    table,
+                    &cluster,
+                    &name,
+                    session.versions.0,
+                ));
+            }
+        }
+    }
+    let dropped = previous.dropped_by(next);
+    retired
+        .keys
+        .extend(dropped.iter().filter_map(|uri| key_of(storage, uri).ok()));
+    retired
 }
 
 /// What kind of change a snapshot makes (its summary's `operation`).

@@ -1,0 +1,117 @@
+//! The Iceberg files a commit stopped naming — a changed or removed session's earlier manifests
+//! and position-delete files, the manifest lists of the snapshots it expired, the metadata
+//! versions its log let go — recorded with the commit (`retired/v{n}.json`) and deleted once
+//! nothing can still read them: after [`RETIRED_FILE_GRACE`], the longest a snapshot naming
+//! them stays kept, plus the sweep and the longest query. Without this, every commit would
+//! leave its metadata behind for good.
+//!
+//! A record is written after its commit has landed, so it never names a file the table still
+//! names; a crash between the two leaves that commit's retired files in place (a few small
+//! objects). Deleting only ever touches the table's own Iceberg folder.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use super::IcebergError;
+use super::metadata::RETIRED_FILE_GRACE;
+use crate::keys::{self, ICEBERG_PREFIX};
+use crate::storage::{ObjectKey, PutMode, Storage};
+
+/// What one commit stopped naming.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) struct Retired {
+    /// When the commit landed (ms since the epoch).
+    pub(super) retired_at_ms: i64,
+    /// Objects no longer named.
+    pub(super) keys: Vec<ObjectKey>,
+    /// Folders (ending in `/`) none of whose objects is named any more: a session's
+    /// position-delete files of one version.
+    pub(super) folders: Vec<String>,
+}
+
+impl Retired {
+    /// Nothing retired yet, by a commit at `now_ms`.
+    pub(super) fn at(now_ms: i64) -> Self {
+        Self {
+            retired_at_ms: now_ms,
+            ..Self::default()
+        }
+    }
+
+    /// True when the commit retired nothing.
+    pub(super) fn is_empty(&self) -> bool {
+        self.keys.is_empty() && self.folders.is_empty()
+    }
+}
+
+/// Records what version `version` of `table` stopped naming (nothing, when it retired nothing).
+pub(super) async fn record(
+    storage: &Arc<dyn Storage>,
+    table: &str,
+    version: u64,
+    retired: &Retired,
+) -> Result<(), IcebergError> {
+    if retired.is_empty() {
+        return Ok(());
+    }
+    let body = serde_json::to_vec(retired)?;
+    storage
+        .put(
+            &keys::iceberg_retired_key(table, version)?,
+            Bytes::from(body),
+            PutMode::Overwrite,
+        )
+        .await?;
+    Ok(())
+}
+
+/// Deletes the files `table`'s commits retired more than [`RETIRED_FILE_GRACE`] before `now_ms`,
+/// then their records; returns how many files were deleted. A record that cannot be read is
+/// left alone, and so is anything it names outside the table's Iceberg folder.
+#[tracing::instrument(name = "iceberg_delete_retired", skip(storage))]
+pub async fn delete_retired(
+    storage: &Arc<dyn Storage>,
+    table: &str,
+    now_ms: i64,
+) -> Result<usize, IcebergError> {
+    let grace = i64::try_from(RETIRED_FILE_GRACE.as_millis()).unwrap_or(i64::MAX);
+    let cutoff = now_ms.saturating_sub(grace);
+    let own = format!("{ICEBERG_PREFIX}{table}/");
+    let own_deletes = format!("{own}deletes/");
+    let mut deleted = 0;
+    for meta in storage.list(&keys::iceberg_retired_prefix(table)).await? {
+        let stored = storage.get(&meta.key).await?;
+        let retired: Retired = match serde_json::from_slice(&stored.body) {
+            Ok(retired) => retired,
+            Err(err) => {
+                tracing::warn!(record = %meta.key, error = %err, "an unreadable record of retired files; left alone");
+                continue;
+            }
+        };
+        if retired.retired_at_ms > cutoff {
+            continue;
+        }
+        for key in &retired.keys {
+            if key.as_str().starts_with(&own) {
+                storage.delete(key).await?;
+                deleted += 1;
+            }
+        }
+        for folder in &retired.folders {
+            if !(folder.starts_with(&own_deletes) && folder.ends_with('/')) {
+                continue;
+            }
+            for file in storage.list(folder).await? {
+                storage.delete(&file.key).await?;
+                deleted += 1;
+            }
+        }
+        storage.delete(&meta.key).await?;
+    }
+    if deleted > 0 {
+        tracing::info!(table, deleted, "retired Iceberg files deleted");
+    }
+    Ok(deleted)
+}
