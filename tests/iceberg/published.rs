@@ -1,9 +1,10 @@
 //! A captured Ray run compacted one raw object at a time into two clusters (a base and deltas
-//! whose deletion vectors supersede earlier rows), published as Iceberg after the first
-//! cluster, after the second (the first's manifests carried forward), after both are folded
-//! (that sync first cut short before its commit and then retried), and after both expire:
-//! PyIceberg 0.12 and DuckDB's `iceberg_scan` (`tests/iceberg/read.py`) read exactly the rows
-//! `afterglow sql` answers, each attempt once and as Ray lists it, every time (nothing, once
+//! whose deletion vectors supersede earlier rows), beside a synthetic streaming session
+//! compacted the same way, published as Iceberg after the first cluster and the synthetic one,
+//! after the second (the others' manifests carried forward), after all are folded (that sync
+//! first cut short before its commit and then retried), and after all expire: PyIceberg 0.12
+//! and DuckDB's `iceberg_scan` (`tests/iceberg/read.py`) read exactly the rows `afterglow sql`
+//! answers, each attempt once (and the captured run's as Ray lists it), every time (nothing, once
 //! expired, while the snapshot from before the expiry still reads whole, until the grace period
 //! of the files the commits retired is over); every file's column statistics bound what DuckDB
 //! finds in it; on a local store and on S3 (SeaweedFS).
@@ -24,6 +25,9 @@ use super::readers::{
 
 /// The clusters the run is compacted into, one after the other.
 const CLUSTERS: [&str; 2] = ["iceberg-a", "iceberg-b"];
+
+/// The cluster of a synthetic streaming session, compacted with the first.
+const STREAMING: &str = "iceberg-stream";
 
 /// The current snapshot's operation of `table`.
 async fn operation(storage: &dyn Storage, table: &str, version: u64) -> anyhow::Result<String> {
@@ -84,6 +88,23 @@ async fn iceberg_readers_read_what_afterglow_answers(
         .await?
         .with_raw(&run, second)
         .await?;
+    // A larger session than the capture, sent as Ray streams it (small bodies from several
+    // nodes, some delivered twice) and compacted body by body.
+    scenario
+        .ingest_synthetic(
+            STREAMING,
+            synth::SynthSettings {
+                attempts: 1_500,
+                jobs: 2,
+                nodes: 3,
+                failure_rate: 0.1,
+                duplicate_rate: 0.05,
+                batch_events: 250,
+                seed: 69,
+                ..synth::SynthSettings::default()
+            },
+        )
+        .await?;
     let (compactor, _scratch) = scenario.compactor(keeping_deltas())?;
     let now_ms = i64::try_from(
         std::time::SystemTime::now()
@@ -92,6 +113,7 @@ async fn iceberg_readers_read_what_afterglow_answers(
     )?;
 
     compact_one_by_one(&compactor, &scenario, first).await?;
+    compact_one_by_one(&compactor, &scenario, STREAMING).await?;
     let published = sync_tables(&storage, now_ms).await?;
     for table in TABLES {
         ensure!(version_of(&published, table) == Some(1), "{published:?}");
@@ -121,7 +143,7 @@ async fn iceberg_readers_read_what_afterglow_answers(
     let both = sync_tables(&storage, now_ms + 2).await?;
     let attempts = outcome(&both, "task_attempts")?;
     ensure!(
-        attempts.version == Some(2) && attempts.changed == 1 && attempts.sessions == 2,
+        attempts.version == Some(2) && attempts.changed == 1 && attempts.sessions == 3,
         "the second cluster's session alone is written: {attempts:?}"
     );
     readers_agree(
@@ -135,7 +157,7 @@ async fn iceberg_readers_read_what_afterglow_answers(
     .await?;
     statistics_bound_every_file(&python, &storage, "two clusters' deltas").await?;
 
-    ensure!(compactor.fold().await? == 2, "both sessions folded");
+    ensure!(compactor.fold().await? == 3, "every session folded");
     // Cut short just before its commit: everything but the new metadata version is written.
     let refusing = Arc::new(Refuses::writes_under(
         Arc::clone(&storage),
@@ -160,7 +182,7 @@ async fn iceberg_readers_read_what_afterglow_answers(
     let folded = sync_tables(&refusing_storage, now_ms + 4).await?;
     let attempts = outcome(&folded, "task_attempts")?;
     ensure!(
-        attempts.version == Some(3) && attempts.changed == 2,
+        attempts.version == Some(3) && attempts.changed == 3,
         "the folds were not published: {attempts:?}"
     );
     ensure!(
@@ -184,16 +206,16 @@ async fn iceberg_readers_read_what_afterglow_answers(
     }
     let rows_before = rows_read_at(&python, &before_expiry).await?;
 
-    // Both sessions expire: their manifests are emptied (not deleted) and their files retired.
+    // Every session expires: its manifest is emptied (not deleted) and its files retired.
     // The next sync takes them out of every table.
     let expired = compactor
         .expire_sessions(std::time::Duration::from_secs(60), now_ms + 5)
         .await?;
-    ensure!(expired.len() == 2, "{expired:?} expired, not 2 sessions");
+    ensure!(expired.len() == 3, "{expired:?} expired, not 3 sessions");
     let emptied = sync_tables(&storage, now_ms + 6).await?;
     let attempts = outcome(&emptied, "task_attempts")?;
     ensure!(
-        attempts.version == Some(4) && attempts.removed == 2 && attempts.sessions == 0,
+        attempts.version == Some(4) && attempts.removed == 3 && attempts.sessions == 0,
         "the expired sessions were not taken out: {attempts:?}"
     );
     ensure!(
