@@ -383,25 +383,27 @@ pub(super) async fn load_sessions(
     storage: &Arc<dyn Storage>,
 ) -> Result<Vec<Session>, IcebergError> {
     let catalog = catalog::load(storage).await?;
-    let mut sessions = Vec::new();
+    let mut named = Vec::new();
     for (cluster, listed) in &catalog.clusters {
         let Ok(cluster) = ClusterName::new(cluster) else {
             continue;
         };
         for session in listed.keys() {
-            let Ok(session) = SessionName::new(session) else {
-                continue;
-            };
-            let key = keys::manifest_key(&cluster, &session)?;
-            let manifest = manifest::load(&**storage, &key).await?.manifest;
-            sessions.push(Session {
-                cluster: cluster.clone(),
-                session,
-                manifest,
-            });
+            if let Ok(session) = SessionName::new(session) {
+                named.push((cluster.clone(), session));
+            }
         }
     }
-    Ok(sessions)
+    let manifests = manifest::load_each(storage, &named).await?;
+    Ok(named
+        .into_iter()
+        .zip(manifests)
+        .map(|((cluster, session), manifest)| Session {
+            cluster,
+            session,
+            manifest,
+        })
+        .collect())
 }
 
 /// True when a session's manifest still names files of `table` (a session missing from the

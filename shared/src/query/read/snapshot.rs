@@ -7,11 +7,9 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use tokio::task::JoinSet;
-
 use super::catalog::{documents_in_scope, session_stats};
 use super::params::Scope;
-use crate::keys::{self, ClusterName, SessionName};
+use crate::keys::{ClusterName, SessionName};
 use crate::query::QueryError;
 use crate::storage::{CachedFiles, FileCache, ObjectKey, Storage};
 use crate::tables::catalog::ClusterCatalog;
@@ -79,32 +77,26 @@ async fn manifests_of(
     storage: &Arc<dyn Storage>,
     sessions: &BTreeMap<String, BTreeMap<String, SessionStats>>,
 ) -> Result<Vec<SessionManifest>, QueryError> {
-    let mut loads = JoinSet::new();
+    let mut named = Vec::new();
     for (cluster, sessions) in sessions {
         for session in sessions.keys() {
-            let storage = Arc::clone(storage);
-            let cluster = cluster.clone();
-            let session = session.clone();
-            loads.spawn(async move {
-                let name = ClusterName::new(&cluster)
-                    .map_err(|err| QueryError::Internal(format!("catalog: {err}")))?;
-                let session_name = SessionName::new(&session)
-                    .map_err(|err| QueryError::Internal(format!("catalog: {err}")))?;
-                let key = keys::manifest_key(&name, &session_name)
-                    .map_err(|err| QueryError::Internal(format!("catalog: {err}")))?;
-                let loaded = manifest::load(&*storage, &key).await?;
-                Ok::<_, QueryError>(SessionManifest {
-                    cluster,
-                    session,
-                    manifest: loaded.manifest,
-                })
-            });
+            let name = ClusterName::new(cluster)
+                .map_err(|err| QueryError::Internal(format!("catalog: {err}")))?;
+            let session_name = SessionName::new(session)
+                .map_err(|err| QueryError::Internal(format!("catalog: {err}")))?;
+            named.push((name, session_name));
         }
     }
-    let mut found = Vec::new();
-    while let Some(joined) = loads.join_next().await {
-        found.push(joined.map_err(|err| QueryError::Internal(err.to_string()))??);
-    }
+    let manifests = manifest::load_each(storage, &named).await?;
+    let mut found: Vec<SessionManifest> = named
+        .into_iter()
+        .zip(manifests)
+        .map(|((cluster, session), manifest)| SessionManifest {
+            cluster: cluster.as_str().to_owned(),
+            session: session.as_str().to_owned(),
+            manifest,
+        })
+        .collect();
     found.sort_by(|a, b| (&a.cluster, &a.session).cmp(&(&b.cluster, &b.session)));
     tracing::Span::current().record("sessions", found.len());
     Ok(found)

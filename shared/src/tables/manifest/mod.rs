@@ -4,12 +4,16 @@
 //! a table has are in `files`, what a session holds in `stats`.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use crate::event::encoding::Id;
 use crate::merge::{FailureContext, WorkerDeath};
+use tokio::task::JoinSet;
+
+use crate::keys::{self, ClusterName, SessionName};
 use crate::storage::{ETag, InvalidKey, ObjectKey, PutMode, Storage, StorageError};
 
 mod files;
@@ -321,6 +325,40 @@ pub async fn load(
 ) -> Result<VersionedManifest, ManifestError> {
     let (manifest, etag) = load_document(storage, key).await?;
     Ok(VersionedManifest { manifest, etag })
+}
+
+/// Manifests [`load_each`] reads at once.
+const PARALLEL_LOADS: usize = 64;
+
+/// The manifests of `sessions`, in the order given (an absent one empty), read
+/// [`PARALLEL_LOADS`] at a time: every session's, for a whole-history read, is thousands.
+pub async fn load_each(
+    storage: &Arc<dyn Storage>,
+    sessions: &[(ClusterName, SessionName)],
+) -> Result<Vec<Manifest>, ManifestError> {
+    let mut loaded: Vec<(usize, Manifest)> = Vec::with_capacity(sessions.len());
+    let mut loads = JoinSet::new();
+    let mut next = sessions.iter().enumerate();
+    loop {
+        while loads.len() < PARALLEL_LOADS
+            && let Some((index, (cluster, session))) = next.next()
+        {
+            let storage = Arc::clone(storage);
+            let key = keys::manifest_key(cluster, session)?;
+            loads.spawn(async move {
+                let read = load(&*storage, &key).await;
+                (index, read.map(|read| read.manifest))
+            });
+        }
+        let Some(joined) = loads.join_next().await else {
+            break;
+        };
+        let (index, manifest) =
+            joined.map_err(|err| StorageError::backend(keys::MANIFESTS_PREFIX, err.to_string()))?;
+        loaded.push((index, manifest?));
+    }
+    loaded.sort_by_key(|(index, _)| *index);
+    Ok(loaded.into_iter().map(|(_, manifest)| manifest).collect())
 }
 
 /// Replaces the manifest only if it is still the version read (or still absent). A lost race is
