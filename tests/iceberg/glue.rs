@@ -3,7 +3,8 @@
 //! sync request per table to an SQS FIFO queue, each in its table's message group, and the
 //! catalog function, run on those messages, creates each table in the catalog. PyIceberg's Glue
 //! catalog, and DuckDB reading the metadata file the catalog names, read exactly the rows
-//! `afterglow sql` answers. A catalog update that loses a race with another sync (injected:
+//! `afterglow sql` answers; with Glue out of reach, every request is handed back to be made
+//! again and nothing is published. A catalog update that loses a race with another sync (injected:
 //! moto does not check Glue's `VersionId`) is redone without taking the table back to an older
 //! version, and a table another writer committed to is reported and left as it is, while the
 //! function's sweep publishes the others.
@@ -181,6 +182,39 @@ async fn glue_catalog_tables_read_what_afterglow_answers() -> anyhow::Result<()>
         .filter_map(|record| record["attributes"]["MessageGroupId"].as_str())
         .collect();
     ensure!(requested == tables, "one request per table: {requested:?}");
+    // Glue out of reach: every request is handed back to SQS to be made again, and nothing is
+    // published meanwhile (a table is synced only once its catalog entry has been read).
+    let unreachable = GlueCatalog::new(
+        aws_sdk_glue::Client::from_conf(
+            moto.glue()
+                .config()
+                .to_builder()
+                .endpoint_url("http://127.0.0.1:9")
+                .retry_config(
+                    aws_sdk_glue::config::retry::RetryConfig::standard().with_max_attempts(1),
+                )
+                .build(),
+        ),
+        DATABASE,
+    );
+    let out_of_reach = CatalogFunction {
+        storage: Arc::clone(&storage),
+        catalog: unreachable,
+    };
+    let failed = run_catalog(&out_of_reach, &requests).await?;
+    ensure!(
+        failed.len() == requests.len(),
+        "with Glue out of reach, {} of {} requests were handed back",
+        failed.len(),
+        requests.len()
+    );
+    let written = storage.list(keys::ICEBERG_PREFIX).await?;
+    ensure!(
+        written.is_empty(),
+        "with Glue out of reach, {} Iceberg files were written",
+        written.len()
+    );
+
     let function = CatalogFunction {
         storage: Arc::clone(&storage),
         catalog: GlueCatalog::new(moto.glue(), DATABASE),

@@ -143,6 +143,15 @@ where
     }
 }
 
+/// The whole body of an answer to a GET of `key`.
+async fn collected(key: &ObjectKey, body: ByteStream) -> Result<Bytes, StorageError> {
+    Ok(body
+        .collect()
+        .await
+        .map_err(|err| StorageError::backend(key, err))?
+        .into_bytes())
+}
+
 #[async_trait]
 impl Storage for S3Storage {
     #[tracing::instrument(name = "s3.put", skip(self, body), fields(bucket = %self.bucket, key = %key, bytes = body.len()))]
@@ -190,12 +199,7 @@ impl Storage for S3Storage {
                 }
             })?;
         let etag = ETag::new(output.e_tag.clone().unwrap_or_default());
-        let body = output
-            .body
-            .collect()
-            .await
-            .map_err(|err| StorageError::backend(key, err))?
-            .into_bytes();
+        let body = collected(key, output.body).await?;
         Ok(StoredObject { body, etag })
     }
 
@@ -228,12 +232,7 @@ impl Storage for S3Storage {
                 }
                 _ => StorageError::backend(key, describe(err)),
             })?;
-        let body = output
-            .body
-            .collect()
-            .await
-            .map_err(|err| StorageError::backend(key, err))?
-            .into_bytes();
+        let body = collected(key, output.body).await?;
         // S3 answers a range that ends past the object's end with what there is.
         if body.len() as u64 != range.end - range.start {
             return Err(StorageError::backend(
