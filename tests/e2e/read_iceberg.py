@@ -1,7 +1,8 @@
 """A Ray Data driver on the end-to-end run's live cluster: registers the published Iceberg
 tables (the metadata files `afterglow publish` printed) in a PyIceberg SQL catalog (a SQLite
 file) and reads each one with `ray.data.read_iceberg`, printing what identifies its rows as
-JSON: {"task_attempts": [[task_id, attempt_number, type], ...], "jobs": [[job_id], ...]}.
+JSON: {"task_attempts": [[cluster, task_id, attempt_number, type], ...],
+"jobs": [[cluster, job_id], ...]}.
 
 Usage: RAY_ADDRESS=... read_iceberg.py CATALOG_DB METADATA_JSON...
 """
@@ -14,7 +15,10 @@ from pyiceberg.catalog.sql import SqlCatalog
 
 # What identifies a row of each table read (and an attempt's type: the table keeps drivers'
 # own attempts, which Ray's lists and /api/tasks leave out).
-IDENTITY = {"task_attempts": ["task_id", "attempt_number", "type"], "jobs": ["job_id"]}
+IDENTITY = {
+    "task_attempts": ["cluster", "task_id", "attempt_number", "type"],
+    "jobs": ["cluster", "job_id"],
+}
 
 
 def main():

@@ -12,8 +12,10 @@ One run of this script:
    `workload.py` as a driver;
    `afterglow-ship-logs` (the shipper's own binary, without DuckDB) runs beside Ray and sends
    its session logs through the same proxy; in the `serve` variant, once the workload is done,
-   `afterglow publish` publishes the tables as Iceberg and a second driver reads them with
-   `ray.data.read_iceberg` on the same cluster (read_iceberg.py);
+   a synthetic session of 60 000 attempts is posted beside it, `afterglow publish` publishes
+   the tables as Iceberg and a second driver reads them with `ray.data.read_iceberg` on the
+   same cluster (read_iceberg.py), once while the synthetic session holds deltas and once
+   after `afterglow compact --fold`;
 3. captures Ray's answers (`ray list tasks --detail`, `summarize_tasks`, `ray list actors/jobs
    --detail`, `ray list nodes`, each printing task's own output), masks their runtime envs'
    `env_vars` values with Ray's own redaction (as Ray's dashboard shows them, and as Afterglow
@@ -50,6 +52,10 @@ from ray.dashboard.runtime_env_redaction import redact_runtime_env, redact_state
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CLUSTER = "e2e"
+# A synthetic session posted beside the run's (serve variant): more attempts than a session
+# folded at every commit (FoldPolicy::small_session_rows) and more than Ray's lists cap.
+SYNTHETIC = "synthetic"
+SYNTHETIC_ATTEMPTS = 60_000
 # The fields of a task attempt compared with Ray's list.
 TASK_FIELDS = [
     "state", "error_type", "name", "func_or_class_name", "type", "job_id", "actor_id",
@@ -738,48 +744,94 @@ def compare(ray, api):
 
 
 def read_with_ray_data(binary, data_dir, api, env, address, work):
-    """The published tables read by Ray Data on the live cluster: once Afterglow shows every
-    attempt Ray lists, `afterglow publish` over serve's store, then `ray.data.read_iceberg` in
-    a driver of its own (read_iceberg.py) reads every attempt and job Afterglow shows, each once
-    (a delta's superseded rows are position deletes). It runs before Ray's lists are taken, so
-    its own tasks are among those compared later. Returns the number of problems."""
+    """The published tables read by Ray Data on the live cluster, before and after a fold:
+    `afterglow publish` over serve's store, then `ray.data.read_iceberg` in a driver of its own
+    (read_iceberg.py) reads every attempt and job Afterglow shows, each once. The run's session
+    is folded at every commit (it is small), so the synthetic session (`post_synthetic_session`)
+    holds the deltas: their superseded rows are position deletes in the first read, and gone
+    from the base `afterglow compact --fold` writes before the second. It runs before Ray's
+    lists are taken, so its own tasks are among those compared later. Returns the number of
+    problems."""
     listed = json.loads(ray_cli(env, "list", "tasks", "--format", "json", "--limit", "10000",
                                 "--address", address))
     wait_for_attempts(api, len(listed), timeout=180)
+    held = synthetic_deltas(data_dir)
+    print(f"ray.data.read_iceberg: the synthetic session holds {held[0]} deltas, "
+          f"{held[1]} with position deletes")
+    problems = int(held[1] == 0)
+    problems += read_published_with_ray_data(binary, data_dir, api, env, address, work, "deltas")
+    folded = subprocess.run([binary, "compact", "--fold", "--data-dir", data_dir],
+                            capture_output=True, text=True, timeout=300)
+    held = synthetic_deltas(data_dir)
+    print(f"afterglow compact --fold: exit {folded.returncode}, {folded.stdout.strip()}; "
+          f"the synthetic session holds {held[0]} deltas")
+    problems += int(folded.returncode != 0) + held[0]
+    return problems + read_published_with_ray_data(binary, data_dir, api, env, address, work,
+                                                   "folded")
+
+
+def read_published_with_ray_data(binary, data_dir, api, env, address, work, label):
+    """One `afterglow publish` and one read of its tables by `ray.data.read_iceberg`, compared
+    with /api/tasks and /api/jobs of both clusters. What Afterglow shows is taken before and
+    after the publish: a row shown before must be read, a row read must be shown after (events
+    arriving meanwhile, such as an earlier reader's own, may land on either side). Returns the
+    number of problems."""
+    def shown():
+        return {
+            "task_attempts": {(cluster, row["task_id"], row["attempt_number"])
+                              for cluster in (CLUSTER, SYNTHETIC)
+                              for row in all_pages(api, "/api/tasks",
+                                                   f"cluster={cluster}&limit=1000", "tasks")},
+            "jobs": {(cluster, row["job_id"]) for cluster in (CLUSTER, SYNTHETIC)
+                     for row in all_pages(api, "/api/jobs", f"cluster={cluster}", "jobs")},
+        }
+
+    before = shown()
     published = subprocess.run([binary, "publish", "--data-dir", data_dir],
                                capture_output=True, text=True, timeout=300)
     if published.returncode != 0:
-        print(f"ray.data.read_iceberg: afterglow publish failed: {published.stderr[-2000:]}")
+        print(f"ray.data.read_iceberg ({label}): afterglow publish failed: "
+              f"{published.stderr[-2000:]}")
         return 1
+    after = shown()
     # "{table}: …: {metadata file}", one line per table.
     locations = [line.rsplit(": ", 1)[1] for line in published.stdout.splitlines()
                  if line.split(":", 1)[0] in ("task_attempts", "jobs")]
-    ours = {
-        "task_attempts": {(row["task_id"], row["attempt_number"]) for row in all_pages(
-            api, "/api/tasks", f"cluster={CLUSTER}&limit=1000", "tasks")},
-        "jobs": {(row["job_id"],) for row in all_pages(
-            api, "/api/jobs", f"cluster={CLUSTER}", "jobs")},
-    }
     read = subprocess.run([sys.executable, os.path.join(HERE, "read_iceberg.py"),
-                           os.path.join(work, "iceberg-catalog.db"), *locations],
+                           os.path.join(work, f"iceberg-catalog-{label}.db"), *locations],
                           env=dict(env, RAY_ADDRESS=address), capture_output=True, text=True,
                           timeout=600)
     if read.returncode != 0:
-        print(f"ray.data.read_iceberg failed: {read.stderr[-3000:]}")
+        print(f"ray.data.read_iceberg ({label}) failed: {read.stderr[-3000:]}")
         return 1
     theirs = json.loads(read.stdout.strip().splitlines()[-1])
+    # The table keeps each driver's own attempt, which Ray's lists and /api/tasks leave out,
+    # and attempts whose definition has not arrived yet (no type), which /api/tasks shows
+    # only once it has.
+    theirs["task_attempts"] = [row[:3] for row in theirs.get("task_attempts", [])
+                               if row[3] not in ("DRIVER_TASK", None)]
     problems = 0
-    # The table keeps each driver's own attempt, which Ray's lists and /api/tasks leave out.
-    theirs["task_attempts"] = [row[:2] for row in theirs.get("task_attempts", [])
-                               if row[2] != "DRIVER_TASK"]
-    for table, mine in ours.items():
+    for table in before:
         rows = [tuple(row) for row in theirs.get(table, [])]
         twice = len(rows) - len(set(rows))
-        missing, extra = len(mine - set(rows)), len(set(rows) - mine)
-        print(f"ray.data.read_iceberg {table}: {len(rows)} rows read, {twice} read twice, "
-              f"{missing} missing, {extra} extra")
-        problems += twice + missing + extra + (not mine)
+        missing, extra = len(before[table] - set(rows)), len(set(rows) - after[table])
+        clusters = {cluster: sum(row[0] == cluster for row in rows)
+                    for cluster in (CLUSTER, SYNTHETIC)}
+        print(f"ray.data.read_iceberg ({label}) {table}: {len(rows)} rows read {clusters}, "
+              f"{twice} read twice, {missing} missing, {extra} extra")
+        problems += twice + missing + extra + (not all(clusters.values()))
     return problems
+
+
+def synthetic_deltas(data_dir):
+    """(delta files, delta files with position deletes) of the synthetic session's attempts,
+    from its manifest in serve's store."""
+    folder = os.path.join(data_dir, "tables", "manifests", f"cluster={SYNTHETIC}")
+    deltas = []
+    for name in os.listdir(folder):
+        with open(os.path.join(folder, name)) as manifest:
+            deltas += json.load(manifest)["task_attempts"]["deltas"]
+    return len(deltas), sum(bool(delta.get("deletes")) for delta in deltas)
 
 
 def compare_ray_tools(env, ray, api, detail=True):
@@ -864,13 +916,14 @@ def compare_ray_tools(env, ray, api, detail=True):
     return problems
 
 
-def list_synthetic_session(binary, deployment, api, env, attempts):
-    """`attempts` synthetic attempts in one session, listed whole by Ray's own CLI through
-    Afterglow (past Ray's 10 000-row cap, which the client lifts with
-    RAY_MAX_LIMIT_FROM_API_SERVER). Returns the number of problems."""
+def post_synthetic_session(binary, deployment, api):
+    """Posts `SYNTHETIC_ATTEMPTS` synthetic attempts as one session of cluster `SYNTHETIC`, in
+    Ray-sized bodies, and waits until Afterglow shows them all. More rows than a session
+    folded at every commit, it keeps deltas whose rows supersede earlier ones until it is
+    folded. Returns the number of problems."""
     generated = subprocess.run(
-        [binary, "generate", "--tasks", str(attempts), "--jobs", "4", "--nodes", "4",
-         "--post", f"{deployment.ingest_base}/v1/events/synthetic"],
+        [binary, "generate", "--tasks", str(SYNTHETIC_ATTEMPTS), "--jobs", "4", "--nodes", "4",
+         "--post", f"{deployment.ingest_base}/v1/events/{SYNTHETIC}"],
         capture_output=True, text=True, timeout=600)
     if generated.returncode != 0:
         print(f"generate failed: {generated.stderr[-2000:]}")
@@ -878,15 +931,24 @@ def list_synthetic_session(binary, deployment, api, env, attempts):
     deadline = time.time() + 300
     while time.time() < deadline:
         try:
-            if api.get("/api/summary?cluster=synthetic")["total"] >= attempts:
-                break
+            if api.get(f"/api/summary?cluster={SYNTHETIC}")["total"] >= SYNTHETIC_ATTEMPTS:
+                return 0
         except urllib.error.HTTPError:
             pass
         time.sleep(1)
+    print(f"Afterglow did not show the {SYNTHETIC_ATTEMPTS} synthetic attempts in 300 s")
+    return 1
+
+
+def list_synthetic_session(api, env):
+    """The synthetic session listed whole by Ray's own CLI through Afterglow (past Ray's
+    10 000-row cap, which the client lifts with RAY_MAX_LIMIT_FROM_API_SERVER). Returns the
+    number of problems."""
+    attempts = SYNTHETIC_ATTEMPTS
     started = time.time()
     rows = json.loads(ray_cli(dict(env, RAY_MAX_LIMIT_FROM_API_SERVER=str(attempts * 2)),
                               "list", "tasks", "--limit", str(attempts), "--format", "json",
-                              "--address", f"{api.base}/ray/synthetic/latest"))
+                              "--address", f"{api.base}/ray/{SYNTHETIC}/latest"))
     keys = {(row["task_id"], row["attempt_number"]) for row in rows}
     print(f"ray list tasks --limit {attempts} over a synthetic session: {len(rows)} rows, "
           f"{len(keys)} distinct attempts ({time.time() - started:.1f} s, the CLI's parsing "
@@ -1028,7 +1090,8 @@ def main():
         time.sleep(10)
         ray_data_problems = 0
         if args.variant == "serve":
-            ray_data_problems = read_with_ray_data(args.afterglow, deployment.data_dir, api, env,
+            ray_data_problems = post_synthetic_session(args.afterglow, deployment, api)
+            ray_data_problems += read_with_ray_data(args.afterglow, deployment.data_dir, api, env,
                                                    address, work)
         ray = masked_as_rays_dashboard(ray_answers(env, address))
         log(f"Ray lists {len(ray['tasks'])} attempts")
@@ -1063,7 +1126,7 @@ def main():
         problems += compare(ray, api) + dashboard_problems + (shipped != 0)
         problems += compare_logs(api, printed_path, ray_logs)
         if args.variant == "serve":
-            problems += list_synthetic_session(args.afterglow, deployment, api, env, 50_000)
+            problems += list_synthetic_session(api, env)
         if args.variant == "lambda":
             # Ray's tools cannot send the bearer token: `afterglow proxy` adds it, as users
             # put it in front of a deployment.
