@@ -15,6 +15,7 @@
 
 mod attempt_map;
 pub mod entities;
+pub mod submissions;
 
 pub use attempt_map::AttemptMap;
 

@@ -1,8 +1,9 @@
 //! `afterglow-ship-logs` (and `afterglow ship-logs`): runs next to `ray start` on every node and
 //! sends each session's log files, as they grow, to `POST /v1/logs/{cluster}` ([`crate::ship`]
-//! decides what to send; this module is the loop, the signals and the HTTP client).
+//! decides what to send; this module is the loop, the signals and the HTTP client), and on the
+//! head node submitted jobs' changes to `POST /v1/events/{cluster}` ([`crate::submissions`]).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
@@ -13,6 +14,7 @@ use crate::names::NodeId;
 use crate::ship::{
     LogChunk, LogSink, MAX_CHUNK_BYTES, SendError, ShipError, ShipSettings, Shipper, backoff,
 };
+use crate::submissions::{JobDetails, SubmissionLedger, latest_session};
 
 /// Flags of `afterglow ship-logs`.
 #[derive(Debug, clap::Args)]
@@ -42,6 +44,11 @@ pub struct ShipLogsArgs {
     /// Most bytes per request.
     #[arg(long, value_name = "BYTES", default_value_t = 1024 * 1024)]
     pub chunk_bytes: usize,
+    /// Ray's dashboard on this node. Where it answers (the head node), its job API is read
+    /// every pass and what changed of each submitted job is sent as an event, since Ray exports
+    /// none for them; `none` turns this off.
+    #[arg(long, value_name = "URL", default_value = "http://127.0.0.1:8265")]
+    pub dashboard: String,
 }
 
 /// `250ms`, `1s`, `2m`, or plain seconds.
@@ -132,6 +139,17 @@ impl LogSink for HttpSink {
 /// The logs URL for an export URL: `/v1/events/{cluster}` becomes `/v1/logs/{cluster}`, the
 /// query string (the token) kept.
 pub fn logs_url(export_url: &str) -> anyhow::Result<url::Url> {
+    ingest_url(export_url, "logs")
+}
+
+/// The events URL for a logs or export URL: `/v1/{events|logs}/{cluster}` becomes
+/// `/v1/events/{cluster}`, the query string (the token) kept.
+pub fn events_url(export_url: &str) -> anyhow::Result<url::Url> {
+    ingest_url(export_url, "events")
+}
+
+/// `export_url` with its `/v1/{events|logs}/{cluster}` path ending pointed at `kind`.
+fn ingest_url(export_url: &str, kind: &str) -> anyhow::Result<url::Url> {
     // The URL may hold the token: messages name only its shape.
     let mut url =
         url::Url::parse(export_url).map_err(|err| anyhow::anyhow!("--to is not a URL ({err})"))?;
@@ -143,12 +161,12 @@ pub fn logs_url(export_url: &str) -> anyhow::Result<url::Url> {
         .map(|segments| segments.map(str::to_owned).collect())
         .unwrap_or_default();
     match segments.as_slice() {
-        [.., version, kind, cluster]
-            if version == "v1" && (kind == "events" || kind == "logs") && !cluster.is_empty() =>
+        [.., version, given, cluster]
+            if version == "v1" && (given == "events" || given == "logs") && !cluster.is_empty() =>
         {
             let prefix = segments.get(..segments.len() - 3).unwrap_or_default();
             let mut path: Vec<&str> = prefix.iter().map(String::as_str).collect();
-            path.extend(["v1", "logs", cluster]);
+            path.extend(["v1", kind, cluster]);
             url.set_path(&path.join("/"));
             Ok(url)
         }
@@ -159,9 +177,83 @@ pub fn logs_url(export_url: &str) -> anyhow::Result<url::Url> {
     }
 }
 
+/// Reads Ray's job API on this node and sends what changed of each submitted job to the
+/// events URL ([`crate::submissions`]).
+struct SubmissionWatch {
+    /// `{dashboard}/api/jobs/`.
+    jobs_url: url::Url,
+    /// `…/v1/events/{cluster}` with the token in its query string.
+    events_url: url::Url,
+    client: reqwest::Client,
+    ledger: SubmissionLedger,
+}
+
+impl SubmissionWatch {
+    fn new(dashboard: &str, export_url: &str) -> anyhow::Result<Option<Self>> {
+        if dashboard == "none" {
+            return Ok(None);
+        }
+        let jobs_url = url::Url::parse(dashboard)
+            .and_then(|url| url.join("api/jobs/"))
+            .map_err(|err| anyhow::anyhow!("--dashboard {dashboard:?} is not a URL ({err})"))?;
+        let client = reqwest::Client::builder()
+            .timeout(SEND_TIMEOUT)
+            .build()
+            .context("cannot build the HTTP client")?;
+        Ok(Some(Self {
+            jobs_url,
+            events_url: events_url(export_url)?,
+            client,
+            ledger: SubmissionLedger::default(),
+        }))
+    }
+
+    /// One read of Ray's job API, and the events of what changed. Returns the submissions
+    /// sent; nothing when no dashboard answers (a node other than the head).
+    async fn pass(&mut self, ray_dir: &Path) -> Result<usize, String> {
+        let Some(session) = latest_session(ray_dir) else {
+            return Ok(0);
+        };
+        let response = match self.client.get(self.jobs_url.clone()).send().await {
+            Ok(response) => response,
+            Err(err) if err.is_connect() => return Ok(0),
+            Err(err) => return Err(format!("reading Ray's job API: {err}")),
+        };
+        if !response.status().is_success() {
+            return Err(format!("Ray's job API answered {}", response.status()));
+        }
+        let jobs: Vec<JobDetails> = response
+            .json()
+            .await
+            .map_err(|err| format!("Ray's job API answered something else than jobs: {err}"))?;
+        let now_ms = chrono::Utc::now().timestamp_millis();
+        let mut sent = 0;
+        for change in self.ledger.changes(&session, &jobs, now_ms) {
+            let response = self
+                .client
+                .post(self.events_url.clone())
+                .json(&change.events)
+                .send()
+                .await
+                // The URL holds the token: never let it into a message.
+                .map_err(|err| format!("sending a submission's events: {}", err.without_url()))?;
+            if !response.status().is_success() {
+                return Err(format!(
+                    "sending a submission's events: the endpoint answered {}",
+                    response.status()
+                ));
+            }
+            self.ledger.sent(change);
+            sent += 1;
+        }
+        Ok(sent)
+    }
+}
+
 /// Runs `afterglow ship-logs` until SIGINT or SIGTERM, then makes one last pass.
 pub async fn run_cli(args: ShipLogsArgs) -> anyhow::Result<()> {
     let sink = HttpSink::new(&args.to)?;
+    let mut submissions = SubmissionWatch::new(&args.dashboard, &args.to)?;
     let node_id = args
         .node_id
         .as_deref()
@@ -216,6 +308,13 @@ pub async fn run_cli(args: ShipLogsArgs) -> anyhow::Result<()> {
             }
             Err(err) => return Err(err.into()),
         };
+        if let Some(watch) = submissions.as_mut() {
+            match watch.pass(&args.ray_dir).await {
+                Ok(0) => {}
+                Ok(sent) => tracing::info!(submissions = sent, "sent submitted jobs' changes"),
+                Err(reason) => tracing::warn!("submitted jobs not sent, will retry: {reason}"),
+            }
+        }
         tokio::select! {
             () = tokio::time::sleep(wait) => {}
             _ = terminate.recv() => break,
@@ -225,6 +324,11 @@ pub async fn run_cli(args: ShipLogsArgs) -> anyhow::Result<()> {
     // A node being stopped: send what the last second wrote.
     if let Err(err) = shipper.pass(&sink).await {
         tracing::warn!(error = %err, "the last pass before stopping did not finish");
+    }
+    if let Some(watch) = submissions.as_mut()
+        && let Err(reason) = watch.pass(&args.ray_dir).await
+    {
+        tracing::warn!("submitted jobs' last changes not sent: {reason}");
     }
     Ok(())
 }

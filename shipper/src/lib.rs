@@ -5,8 +5,11 @@
 //! - [`names`]: the names a shipped piece carries (session, node, file), checked as the store
 //!   checks them.
 //! - [`ship`]: what to send: following one node's session folders.
+//! - [`submissions`]: on the head node, submitted jobs as Ray's own events, read from Ray's job
+//!   API (Ray exports none for them).
 //! - [`cli`]: the command: its flags, the loop, the signals and the HTTP client.
 
 pub mod cli;
 pub mod names;
 pub mod ship;
+pub mod submissions;

@@ -123,11 +123,11 @@ class LogShipper:
     waits for Ray's directory), with the export URL, token included, in the environment Ray
     reads it from rather than on its command line, where any process list would show it."""
 
-    def __init__(self, shipper, export_addr, ray_dir, log_path):
+    def __init__(self, shipper, export_addr, ray_dir, dashboard, log_path):
         env = dict(os.environ, RAY_DASHBOARD_AGGREGATOR_AGENT_EVENTS_EXPORT_ADDR=export_addr)
         env.pop("AWS_LAMBDA_RUNTIME_API", None)
         self.process = subprocess.Popen(
-            [shipper, "--ray-dir", ray_dir, "--interval", "500ms"],
+            [shipper, "--ray-dir", ray_dir, "--interval", "500ms", "--dashboard", dashboard],
             env=env, stdout=open(log_path, "a"), stderr=subprocess.STDOUT)
 
     def stop(self):
@@ -913,6 +913,76 @@ def compare_ray_tools(env, ray, api, detail=True):
     listed = sum(1 for job_id in drivers if job_id in jobs_out)
     print(f"ray job list --address afterglow: {listed} of {len(drivers)} drivers shown")
     problems += listed != len(drivers)
+    return problems + compare_submitted(ray["submitted"], submitted_jobs(address))
+
+
+# Three `ray job submit`s (`submit_jobs`), by submission id: the status each ends in.
+SUBMITTED = {"e2e-submit-ok": "SUCCEEDED", "e2e-submit-fail": "FAILED",
+             "e2e-submit-stop": "STOPPED"}
+
+
+def submit_jobs(dashboard):
+    """Submits three jobs through Ray's job API, as `ray job submit` does, each with a secret in
+    its runtime env: one succeeds, one exits 3, one is stopped (`ray job stop`) while it runs.
+    Returns once all three have ended."""
+    from ray.job_submission import JobStatus, JobSubmissionClient
+
+    client = JobSubmissionClient(dashboard)
+    python = sys.executable
+    entrypoints = {
+        "e2e-submit-ok": f"{python} -c \"import ray; ray.init(); "
+                         f"print('submitted', ray.get(ray.remote(lambda: 42).remote()))\"",
+        "e2e-submit-fail": f"{python} -c \"import ray, sys; ray.init(); print('failing'); "
+                           f"sys.exit(3)\"",
+        "e2e-submit-stop": f"{python} -c \"import ray, time; ray.init(); "
+                           f"print('waiting', flush=True); time.sleep(600)\"",
+    }
+    for submission_id, entrypoint in entrypoints.items():
+        client.submit_job(entrypoint=entrypoint, submission_id=submission_id,
+                          runtime_env={"env_vars": {"E2E_SUBMIT_SECRET": "hunter2"}},
+                          metadata={"e2e": submission_id})
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        info = client.get_job_info("e2e-submit-stop")
+        if info.status == JobStatus.RUNNING and info.driver_info:
+            break
+        time.sleep(0.5)
+    client.stop_job("e2e-submit-stop")
+    while time.monotonic() < deadline:
+        if all(client.get_job_status(id).is_terminal() for id in SUBMITTED):
+            return
+        time.sleep(0.5)
+    raise RuntimeError("the submitted jobs did not end in 180 s")
+
+
+def submitted_jobs(address):
+    """What `ray job list` shows at `address` (Ray's dashboard, or Afterglow's Ray route) of
+    the submissions: {submission_id: JobDetails as a dict}."""
+    from ray.job_submission import JobSubmissionClient
+
+    jobs = JobSubmissionClient(address).list_jobs()
+    return {job.submission_id: json.loads(job.model_dump_json()) for job in jobs
+            if job.submission_id in SUBMITTED}
+
+
+def compare_submitted(theirs, mine):
+    """The submissions as `ray job list` showed them on the live cluster (`theirs`) and through
+    Afterglow (`mine`): every field equal, the secrets in runtime envs masked as Ray's
+    dashboard masks them, except the address of the live job agent that ran the driver.
+    Returns the number of problems."""
+    problems = 0
+    for submission_id, status in SUBMITTED.items():
+        live = dict(theirs.get(submission_id) or {})
+        live["runtime_env"] = redact_runtime_env(live.get("runtime_env"))
+        ours = dict(mine.get(submission_id) or {})
+        differ = {field: (ours.get(field), value) for field, value in live.items()
+                  if field != "driver_agent_http_address" and ours.get(field) != value}
+        ok = live.get("status") == status and not differ and set(ours) == set(live)
+        print(f"ray job list --address afterglow, {submission_id}: "
+              f"{'as' if ok else 'NOT as'} the live cluster listed it ({live.get('status')})")
+        for field, (mine_value, their_value) in list(differ.items())[:8]:
+            print(f"  differs {field}: ours {mine_value!r}, Ray's {their_value!r}")
+        problems += not ok
     return problems
 
 
@@ -1044,6 +1114,7 @@ def main():
     env = ray_env(export_addr, os.path.join(work, "ray"))
     gcs_port, dashboard_port = free_port(), free_port()
     address = f"127.0.0.1:{gcs_port}"
+    dashboard = f"http://127.0.0.1:{dashboard_port}"
     log(f"variant {args.variant}: ingest at {deployment.ingest_base}, queries at {api.base}, "
         f"Ray exports through the proxy on port {proxy.server_address[1]}")
 
@@ -1060,7 +1131,7 @@ def main():
     shipper = None
     try:
         shipper = LogShipper(os.path.abspath(args.shipper), export_addr, env["RAY_TMPDIR"],
-                             os.path.join(work, "ship-logs.log"))
+                             dashboard, os.path.join(work, "ship-logs.log"))
         time.sleep(1)  # its first pass finds no Ray directory yet
         os.makedirs(env["RAY_TMPDIR"], exist_ok=True)
         ray_cli(env, "start", "--head", "--num-cpus=2", "--include-dashboard=true",
@@ -1086,6 +1157,8 @@ def main():
             deployment.start()
         if workload.wait(timeout=900) != 0:
             raise RuntimeError("the workload failed")
+        submit_jobs(dashboard)
+        log("three jobs submitted and ended")
         log("workload finished; letting the agent flush")
         time.sleep(10)
         ray_data_problems = 0
@@ -1094,6 +1167,7 @@ def main():
             ray_data_problems += read_with_ray_data(args.afterglow, deployment.data_dir, api, env,
                                                    address, work)
         ray = masked_as_rays_dashboard(ray_answers(env, address))
+        ray["submitted"] = submitted_jobs(dashboard)
         log(f"Ray lists {len(ray['tasks'])} attempts")
         ray_logs = ray_task_logs(env, address, printed_path)
         seen = wait_for_attempts(api, len(ray["tasks"]), timeout=180)

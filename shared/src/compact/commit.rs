@@ -456,6 +456,7 @@ fn kind_equal(kind: EntityKind, a: &SessionEntities, b: &SessionEntities) -> boo
         EntityKind::Nodes => a.nodes == b.nodes,
         EntityKind::Workers => a.workers == b.workers,
         EntityKind::PlacementGroups => a.placement_groups == b.placement_groups,
+        EntityKind::Submissions => a.submissions == b.submissions,
     }
 }
 

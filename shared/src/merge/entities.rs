@@ -1,13 +1,15 @@
-//! Merge rules for the entities beside tasks: jobs, actors, nodes and workers. Same contract as
-//! task attempts: every merge is commutative, associative and idempotent. A definition is kept
-//! whole (latest report wins); lifecycle transitions are a set ordered by time, and the current
-//! state is the latest transition (these states are not monotonic: actors restart).
+//! Merge rules for the entities beside tasks: jobs, actors, nodes, workers and placement groups
+//! (submitted jobs: [`super::submissions`]). Same contract as task attempts: every merge is
+//! commutative, associative and idempotent. A definition is kept whole (latest report wins);
+//! lifecycle transitions are a set ordered by time, and the current state is the latest
+//! transition (these states are not monotonic: actors restart).
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
 use super::Reported;
+use super::submissions::SubmissionRecord;
 use crate::event::EventPayload;
 use crate::event::encoding::Id;
 
@@ -54,7 +56,7 @@ fn merge_in<D: Ord, T: Ord>(records: &mut BTreeMap<String, Record<D, T>>, record
 }
 
 /// Merges a definition of entity `id`, reported at `at` (ns), into its record.
-fn define<D: Ord, T: Ord>(
+pub(super) fn define<D: Ord, T: Ord>(
     records: &mut BTreeMap<String, Record<D, T>>,
     id: String,
     at: i64,
@@ -72,7 +74,7 @@ fn define<D: Ord, T: Ord>(
 }
 
 /// Merges state transitions of entity `id` into its record.
-fn add_transitions<D: Ord, T: Ord>(
+pub(super) fn add_transitions<D: Ord, T: Ord>(
     records: &mut BTreeMap<String, Record<D, T>>,
     id: String,
     transitions: Vec<T>,
@@ -395,6 +397,9 @@ pub struct SessionEntities {
     /// Placement groups by id.
     #[serde(default)]
     pub placement_groups: BTreeMap<String, PlacementGroupRecord>,
+    /// Submitted jobs by submission id.
+    #[serde(default)]
+    pub submissions: BTreeMap<String, SubmissionRecord>,
 }
 
 impl SessionEntities {
@@ -596,6 +601,9 @@ impl SessionEntities {
                     .collect();
                 add_transitions(&mut self.placement_groups, id, transitions);
             }
+            EventPayload::SubmissionJobDefinition(_) | EventPayload::SubmissionJobLifecycle(_) => {
+                super::submissions::apply(&mut self.submissions, at, payload);
+            }
             _ => {}
         }
     }
@@ -616,6 +624,9 @@ impl SessionEntities {
         }
         for (id, record) in other.placement_groups {
             self.placement_groups.entry(id).or_default().merge(record);
+        }
+        for (id, record) in other.submissions {
+            self.submissions.entry(id).or_default().merge(record);
         }
     }
 }

@@ -1,5 +1,5 @@
-//! `/api/jobs`, `/api/actors`, `/api/nodes`, `/api/workers`, `/api/placement_groups`: pages of
-//! the entity tables, in Ray's state-API field names.
+//! `/api/jobs`, `/api/actors`, `/api/nodes`, `/api/workers`, `/api/placement_groups`,
+//! `/api/submissions`: pages of the entity tables, in Ray's state-API field names.
 
 use duckdb::types::Value;
 use serde_json::{Value as Json, json};
@@ -33,6 +33,7 @@ fn filters(kind: EntityKind) -> &'static [(&'static str, &'static str, bool)] {
             ("creator_job_id", "creator_job_id", true),
             ("state", "state", false),
         ],
+        EntityKind::Submissions => &[("state", "state", false)],
     }
 }
 
@@ -44,6 +45,7 @@ fn id_column(kind: EntityKind) -> &'static str {
         EntityKind::Nodes => "node_id",
         EntityKind::Workers => "worker_id",
         EntityKind::PlacementGroups => "placement_group_id",
+        EntityKind::Submissions => "submission_id",
     }
 }
 

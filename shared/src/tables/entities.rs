@@ -1,5 +1,5 @@
-//! The `jobs`, `actors`, `nodes`, `workers` and `placement_groups` tables: one small file per
-//! session and kind, rewritten whole when the session's entities change. Each row has the state-API
+//! The `jobs`, `actors`, `nodes`, `workers`, `placement_groups` and `submissions` tables: one
+//! small file per session and kind, rewritten whole when the session's entities change. Each row has the state-API
 //! view columns queries read and a `record` column (JSON) holding the merge state compaction reads
 //! back.
 
@@ -16,6 +16,7 @@ use super::newest::path_literal;
 use crate::merge::entities::{
     ActorRecord, JobRecord, NodeRecord, PlacementGroupRecord, SessionEntities, WorkerRecord,
 };
+use crate::merge::submissions::SubmissionRecord;
 
 /// The first column of every entity table.
 const CLUSTER: Column = Column::new(1, "cluster", "VARCHAR");
@@ -38,16 +39,19 @@ pub enum EntityKind {
     Workers,
     /// Placement groups.
     PlacementGroups,
+    /// Submitted jobs (`ray job submit`).
+    Submissions,
 }
 
 impl EntityKind {
     /// Every kind.
-    pub const ALL: [Self; 5] = [
+    pub const ALL: [Self; 6] = [
         Self::Jobs,
         Self::Actors,
         Self::Nodes,
         Self::Workers,
         Self::PlacementGroups,
+        Self::Submissions,
     ];
 
     /// Table name (also the key segment).
@@ -58,6 +62,7 @@ impl EntityKind {
             Self::Nodes => "nodes",
             Self::Workers => "workers",
             Self::PlacementGroups => "placement_groups",
+            Self::Submissions => "submissions",
         }
     }
 
@@ -133,6 +138,20 @@ impl EntityKind {
                     Column::new(7, "creator_job_id", "VARCHAR"),
                     Column::new(8, "is_detached", "BOOLEAN"),
                     Column::new(9, "bundles", "VARCHAR"),
+                ];
+                COLUMNS
+            }
+            Self::Submissions => {
+                const COLUMNS: &[Column] = &[
+                    Column::new(3, "submission_id", "VARCHAR"),
+                    Column::new(4, "state", "VARCHAR"),
+                    Column::new(5, "entrypoint", "VARCHAR"),
+                    Column::new(6, "message", "VARCHAR"),
+                    Column::new(7, "error_type", "VARCHAR"),
+                    Column::new(8, "driver_node_id", "VARCHAR"),
+                    Column::new(9, "driver_exit_code", "BIGINT"),
+                    Column::new(10, "start_time_ms", "BIGINT"),
+                    Column::new(11, "end_time_ms", "BIGINT"),
                 ];
                 COLUMNS
             }
@@ -254,6 +273,33 @@ impl EntityKind {
                     ])
                 })
                 .collect(),
+            Self::Submissions => entities
+                .submissions
+                .values()
+                .map(|submission| {
+                    let definition = submission
+                        .definition
+                        .as_ref()
+                        .map(|reported| &reported.value);
+                    let current = submission.current();
+                    Ok(vec![
+                        text(Some(submission.id.clone())),
+                        text(submission.state().map(str::to_owned)),
+                        text(definition.map(|d| d.entrypoint.clone())),
+                        text(current.map(|t| t.message.clone())),
+                        text(
+                            current
+                                .map(|t| t.error_type.clone())
+                                .filter(|e| !e.is_empty()),
+                        ),
+                        text(submission.latest(|t| t.driver_node_id.clone())),
+                        big(submission.latest(|t| t.driver_exit_code).map(i64::from)),
+                        big(ms(submission.start_ns())),
+                        big(ms(submission.end_ns())),
+                        record(submission)?,
+                    ])
+                })
+                .collect(),
         }
     }
 
@@ -286,6 +332,12 @@ impl EntityKind {
                     let group: PlacementGroupRecord = parse(&json)?;
                     partial.placement_groups.insert(group.id.clone(), group);
                 }
+                Self::Submissions => {
+                    let submission: SubmissionRecord = parse(&json)?;
+                    partial
+                        .submissions
+                        .insert(submission.id.clone(), submission);
+                }
             }
         }
         entities.merge(partial);
@@ -300,6 +352,7 @@ impl EntityKind {
             Self::Nodes => entities.nodes.len(),
             Self::Workers => entities.workers.len(),
             Self::PlacementGroups => entities.placement_groups.len(),
+            Self::Submissions => entities.submissions.len(),
         }
     }
 }

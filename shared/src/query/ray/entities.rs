@@ -3,25 +3,29 @@
 //! (`api/jobs/`, `logical/actors`, `nodes?view=summary`, `nodes/{id}`).
 //!
 //! A session's entity tables are small (one file each), so rows are built from the merged
-//! records in memory and filtered there with Ray's `do_filter` rules.
+//! records in memory and filtered there with Ray's `do_filter` rules. Jobs, which join drivers
+//! and submissions, are [`jobs`].
+
+pub(super) mod jobs;
 
 use serde_json::{Map, Value as Json, json};
 
 use super::body::{RayBody, ResponseLimit, RowBudget, state_envelope};
 use super::request::{Column, ColumnKind, RayQuery};
 use crate::merge::entities::{
-    ActorRecord, JobRecord, NodeRecord, PlacementGroupRecord, SessionEntities, WorkerRecord,
+    ActorRecord, NodeRecord, PlacementGroupRecord, SessionEntities, WorkerRecord,
 };
 use crate::query::read::entity_records::records;
 use crate::query::read::params::Scope;
-use crate::query::redaction::{redact_runtime_env, redact_serialized_runtime_env};
+use crate::query::redaction::redact_serialized_runtime_env;
 use crate::query::{QueryEngine, QueryError};
 use crate::tables::entities::EntityKind;
 
 /// Filterable columns and the brief (non-`detail`) columns of each kind, as Ray 2.60 lists them.
 fn columns(kind: EntityKind) -> (&'static [Column], &'static [&'static str]) {
     match kind {
-        EntityKind::Jobs => (
+        // Ray's jobs are its submissions and drivers, in one list ([`jobs`]).
+        EntityKind::Jobs | EntityKind::Submissions => (
             &[
                 ("job_id", ColumnKind::Id),
                 ("type", ColumnKind::Enum),
@@ -127,13 +131,12 @@ pub(super) async fn list(
 ) -> Result<RayBody, QueryError> {
     let (filterable, brief) = columns(kind);
     let query = RayQuery::parse(pairs, filterable)?;
-    let entities = records(engine, scope, kind).await?;
-    let ips = if kind == EntityKind::Jobs {
-        node_ips(engine, scope).await?
-    } else {
-        Map::new()
+    let rows = match kind {
+        EntityKind::Jobs | EntityKind::Submissions => {
+            jobs::Jobs::read(engine, scope).await?.state_rows()
+        }
+        _ => state_rows(kind, &records(engine, scope, kind).await?),
     };
-    let rows = state_rows(kind, &entities, &ips);
     let total = rows.len() as u64;
     let mut kept: Vec<Json> = Vec::new();
     let mut filtered = 0_u64;
@@ -167,19 +170,12 @@ pub(super) async fn list(
     taken.into_list(total, filtered, listed)
 }
 
-/// Every record of `kind` as Ray's detail row, sorted by id as Ray sorts them.
-fn state_rows(
-    kind: EntityKind,
-    entities: &SessionEntities,
-    node_ips: &Map<String, Json>,
-) -> Vec<Json> {
+/// Every record of `kind` as Ray's detail row, sorted by id as Ray sorts them (jobs, which
+/// join two kinds: [`jobs::Jobs::state_rows`]).
+fn state_rows(kind: EntityKind, entities: &SessionEntities) -> Vec<Json> {
     // The records are kept in maps keyed by id: already in Ray's order.
     match kind {
-        EntityKind::Jobs => entities
-            .jobs
-            .values()
-            .map(|job| job_details(job, node_ips))
-            .collect(),
+        EntityKind::Jobs | EntityKind::Submissions => Vec::new(),
         EntityKind::Actors => entities.actors.values().map(actor_state).collect(),
         EntityKind::Nodes => entities.nodes.values().map(node_state).collect(),
         EntityKind::Workers => entities.workers.values().map(worker_state).collect(),
@@ -197,48 +193,6 @@ fn ms(ns: Option<i64>) -> Option<i64> {
 
 fn parsed(text: &str) -> Json {
     serde_json::from_str(text).unwrap_or_else(|_| json!({}))
-}
-
-/// A driver job as `JobDetails` (the export carries drivers, not submissions).
-fn job_details(job: &JobRecord, node_ips: &Map<String, Json>) -> Json {
-    let definition = job.definition.as_ref().map(|reported| &reported.value);
-    let status = match job.state() {
-        Some("FINISHED") => "SUCCEEDED",
-        _ => "RUNNING",
-    };
-    // `JobDriverInfo` requires a string: empty when the driver's node is unknown.
-    let node_ip = definition
-        .and_then(|d| d.driver_node_id.as_ref())
-        .and_then(|node| node_ips.get(node))
-        .cloned()
-        .unwrap_or_else(|| json!(""));
-    json!({
-        "type": "DRIVER",
-        "job_id": job.id,
-        "submission_id": null,
-        "driver_info": {
-            "id": job.id,
-            "node_ip_address": node_ip,
-            "pid": definition.map(|d| d.driver_pid.to_string()).unwrap_or_default(),
-        },
-        "status": status,
-        "entrypoint": definition.map(|d| d.entrypoint.clone()).unwrap_or_default(),
-        "message": null,
-        "error_type": null,
-        "start_time": ms(job.start_ns()).unwrap_or(0),
-        "end_time": ms(job.end_ns()).unwrap_or(0),
-        "metadata": definition.map_or_else(|| json!({}), |d| parsed(&d.metadata)),
-        // `env_vars` values masked, as Ray's job routes mask them for its dashboard.
-        "runtime_env": redact_runtime_env(
-            definition.map_or_else(|| json!({}), |d| parsed(&d.serialized_runtime_env)),
-        ),
-        "driver_agent_http_address": null,
-        // Ray names the driver's node only for jobs submitted through its job API.
-        "driver_node_id": definition
-            .filter(|d| parsed(&d.metadata).get("job_submission_id").is_some())
-            .and_then(|d| d.driver_node_id.clone()),
-        "driver_exit_code": null,
-    })
 }
 
 fn actor_state(actor: &ActorRecord) -> Json {
@@ -357,30 +311,6 @@ fn placement_group_state(group: &PlacementGroupRecord) -> Json {
     })
 }
 
-/// `GET api/jobs/`: the jobs page's bare array of `JobDetails`.
-pub(super) async fn jobs(engine: &QueryEngine, scope: &Scope) -> Result<Json, QueryError> {
-    let entities = records(engine, scope, EntityKind::Jobs).await?;
-    let ips = node_ips(engine, scope).await?;
-    Ok(Json::Array(
-        entities
-            .jobs
-            .values()
-            .map(|job| job_details(job, &ips))
-            .collect(),
-    ))
-}
-
-/// `GET api/jobs/{id}`.
-pub(super) async fn job(engine: &QueryEngine, scope: &Scope, id: &str) -> Result<Json, QueryError> {
-    let entities = records(engine, scope, EntityKind::Jobs).await?;
-    let ips = node_ips(engine, scope).await?;
-    entities
-        .jobs
-        .get(&id.to_ascii_lowercase())
-        .map(|job| job_details(job, &ips))
-        .ok_or_else(|| QueryError::NotFound(format!("Job {id} does not exist")))
-}
-
 /// An actor as the dashboard's `ActorDetail` (camelCase, `logical/actors`).
 fn actor_detail(actor: &ActorRecord, node_ips: &Map<String, Json>) -> Json {
     let definition = actor.definition.as_ref().map(|reported| &reported.value);
@@ -442,7 +372,10 @@ fn actor_detail(actor: &ActorRecord, node_ips: &Map<String, Json>) -> Json {
 }
 
 /// Node id → IP, for actors' addresses.
-async fn node_ips(engine: &QueryEngine, scope: &Scope) -> Result<Map<String, Json>, QueryError> {
+pub(super) async fn node_ips(
+    engine: &QueryEngine,
+    scope: &Scope,
+) -> Result<Map<String, Json>, QueryError> {
     let nodes = records(engine, scope, EntityKind::Nodes).await?;
     Ok(nodes
         .nodes
