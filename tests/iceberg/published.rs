@@ -11,7 +11,7 @@
 
 use std::sync::Arc;
 
-use afterglow_tests::faults::Refuses;
+use afterglow_tests::faults::{Refuses, SweepsBetweenListAndRead};
 use afterglow_tests::scenario::Scenario;
 use afterglow_tests::{FixtureRun, keeping_deltas};
 use anyhow::{Context as _, ensure};
@@ -241,11 +241,23 @@ async fn iceberg_readers_read_what_afterglow_answers(
         within == 0 && before_grace > 0,
         "{within} files deleted within the grace period, {before_grace} left"
     );
-    let deleted = delete_retired(&storage, "task_attempts", now_ms + 6 + grace_ms).await?;
+    // Two sweeps at once (the catalog function's and a request's): the other one deletes
+    // every record and file between this one's listing and its reads, and this one skips
+    // what is gone.
+    let after_grace = now_ms + 6 + grace_ms;
+    let raced = Arc::new(SweepsBetweenListAndRead::new(
+        storage.clone(),
+        "task_attempts",
+        after_grace,
+    ));
+    let raced_storage: Arc<dyn Storage> = raced.clone();
+    let deleted = delete_retired(&raced_storage, "task_attempts", after_grace).await?;
     let left = session_files(&*storage).await?;
     ensure!(
-        deleted == before_grace && left == 0,
-        "after the grace period {deleted} of {before_grace} retired files deleted, {left} left"
+        raced.swept() == before_grace && deleted == 0 && left == 0,
+        "after the grace period the other sweep deleted {} of {before_grace} retired files, \
+         this one {deleted}, {left} left",
+        raced.swept()
     );
     readers_agree(
         &python,

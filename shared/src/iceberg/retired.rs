@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use super::IcebergError;
 use super::metadata::RETIRED_FILE_GRACE;
 use crate::keys::{self, ICEBERG_PREFIX};
-use crate::storage::{ObjectKey, PutMode, Storage};
+use crate::storage::{ObjectKey, PutMode, Storage, StorageError};
 
 /// What one commit stopped naming.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -82,7 +82,13 @@ pub async fn delete_retired(
     let own_deletes = format!("{own}deletes/");
     let mut deleted = 0;
     for meta in storage.list(&keys::iceberg_retired_prefix(table)).await? {
-        let stored = storage.get(&meta.key).await?;
+        let stored = match storage.get(&meta.key).await {
+            Ok(stored) => stored,
+            // Another sweep of the table (the catalog function's, beside a request's) deleted
+            // the record, and its files before it.
+            Err(StorageError::NotFound { .. }) => continue,
+            Err(err) => return Err(err.into()),
+        };
         let retired: Retired = match serde_json::from_slice(&stored.body) {
             Ok(retired) => retired,
             Err(err) => {
