@@ -168,6 +168,7 @@ impl QueryEngine {
             RayRoute::Timeline => tasks::timeline(self, &scope, pairs).await,
             RayRoute::Jobs => entities::jobs::jobs(self, &scope).await,
             RayRoute::Job(id) => entities::jobs::job(self, &scope, id).await,
+            RayRoute::JobLogs(id) => entities::jobs::job_logs(self, &scope, id).await,
             RayRoute::LogicalActors => entities::logical_actors(self, &scope, pairs).await,
             RayRoute::LogicalActor(id) => entities::logical_actor(self, &scope, id).await,
             RayRoute::Nodes => entities::nodes(self, &scope).await,

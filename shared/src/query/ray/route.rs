@@ -82,6 +82,8 @@ pub enum RayRoute {
     Jobs,
     /// `GET api/jobs/{id}`.
     Job(String),
+    /// `GET api/jobs/{id}/logs`: a submission's driver log (`ray job logs`).
+    JobLogs(String),
     /// `GET logical/actors`.
     LogicalActors,
     /// `GET logical/actors/{id}`.
@@ -198,6 +200,7 @@ fn route_of(method: &str, path: &str) -> Option<RayRoute> {
         ["api", "v0", "logs", "file" | "stream"] => RayRoute::LogFile,
         ["api", "jobs", ""] | ["api", "jobs"] => RayRoute::Jobs,
         ["api", "jobs", id] | ["api", "jobs", id, ""] => RayRoute::Job((*id).to_owned()),
+        ["api", "jobs", id, "logs"] => RayRoute::JobLogs((*id).to_owned()),
         ["logical", "actors"] | ["logical", "actors", ""] => RayRoute::LogicalActors,
         ["logical", "actors", id] => RayRoute::LogicalActor((*id).to_owned()),
         ["nodes"] | ["nodes", ""] => RayRoute::Nodes,
@@ -254,6 +257,11 @@ mod tests {
         assert_eq!(
             parse("c/latest/api/jobs/02000000")?.route,
             RayRoute::Job("02000000".into())
+        );
+        assert_eq!(
+            parse("c/latest/api/jobs/raysubmit_1/logs")?.route,
+            RayRoute::JobLogs("raysubmit_1".into()),
+            "`ray job logs`"
         );
         assert_eq!(
             parse("c/latest/api/v0/tasks/summarize")?.route,

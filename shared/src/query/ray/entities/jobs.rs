@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value as Json, json};
 
+use crate::keys::{LogFile, LogFileName, NodeId, SessionName};
 use crate::merge::entities::{JobRecord, SessionEntities};
 use crate::merge::submissions::SubmissionRecord;
 use crate::query::read::entity_records::records;
@@ -75,14 +76,14 @@ impl Jobs {
     /// job id, or a submission id.
     pub(super) fn find(&self, id: &str) -> Option<Json> {
         let lowercase = id.to_ascii_lowercase();
-        self.listed()
-            .into_iter()
-            .find(|row| row.get("job_id").and_then(Json::as_str) == Some(lowercase.as_str()))
-            .or_else(|| {
-                self.listed()
-                    .into_iter()
-                    .find(|row| row.get("submission_id").and_then(Json::as_str) == Some(id))
-            })
+        let listed = self.listed();
+        let by = |field: &str, wanted: &str| {
+            listed
+                .iter()
+                .find(|row| row.get(field).and_then(Json::as_str) == Some(wanted))
+                .cloned()
+        };
+        by("job_id", &lowercase).or_else(|| by("submission_id", id))
     }
 }
 
@@ -203,4 +204,45 @@ pub(in crate::query::ray) async fn job(
         .await?
         .find(id)
         .ok_or_else(|| QueryError::NotFound(format!("Job {id} does not exist")))
+}
+
+/// `GET api/jobs/{id}/logs`: `{"logs": …}`, the whole driver log of a submission
+/// (`job-driver-{submission_id}.log` on its driver's node, as shipped), within the response's
+/// size. A driver started outside the job API has no such log (400, as Ray answers).
+pub(in crate::query::ray) async fn job_logs(
+    engine: &QueryEngine,
+    scope: &Scope,
+    id: &str,
+) -> Result<Json, QueryError> {
+    let job = Jobs::read(engine, scope)
+        .await?
+        .find(id)
+        .ok_or_else(|| QueryError::NotFound(format!("Job {id} does not exist")))?;
+    let text = |field: &str| job.get(field).and_then(Json::as_str).map(str::to_owned);
+    let (Some(submission_id), Some(node_id)) = (text("submission_id"), text("driver_node_id"))
+    else {
+        return if text("submission_id").is_some() {
+            // Its driver never started: Ray has no log to answer either.
+            Ok(json!({"logs": ""}))
+        } else {
+            Err(QueryError::BadRequest(
+                "Can only get logs of submission type jobs".into(),
+            ))
+        };
+    };
+    let (Some(cluster), Some(session)) = (&scope.cluster, &scope.session) else {
+        return Err(QueryError::Internal(
+            "a Ray route without its session".into(),
+        ));
+    };
+    let invalid = |err: &dyn std::fmt::Display| QueryError::NotFound(err.to_string());
+    let file = LogFile {
+        cluster: cluster.clone(),
+        session: SessionName::new(session).map_err(|err| invalid(&err))?,
+        node_id: NodeId::new(&node_id).map_err(|err| invalid(&err))?,
+        file: LogFileName::new(&format!("job-driver-{submission_id}.log"))
+            .map_err(|err| invalid(&err))?,
+    };
+    let log = engine.log_tail(&file, None).await?;
+    Ok(json!({"logs": String::from_utf8_lossy(&log.bytes)}))
 }
