@@ -301,35 +301,70 @@ class AfterglowProxy:
 class SwitchProxy(http.server.ThreadingHTTPServer):
     """What Ray's dashboard is started with as `--proxy-server-url`: 404 for everything (so Ray
     answers from its live cluster, the ground truth) until `forwarding` is set, then every
-    request goes to Afterglow, as a user's dashboard proxy would send it."""
+    request goes to Afterglow, as a user's dashboard proxy would send it, headers included both
+    ways (the timeline download rests on the answer's Content-Disposition). Ray's dashboard
+    adds `prefix`, Afterglow's Ray route, to every path. `unanswered` counts Afterglow's error
+    answers but those Ray's own dashboard gives too, by (method, path, status)."""
 
-    def __init__(self, port, upstream):
+    def __init__(self, port, upstream, prefix):
         self.upstream = upstream
+        self.prefix = prefix
         self.forwarding = threading.Event()
         self.forwarded = 0
+        self.unanswered = {}
+        self.lock = threading.Lock()
         super().__init__(("127.0.0.1", port), SwitchHandler)
+
+    def record(self, method, path, status):
+        with self.lock:
+            self.forwarded += 1
+            if status >= 400 and not as_ray_answers(path.removeprefix(self.prefix), status):
+                key = (method, path[:200], status)
+                self.unanswered[key] = self.unanswered.get(key, 0) + 1
+
+
+# Error answers Ray's own dashboard gives too on a cluster without Prometheus and without
+# platform (Kubernetes) events; that 404 tells the frontend to hide the events page.
+RAYS_OWN_ERRORS = {("/api/prometheus_health", 500), ("/api/v0/platform_events", 404)}
+
+
+def as_ray_answers(path, status):
+    """Whether an error answer to a dashboard path is as Ray's own, or a 404 that leaves the
+    UI's own files (the page, its scripts and images) to Ray's dashboard."""
+    path = path.split("?")[0]
+    return (path, status) in RAYS_OWN_ERRORS or status == 404 and (
+        path == "/" or path.startswith("/static/") or "." in path.rsplit("/", 1)[-1])
+
+
+# Hop-by-hop headers, and those the proxy sets itself.
+UNFORWARDED = {"connection", "keep-alive", "transfer-encoding", "te", "trailers", "upgrade",
+               "proxy-authenticate", "proxy-authorization", "host", "content-length", "date",
+               "server"}
 
 
 class SwitchHandler(http.server.BaseHTTPRequestHandler):
     def handle_any(self):
         body = self.rfile.read(int(self.headers.get("content-length", "0") or 0))
         if not self.server.forwarding.is_set():
-            return self.answer(404, b"", "text/plain")
-        self.server.forwarded += 1
+            return self.answer(404, b"", [("content-type", "text/plain")])
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in UNFORWARDED}
         request = urllib.request.Request(self.server.upstream + self.path, data=body or None,
-                                         method=self.command)
+                                         method=self.command, headers=headers)
         try:
             with urllib.request.urlopen(request, timeout=30) as response:
-                return self.answer(response.status, response.read(),
-                                   response.headers.get("content-type", "application/json"))
+                status, headers, body = response.status, response.headers, response.read()
         except urllib.error.HTTPError as err:
-            return self.answer(err.code, err.read(), "application/json")
+            status, headers, body = err.code, err.headers, err.read()
+        self.server.record(self.command, self.path, status)
+        self.answer(status, body, [(k, v) for k, v in headers.items()
+                                   if k.lower() not in UNFORWARDED])
 
     do_GET = do_POST = do_HEAD = do_PUT = do_DELETE = handle_any  # noqa: N815
 
-    def answer(self, status, body, content_type):
+    def answer(self, status, body, headers):
         self.send_response(status)
-        self.send_header("content-type", content_type)
+        for name, value in headers:
+            self.send_header(name, value)
         self.send_header("content-length", str(len(body)))
         self.end_headers()
         if self.command != "HEAD":
@@ -339,20 +374,62 @@ class SwitchHandler(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def check_ray_dashboard(dashboard, ray, switch):
-    """Ray's own dashboard, now reading Afterglow through `--proxy-server-url`, in headless
-    Chromium: the job's page shows the counts Ray's live list had. Returns problems."""
+def dashboard_facts(ray, printed):
+    """What Ray's dashboard pages must show over Afterglow, from Ray's live answers and what
+    the workload printed (see ray_dashboard.mjs)."""
     drivers = [job["job_id"] for job in ray["jobs"] if job.get("job_id")]
     job = max(drivers, key=lambda job_id: sum(t["job_id"] == job_id for t in ray["tasks"]))
     tasks = [t for t in ray["tasks"] if t["job_id"] == job]
-    failed = sum(t["state"] == "FAILED" for t in tasks)
+    # A failed task that printed, so that its page has both an error and a log to show.
+    task = next(t for t in tasks if t["state"] == "FAILED" and t["task_id"] in printed
+                and (t.get("task_log_info") or {}).get("stdout_file"))
+    stdout = printed[task["task_id"]]["stdout"].strip()
+    submitted = ray["submitted"]["e2e-submit-fail"]
+    actor = next(a for a in ray["actors"] if a["job_id"] == job and a["class_name"] == "Counter")
+    node = ray["nodes"][0]
+    return {
+        "job": job,
+        "total": len(tasks),
+        "failed": sum(t["state"] == "FAILED" for t in tasks),
+        "actors": sum(a["job_id"] == job for a in ray["actors"]),
+        "submission": {
+            "id": submitted["submission_id"], "job_id": submitted["job_id"],
+            "entrypoint": submitted["entrypoint"],
+            "message": submitted["message"].splitlines()[0],
+            # Ray quotes the driver's last output in the message; the driver log has it too.
+            "driver_line": submitted["message"].strip().splitlines()[-1],
+        },
+        "task": {
+            "id": task["task_id"], "job_id": job, "name": task["name"],
+            "error_type": task["error_type"],
+            "error": task["error_message"].strip().splitlines()[-1], "stdout": stdout,
+        },
+        # Ray's worker writes this line to an actor's stdout log as the actor starts.
+        "actor": {"id": actor["actor_id"], "class_name": actor["class_name"],
+                  "stdout": f":actor_name:{actor['class_name']}"},
+        "node": {"id": node["node_id"], "ip": node["node_ip"]},
+        "log_file": {"name": os.path.basename(task["task_log_info"]["stdout_file"]),
+                     "line": stdout},
+    }
+
+
+def check_ray_dashboard(dashboard, ray, printed, switch):
+    """Ray's own dashboard, now reading Afterglow through `--proxy-server-url`, in headless
+    Chromium: each of its pages shows what Ray's live answers had. Returns problems."""
     switch.forwarding.set()
     shots = os.path.join(HERE, "..", "..", "target", "screenshots")
-    result = subprocess.run(["node", os.path.join(HERE, "ray_dashboard.mjs"), dashboard, job,
-                             str(len(tasks)), str(failed), shots], text=True, timeout=300)
+    result = subprocess.run(["node", os.path.join(HERE, "ray_dashboard.mjs"), dashboard, shots,
+                             json.dumps(dashboard_facts(ray, printed))], text=True, timeout=900)
     print(f"Ray's dashboard over Afterglow: {'passed' if result.returncode == 0 else 'FAILED'} "
           f"({switch.forwarded} requests forwarded to Afterglow; screenshots in {shots})")
-    return int(result.returncode != 0 or switch.forwarded == 0)
+    # Where Afterglow answers 404, Ray's dashboard answers from the live cluster instead: a
+    # page can pass without the history, so each such route is a problem.
+    fallbacks = 0
+    for (method, path, status), count in sorted(switch.unanswered.items()):
+        fallbacks += status == 404
+        live = " (Ray answered from the live cluster)" if status == 404 else ""
+        print(f"  Afterglow answered {status} to {method} {path}, {count}x{live}")
+    return int(result.returncode != 0 or switch.forwarded == 0) + fallbacks
 
 
 class FaultyProxy(http.server.ThreadingHTTPServer):
@@ -957,19 +1034,21 @@ def submit_jobs(dashboard):
 
 def submitted_jobs(address):
     """What `ray job list` shows at `address` (Ray's dashboard, or Afterglow's Ray route) of
-    the submissions: {submission_id: JobDetails as a dict}."""
+    the submissions, and what `ray job logs` prints of each: {submission_id: JobDetails as a
+    dict, with `logs`}."""
     from ray.job_submission import JobSubmissionClient
 
-    jobs = JobSubmissionClient(address).list_jobs()
-    return {job.submission_id: json.loads(job.model_dump_json()) for job in jobs
-            if job.submission_id in SUBMITTED}
+    client = JobSubmissionClient(address)
+    return {job.submission_id: dict(json.loads(job.model_dump_json()),
+                                    logs=client.get_job_logs(job.submission_id))
+            for job in client.list_jobs() if job.submission_id in SUBMITTED}
 
 
 def compare_submitted(theirs, mine):
-    """The submissions as `ray job list` showed them on the live cluster (`theirs`) and through
-    Afterglow (`mine`): every field equal, the secrets in runtime envs masked as Ray's
-    dashboard masks them, except the address of the live job agent that ran the driver.
-    Returns the number of problems."""
+    """The submissions as `ray job list` and `ray job logs` showed them on the live cluster
+    (`theirs`) and through Afterglow (`mine`): every field and the driver's log equal, the
+    secrets in runtime envs masked as Ray's dashboard masks them, except the address of the
+    live job agent that ran the driver. Returns the number of problems."""
     problems = 0
     for submission_id, status in SUBMITTED.items():
         live = dict(theirs.get(submission_id) or {})
@@ -1121,10 +1200,10 @@ def main():
     # The faults variant also drives Ray's own dashboard over Afterglow (`--proxy-server-url`).
     switch, proxy_flag = None, []
     if args.variant == "faults":
-        switch = SwitchProxy(free_port(), api.base)
+        route = f"/ray/{CLUSTER}/latest"
+        switch = SwitchProxy(free_port(), api.base, route)
         threading.Thread(target=switch.serve_forever, daemon=True).start()
-        proxy_flag = [f"--proxy-server-url=http://127.0.0.1:{switch.server_address[1]}"
-                      f"/ray/{CLUSTER}/latest"]
+        proxy_flag = [f"--proxy-server-url=http://127.0.0.1:{switch.server_address[1]}{route}"]
     status = 1
     ray_stopped = False
     dashboard_problems = 0
@@ -1179,8 +1258,10 @@ def main():
         if args.versus_ray:
             versus_ray(f"http://127.0.0.1:{dashboard_port}", api, ray, args.versus_ray)
         if switch:
+            with open(printed_path) as f:
+                printed = json.load(f)
             dashboard_problems = check_ray_dashboard(f"http://127.0.0.1:{dashboard_port}", ray,
-                                                     switch)
+                                                     printed, switch)
         ray_cli(env, "stop", "--force")
         ray_stopped = True
         shipped = shipper.stop()
