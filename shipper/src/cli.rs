@@ -14,7 +14,7 @@ use crate::names::NodeId;
 use crate::ship::{
     LogChunk, LogSink, MAX_CHUNK_BYTES, SendError, ShipError, ShipSettings, Shipper, backoff,
 };
-use crate::submissions::{JobDetails, SubmissionLedger, latest_session};
+use crate::submissions::{JobDetails, SubmissionLedger, latest_session, ray_auth_token};
 
 /// Flags of `afterglow ship-logs`.
 #[derive(Debug, clap::Args)]
@@ -46,7 +46,9 @@ pub struct ShipLogsArgs {
     pub chunk_bytes: usize,
     /// Ray's dashboard on this node. Where it answers (the head node), its job API is read
     /// every pass and what changed of each submitted job is sent as an event, since Ray exports
-    /// none for them; `none` turns this off.
+    /// none for them; `none` turns this off. With Ray's token authentication on, Ray's token is
+    /// taken from where Ray's clients take it (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH,
+    /// ~/.ray/auth_token).
     #[arg(long, value_name = "URL", default_value = "http://127.0.0.1:8265")]
     pub dashboard: String,
 }
@@ -184,6 +186,8 @@ struct SubmissionWatch {
     jobs_url: url::Url,
     /// `…/v1/events/{cluster}` with the token in its query string.
     events_url: url::Url,
+    /// Ray's own token for its dashboard, when Ray has one: never logged.
+    ray_token: Option<String>,
     client: reqwest::Client,
     ledger: SubmissionLedger,
 }
@@ -200,9 +204,15 @@ impl SubmissionWatch {
             .timeout(SEND_TIMEOUT)
             .build()
             .context("cannot build the HTTP client")?;
+        let ray_token = ray_auth_token(
+            std::env::var("RAY_AUTH_TOKEN").ok(),
+            std::env::var_os("RAY_AUTH_TOKEN_PATH").map(PathBuf::from),
+            std::env::var_os("HOME").map(PathBuf::from),
+        );
         Ok(Some(Self {
             jobs_url,
             events_url: events_url(export_url)?,
+            ray_token,
             client,
             ledger: SubmissionLedger::default(),
         }))
@@ -214,11 +224,22 @@ impl SubmissionWatch {
         let Some(session) = latest_session(ray_dir) else {
             return Ok(0);
         };
-        let response = match self.client.get(self.jobs_url.clone()).send().await {
+        let mut request = self.client.get(self.jobs_url.clone());
+        if let Some(token) = &self.ray_token {
+            request = request.bearer_auth(token);
+        }
+        let response = match request.send().await {
             Ok(response) => response,
             Err(err) if err.is_connect() => return Ok(0),
             Err(err) => return Err(format!("reading Ray's job API: {err}")),
         };
+        if response.status() == reqwest::StatusCode::UNAUTHORIZED {
+            return Err(
+                "Ray's job API asks for Ray's token (token authentication is on): set \
+                        RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH as for Ray's own clients"
+                    .to_owned(),
+            );
+        }
         if !response.status().is_success() {
             return Err(format!("Ray's job API answered {}", response.status()));
         }

@@ -49,6 +49,25 @@ pub struct JobDetails {
     pub driver_exit_code: Option<i32>,
 }
 
+/// Ray's token for its dashboard when its token authentication is on (`RAY_AUTH_MODE=token`),
+/// found where Ray's own clients look: `RAY_AUTH_TOKEN` (`env_token`), else the file
+/// `RAY_AUTH_TOKEN_PATH` names (`token_path`), else `~/.ray/auth_token` under `home`.
+pub fn ray_auth_token(
+    env_token: Option<String>,
+    token_path: Option<std::path::PathBuf>,
+    home: Option<std::path::PathBuf>,
+) -> Option<String> {
+    let nonempty = |token: String| {
+        let token = token.trim().to_owned();
+        (!token.is_empty()).then_some(token)
+    };
+    if let Some(token) = env_token.and_then(nonempty) {
+        return Some(token);
+    }
+    let path = token_path.or_else(|| home.map(|home| home.join(".ray").join("auth_token")))?;
+    std::fs::read_to_string(path).ok().and_then(nonempty)
+}
+
 /// The session `session_latest` points at under `ray_dir`: the one Ray's job API speaks of.
 pub fn latest_session(ray_dir: &std::path::Path) -> Option<SessionName> {
     let target = std::fs::read_link(ray_dir.join("session_latest")).ok()?;
@@ -279,6 +298,38 @@ mod tests {
             ledger.sent(change);
         }
         assert!(ledger.changes(&session(), &jobs, 2).is_empty());
+        Ok(())
+    }
+
+    #[test]
+    fn rays_token_is_found_where_rays_clients_look() -> anyhow::Result<()> {
+        let home = tempfile::tempdir()?;
+        assert_eq!(
+            ray_auth_token(None, None, Some(home.path().to_owned())),
+            None
+        );
+        std::fs::create_dir(home.path().join(".ray"))?;
+        std::fs::write(home.path().join(".ray/auth_token"), "from-home\n")?;
+        let named = home.path().join("named");
+        std::fs::write(&named, " from-path ")?;
+        let home = Some(home.path().to_owned());
+        assert_eq!(
+            ray_auth_token(None, None, home.clone()).as_deref(),
+            Some("from-home")
+        );
+        assert_eq!(
+            ray_auth_token(None, Some(named.clone()), home.clone()).as_deref(),
+            Some("from-path")
+        );
+        assert_eq!(
+            ray_auth_token(Some("from-env".into()), Some(named), home.clone()).as_deref(),
+            Some("from-env")
+        );
+        assert_eq!(
+            ray_auth_token(Some(" ".into()), None, home).as_deref(),
+            Some("from-home"),
+            "an empty variable is not a token"
+        );
         Ok(())
     }
 
