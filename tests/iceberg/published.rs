@@ -226,8 +226,12 @@ async fn iceberg_readers_read_what_afterglow_answers(
     // A reader of the snapshot before the expiry (a query under way, a time travel) still
     // reads it whole: its files wait out their grace period.
     let rows_after = rows_read_at(&python, &before_expiry).await?;
+    let attempts_before = rows_before
+        .get("task_attempts")
+        .and_then(|readers| readers.get("pyiceberg"))
+        .with_context(|| format!("PyIceberg counted no task_attempts: {rows_before:?}"))?;
     ensure!(
-        rows_after == rows_before && rows_before["task_attempts"]["pyiceberg"] > 0,
+        rows_after == rows_before && *attempts_before > 0,
         "the snapshot before the expiry read {rows_before:?}, after it {rows_after:?}"
     );
 

@@ -9,14 +9,17 @@
 //! names; a crash between the two leaves that commit's retired files in place (a few small
 //! objects). Deleting only ever touches the table's own Iceberg folder.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use super::IcebergError;
-use super::metadata::RETIRED_FILE_GRACE;
-use crate::keys::{self, ICEBERG_PREFIX};
+use super::avro::{Content, ListedManifest, Partition};
+use super::metadata::{RETIRED_FILE_GRACE, TableMetadata};
+use super::sync::{PublishedSession, key_of};
+use crate::keys::{self, ClusterName, ICEBERG_PREFIX, SessionName};
 use crate::storage::{ObjectKey, PutMode, Storage, StorageError};
 
 /// What one commit stopped naming.
@@ -44,6 +47,50 @@ impl Retired {
     pub(super) fn is_empty(&self) -> bool {
         self.keys.is_empty() && self.folders.is_empty()
     }
+}
+
+/// What a commit from `previous` (whose current snapshot publishes `published`) to `next`
+/// (listing `listed`) stops naming: the manifests of the sessions that changed or left, with
+/// their position-delete files, and what `next` expired or let out of its log.
+pub(super) fn retired_by(
+    storage: &Arc<dyn Storage>,
+    table: &str,
+    published: &BTreeMap<Partition, PublishedSession>,
+    listed: &[ListedManifest],
+    previous: &TableMetadata,
+    next: &TableMetadata,
+) -> Retired {
+    let still: BTreeSet<&str> = listed
+        .iter()
+        .map(|manifest| manifest.path.as_str())
+        .collect();
+    let mut retired = Retired::at(next.last_updated_ms);
+    for (partition, session) in published {
+        for manifest in &session.manifests {
+            if still.contains(manifest.path.as_str()) {
+                continue;
+            }
+            retired.keys.extend(key_of(storage, &manifest.path).ok());
+            if manifest.content == Content::PositionDeletes
+                && let (Ok(cluster), Ok(name)) = (
+                    ClusterName::new(&partition.cluster),
+                    SessionName::new(&partition.session),
+                )
+            {
+                retired.folders.push(keys::iceberg_deletes_folder(
+                    table,
+                    &cluster,
+                    &name,
+                    session.versions.0,
+                ));
+            }
+        }
+    }
+    let dropped = previous.dropped_by(next);
+    retired
+        .keys
+        .extend(dropped.iter().filter_map(|uri| key_of(storage, uri).ok()));
+    retired
 }
 
 /// Records what version `version` of `table` stopped naming (nothing, when it retired nothing).

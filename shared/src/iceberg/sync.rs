@@ -21,7 +21,7 @@ use super::avro::{self, Content, ListedManifest, ManifestFile, Partition, TableS
 use super::column_stats::{self, ColumnStats};
 use super::metadata::{PRODUCER_KEY, Snapshot, TableMetadata};
 use super::position_deletes;
-use super::retired::{self, Retired};
+use super::retired::{self, retired_by};
 use super::schema::TableSchema;
 use crate::keys::{self, ClusterName, IcebergManifest, SessionName};
 use crate::storage::{ObjectKey, PutMode, Storage, StorageError};
@@ -80,9 +80,11 @@ impl Session {
 }
 
 /// What the current snapshot publishes of one session.
-struct PublishedSession {
-    versions: (u64, u64),
-    manifests: Vec<ListedManifest>,
+pub(super) struct PublishedSession {
+    /// The versions of our manifest its manifests reflect (as [`Session::versions`]).
+    pub(super) versions: (u64, u64),
+    /// Its manifests in the current snapshot's manifest list.
+    pub(super) manifests: Vec<ListedManifest>,
 }
 
 /// Syncs every published table, in order.
@@ -293,50 +295,6 @@ pub(super) async fn sync_with(
     })
 }
 
-/// What a commit from `previous` (whose current snapshot publishes `published`) to `next`
-/// (listing `listed`) stops naming: the manifests of the sessions that changed or left, with
-/// their position-delete files, and what `next` expired or let out of its log.
-fn retired_by(
-    storage: &Arc<dyn Storage>,
-    table: &str,
-    published: &BTreeMap<Partition, PublishedSession>,
-    listed: &[ListedManifest],
-    previous: &TableMetadata,
-    next: &TableMetadata,
-) -> Retired {
-    let still: BTreeSet<&str> = listed
-        .iter()
-        .map(|manifest| manifest.path.as_str())
-        .collect();
-    let mut retired = Retired::at(next.last_updated_ms);
-    for (partition, session) in published {
-        for manifest in &session.manifests {
-            if still.contains(manifest.path.as_str()) {
-                continue;
-            }
-            retired.keys.extend(key_of(storage, &manifest.path).ok());
-            if manifest.content == Content::PositionDeletes
-                && let (Ok(cluster), Ok(name)) = (
-                    ClusterName::new(&partition.cluster),
-                    SessionName::new(&partition.session),
-                )
-            {
-                retired.folders.push(keys::iceberg_deletes_folder(
-                    table,
-                    &cluster,
-                    &name,
-                    session.versions.0,
-                ));
-            }
-        }
-    }
-    let dropped = previous.dropped_by(next);
-    retired
-        .keys
-        .extend(dropped.iter().filter_map(|uri| key_of(storage, uri).ok()));
-    retired
-}
-
 /// What kind of change a snapshot makes (its summary's `operation`).
 #[derive(Default)]
 struct Changes {
@@ -509,7 +467,7 @@ async fn published_sessions(
 }
 
 /// The key of an object of ours named by its URI.
-fn key_of(storage: &Arc<dyn Storage>, uri: &str) -> Result<ObjectKey, IcebergError> {
+pub(super) fn key_of(storage: &Arc<dyn Storage>, uri: &str) -> Result<ObjectKey, IcebergError> {
     let root = storage.uri(&ObjectKey::new("x")?);
     let prefix = root.strip_suffix('x').unwrap_or(&root);
     let key = uri

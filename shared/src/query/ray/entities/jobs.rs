@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value as Json, json};
 
+use super::{ms, parsed};
 use crate::keys::{LogFile, LogFileName, NodeId, SessionName};
 use crate::merge::entities::{JobRecord, SessionEntities};
 use crate::merge::submissions::SubmissionRecord;
@@ -176,14 +177,6 @@ fn submission_details(
         "driver_node_id": submission.latest(|t| t.driver_node_id.clone()),
         "driver_exit_code": submission.latest(|t| t.driver_exit_code),
     })
-}
-
-fn ms(ns: Option<i64>) -> Option<i64> {
-    ns.map(|ns| ns.div_euclid(1_000_000))
-}
-
-fn parsed(text: &str) -> Json {
-    serde_json::from_str(text).unwrap_or_else(|_| json!({}))
 }
 
 /// `GET api/jobs/`: the jobs page's bare array of `JobDetails`.
