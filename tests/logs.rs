@@ -1,7 +1,7 @@
-//! Node logs (docs/architecture.md, "Logs"): pieces stored by offset on both backends,
-//! re-sends and lost responses recognised, rewritten files refused; `POST /v1/logs/{cluster}`
-//! checking what it is sent; and `afterglow ship-logs`' shipper sending a Ray session folder
-//! through `serve`.
+//! Node logs (docs/architecture.md, "Logs"): pieces stored by index on both backends,
+//! re-sends and lost responses recognised wherever they overlap, rewritten files refused, reads
+//! that never list; `POST /v1/logs/{cluster}` checking what it is sent; and the shipper sending a
+//! Ray session folder through `serve`.
 
 use std::sync::Arc;
 
@@ -12,8 +12,9 @@ use afterglow_tests::{
 };
 use anyhow::{Context as _, ensure};
 use shared::keys::{ClusterName, LogFile, LogFileName, NodeId, SessionName};
+use shared::logs::read::{LogRange, list_files, read_range, read_tail};
 use shared::logs::ship::{ShipError, ShipSettings, Shipper};
-use shared::logs::store::{LogError, LogRange, MAX_CHUNK_BYTES, put_chunk, read_range};
+use shared::logs::store::{MAX_BODY_BYTES, MERGE_RUN, PieceOutcome, ReadPiece, put_pieces};
 use shared::query::{QueryEngine, QuerySettings};
 use shared::storage::Storage;
 
@@ -36,13 +37,40 @@ fn log_file(name: &str) -> anyhow::Result<LogFile> {
     })
 }
 
-async fn chunks_tile_a_file_and_any_range_reads_back(
+/// Stores one piece of `file` as a request of its own.
+async fn put(
+    storage: &dyn Storage,
+    file: &LogFile,
+    offset: u64,
+    bytes: &[u8],
+) -> anyhow::Result<PieceOutcome> {
+    let pieces = [ReadPiece {
+        file: file.file.clone(),
+        offset,
+        bytes,
+    }];
+    put_pieces(storage, &file.node(), &pieces)
+        .await?
+        .into_iter()
+        .next()
+        .context("no outcome for the piece")
+}
+
+/// What a stored piece's outcome says: bytes newly stored and where the file continues.
+fn stored(outcome: &PieceOutcome) -> anyhow::Result<(usize, u64)> {
+    match outcome {
+        PieceOutcome::Stored { stored, end } => Ok((*stored, *end)),
+        PieceOutcome::Refused { reason } => anyhow::bail!("refused: {reason}"),
+    }
+}
+
+async fn pieces_tile_a_file_and_any_range_reads_back(
     storage: Arc<dyn Storage>,
 ) -> anyhow::Result<()> {
     let file = log_file("worker-a-01000000-7.out")?;
     let text = b"first line\nsecond line\nthird\n";
-    put_chunk(&*storage, &file, 0, &text[..11]).await?;
-    put_chunk(&*storage, &file, 11, &text[11..]).await?;
+    put(&*storage, &file, 0, &text[..11]).await?;
+    put(&*storage, &file, 11, &text[11..]).await?;
     let whole = read_range(&*storage, &file, 0, None, ALL).await?;
     ensure!(whole.bytes == text && whole.complete, "{whole:?}");
     // A range across the two pieces, as a task's taskLogInfo names one.
@@ -80,26 +108,44 @@ async fn chunks_tile_a_file_and_any_range_reads_back(
     Ok(())
 }
 
-async fn a_resend_stores_only_what_is_new_and_a_rewrite_is_refused(
+async fn overlaps_are_checked_wherever_they_fall_and_only_new_bytes_stored(
     storage: Arc<dyn Storage>,
 ) -> anyhow::Result<()> {
     let file = log_file("worker-b-01000000-8.err")?;
-    put_chunk(&*storage, &file, 0, b"0123456789").await?;
-    // The shipper resends from an acknowledged offset, with what was appended since.
-    let longer = put_chunk(&*storage, &file, 0, b"0123456789abc").await?;
-    ensure!((longer.stored, longer.end) == (3, 13), "{longer:?}");
-    let same = put_chunk(&*storage, &file, 0, b"0123456789abc").await?;
-    ensure!(same.stored == 0, "{same:?}");
-    // The same name with other bytes (a file rewritten): refused, and nothing changes.
-    match put_chunk(&*storage, &file, 0, b"01234XXXXXXXXXXX").await {
-        Err(LogError::Conflict { start, .. }) => ensure!(start == 5, "conflict at {start}"),
-        other => anyhow::bail!("a rewrite was not refused: {other:?}"),
-    }
-    let stored = read_range(&*storage, &file, 0, None, ALL).await?;
-    ensure!(stored.bytes == b"0123456789abc", "{stored:?}");
-    put_chunk(&*storage, &file, 13, b"def").await?;
-    ensure!(read_range(&*storage, &file, 0, None, ALL).await?.bytes == b"0123456789abcdef");
+    put(&*storage, &file, 0, b"0123456789").await?;
+    // A re-send from an acknowledged offset, with what was appended since.
+    ensure!(stored(&put(&*storage, &file, 0, b"0123456789abc").await?)? == (3, 13));
+    ensure!(stored(&put(&*storage, &file, 0, b"0123456789abc").await?)? == (0, 13));
+    // Starting inside a stored extent, and running past two of them.
+    ensure!(stored(&put(&*storage, &file, 5, b"56789abcdef").await?)? == (3, 16));
+    // The same name with other bytes (a file rewritten), the difference inside an extent and
+    // not at the piece's start: refused, and nothing changes.
+    let Some(at) = refusal(&put(&*storage, &file, 3, b"3456X89").await?) else {
+        anyhow::bail!("a rewrite was not refused");
+    };
+    ensure!(at.contains("bytes 7..10"), "{at}");
+    // A gap at 16..20, then bytes stored after it.
+    put(&*storage, &file, 20, b"WXYZ").await?;
+    // Equal, then new bytes in the gap, then a difference: the new bytes before the
+    // difference are stored, nothing after it.
+    ensure!(
+        refusal(&put(&*storage, &file, 14, b"efGHIJwXYZ!").await?).is_some(),
+        "a difference after a gap was not refused"
+    );
+    let stored_now = read_range(&*storage, &file, 0, None, ALL).await?;
+    ensure!(
+        stored_now.bytes == b"0123456789abcdefGHIJWXYZ" && stored_now.complete,
+        "{stored_now:?}"
+    );
     Ok(())
+}
+
+/// Why a piece was refused; `None` when it was stored.
+fn refusal(outcome: &PieceOutcome) -> Option<String> {
+    match outcome {
+        PieceOutcome::Refused { reason } => Some(reason.clone()),
+        PieceOutcome::Stored { .. } => None,
+    }
 }
 
 async fn a_lost_response_is_recognised_not_refused(
@@ -107,51 +153,126 @@ async fn a_lost_response_is_recognised_not_refused(
 ) -> anyhow::Result<()> {
     let faulty = LosesConditionalResponses::new(Arc::clone(&storage), "logs/", 1);
     let file = log_file("raylet.out")?;
-    // The piece lands, the response is lost, the SDK's retry sees 412.
-    let receipt = put_chunk(&faulty, &file, 0, b"raylet started\n").await?;
+    // The index lands, the response is lost, the SDK's retry sees 412.
+    let outcome = put(&faulty, &file, 0, b"raylet started\n").await?;
     ensure!(faulty.lost() == 1, "the response was not lost");
-    ensure!(receipt.end == 15, "{receipt:?}");
+    ensure!(stored(&outcome)? == (15, 15), "{outcome:?}");
     ensure!(read_range(&*storage, &file, 0, None, ALL).await?.bytes == b"raylet started\n");
     Ok(())
 }
 
-async fn overlapping_pieces_read_back_once_and_files_list_by_name(
+async fn one_request_holds_many_files_and_they_list_by_name(
     storage: Arc<dyn Storage>,
 ) -> anyhow::Result<()> {
-    // A re-send shorter than the piece stored at its offset (the shipper's --chunk-bytes
-    // lowered across a restart) makes the next piece start inside that one: the bytes agree
-    // (the store checked the overlap), and every reader must count them once.
-    let file = log_file("raylet.out")?;
-    put_chunk(&*storage, &file, 0, b"one\ntwo\n").await?;
-    put_chunk(&*storage, &file, 0, b"one\n").await?;
-    put_chunk(&*storage, &file, 4, b"two\nthree\n").await?;
+    let node = log_file("raylet.out")?.node();
+    let (raylet, rotated) = (
+        LogFileName::new("raylet.out")?,
+        LogFileName::new("raylet.out.1")?,
+    );
+    let pieces = [
+        ReadPiece {
+            file: raylet.clone(),
+            offset: 0,
+            bytes: b"one\ntwo\n",
+        },
+        ReadPiece {
+            file: rotated.clone(),
+            offset: 0,
+            bytes: b"rotated\n",
+        },
+        ReadPiece {
+            file: raylet.clone(),
+            offset: 8,
+            bytes: b"three\n",
+        },
+    ];
+    let outcomes = put_pieces(&*storage, &node, &pieces).await?;
+    ensure!(outcomes.len() == 3, "{outcomes:?}");
+    let segments = storage.list(&format!("{}segments/", node.prefix())).await?;
+    ensure!(segments.len() == 1, "one object per request: {segments:?}");
+    let file = node.file(raylet);
     let whole = read_range(&*storage, &file, 0, None, ALL).await?;
     ensure!(
         whole.bytes == b"one\ntwo\nthree\n" && whole.complete,
         "{whole:?}"
     );
-    let tail = shared::logs::store::read_tail(&*storage, &file, 3, ALL).await?;
+    let tail = read_tail(&*storage, &file, 3, ALL).await?;
     ensure!(
         tail.bytes == b"one\ntwo\nthree\n" && tail.complete,
         "{tail:?}"
     );
-    // `.` sorts before the `/` after a name in keys; the listing is by name all the same.
-    put_chunk(&*storage, &log_file("raylet.out.1")?, 0, b"rotated\n").await?;
-    let names: Vec<String> =
-        shared::logs::store::list_files(&*storage, &file.cluster, &file.session, &file.node_id)
-            .await?
-            .into_iter()
-            .map(|shipped| shipped.name.to_string())
-            .collect();
-    ensure!(names == ["raylet.out", "raylet.out.1"], "{names:?}");
+    let names: Vec<(String, u64)> = list_files(&*storage, &node)
+        .await?
+        .into_iter()
+        .map(|shipped| (shipped.name.to_string(), shipped.bytes))
+        .collect();
+    ensure!(
+        names
+            == [
+                ("raylet.out".to_owned(), 14),
+                ("raylet.out.1".to_owned(), 8)
+            ],
+        "{names:?}"
+    );
+    Ok(())
+}
+
+async fn a_large_resend_over_many_stored_pieces_costs_its_own_size(
+    storage: Arc<dyn Storage>,
+) -> anyhow::Result<()> {
+    let node = log_file("raylet.out")?.node();
+    let name = LogFileName::new("worker-e-01000000-5.out")?;
+    let file = node.file(name.clone());
+    // 10 000 one-line pieces, shipped 1 000 to a request: a slow printer over hours.
+    let lines: Vec<String> = (0..10_000)
+        .map(|line| format!("line {line:05}\n"))
+        .collect();
+    let mut offset = 0_u64;
+    for batch in lines.chunks(1_000) {
+        let mut pieces = Vec::new();
+        for line in batch {
+            pieces.push(ReadPiece {
+                file: name.clone(),
+                offset,
+                bytes: line.as_bytes(),
+            });
+            offset += line.len() as u64;
+        }
+        put_pieces(&*storage, &node, &pieces).await?;
+    }
+    let stored_text: String = lines.concat();
+    // A shipper that lost its state sends the file again from 0, as much as a body holds.
+    let mut resend = stored_text.clone().into_bytes();
+    resend.resize(MAX_BODY_BYTES - 1_024, b'+');
+    let recorder = Arc::new(RecordsGets::new(Arc::clone(&storage)));
+    let outcome = put(&*recorder, &file, 0, &resend).await?;
+    ensure!(
+        stored(&outcome)? == (resend.len() - stored_text.len(), resend.len() as u64),
+        "{outcome:?}"
+    );
+    // The stored part is read back a few merged extents at a time, not a piece at a time.
+    let reads = recorder.ranges().len();
+    ensure!(
+        reads <= 2 * MERGE_RUN,
+        "{reads} ranged reads to check a re-send over 10 000 pieces"
+    );
+    ensure!(recorder.lists() == 0, "the store listed");
+    let whole = read_range(&*recorder, &file, 0, None, ALL).await?;
+    ensure!(
+        whole.bytes == resend,
+        "{} bytes read back",
+        whole.bytes.len()
+    );
+    ensure!(recorder.lists() == 0, "a read listed");
     Ok(())
 }
 
 for_each_backend!(
-    overlapping_pieces_read_back_once_and_files_list_by_name,
-    chunks_tile_a_file_and_any_range_reads_back,
-    a_resend_stores_only_what_is_new_and_a_rewrite_is_refused,
+    one_request_holds_many_files_and_they_list_by_name,
+    pieces_tile_a_file_and_any_range_reads_back,
+    overlaps_are_checked_wherever_they_fall_and_only_new_bytes_stored,
     a_lost_response_is_recognised_not_refused,
+    a_large_resend_over_many_stored_pieces_costs_its_own_size,
 );
 
 /// `serve` with ingest behind [`SECRET`], over a local folder.
@@ -182,7 +303,8 @@ async fn the_log_route_checks_token_place_and_size() -> anyhow::Result<()> {
             anyhow::Ok((status, text))
         }
     };
-    let place = format!("session={SESSION}&node_id={node}&file=raylet.out&offset=0");
+    let place = format!("session={SESSION}&node_id={node}");
+    let one = format!("{place}&file=raylet.out&offset=0");
     for (query, status, says) in [
         (place.clone(), 401, "missing ingest token"),
         (
@@ -195,26 +317,23 @@ async fn the_log_route_checks_token_place_and_size() -> anyhow::Result<()> {
             403,
             "wrong ingest token for this cluster",
         ),
+        (format!("token={token}&node_id={node}"), 400, "`session`"),
         (
-            format!("token={token}&node_id={node}&file=raylet.out&offset=0"),
-            400,
-            "`session`",
-        ),
-        (
-            format!("token={token}&session={SESSION}&node_id=XYZ&file=a&offset=0"),
+            format!("token={token}&session={SESSION}&node_id=XYZ"),
             400,
             "node id",
         ),
         (
-            format!("token={token}&session={SESSION}&node_id={node}&file=..%2Fx&offset=0"),
+            format!("token={token}&{place}&file=..%2Fx&offset=0"),
             400,
             "log file name",
         ),
         (
-            format!("token={token}&session={SESSION}&node_id={node}&file=a&offset=-1"),
+            format!("token={token}&{place}&file=a&offset=-1"),
             400,
             "offset",
         ),
+        (format!("token={token}&{place}"), 400, "header line"),
     ] {
         let (got, text) = post(query.clone(), b"x".to_vec()).await?;
         ensure!(
@@ -223,17 +342,62 @@ async fn the_log_route_checks_token_place_and_size() -> anyhow::Result<()> {
         );
     }
     let (got, text) = post(
-        format!("token={token}&{place}"),
-        vec![b'x'; MAX_CHUNK_BYTES + 1],
+        format!("token={token}&{one}"),
+        vec![b'x'; MAX_BODY_BYTES + 1],
     )
     .await?;
     ensure!(got == 413, "{got} {text}");
-    let (got, text) = post(format!("token={token}&{place}"), b"hello\n".to_vec()).await?;
+    // One file's bytes, as earlier shippers send them.
+    let (got, text) = post(format!("token={token}&{one}"), b"hello\n".to_vec()).await?;
     ensure!(got == 200 && text.contains("\"end\":6"), "{got} {text}");
-    let (got, text) = post(format!("token={token}&{place}"), b"HELLO\n".to_vec()).await?;
+    let (got, text) = post(format!("token={token}&{one}"), b"HELLO\n".to_vec()).await?;
     ensure!(got == 409 && text.contains("rewritten"), "{got} {text}");
-    let stored = read_range(&*storage, &log_file("raylet.out")?, 0, None, ALL).await?;
-    ensure!(stored.bytes == b"hello\n", "{stored:?}");
+    // A framed body: each piece answered, a refused one beside a stored one.
+    let (raylet, worker) = (
+        LogFileName::new("raylet.out")?,
+        LogFileName::new("worker-a-01000000-1.out")?,
+    );
+    let mut body = shared::logs::frames::Body::new(MAX_BODY_BYTES);
+    body.push(shared::logs::frames::Piece {
+        file: &raylet,
+        offset: 0,
+        bytes: b"HELLO\nworld\n",
+    });
+    body.push(shared::logs::frames::Piece {
+        file: &worker,
+        offset: 0,
+        bytes: b"printed\n",
+    });
+    let (got, text) = post(format!("token={token}&{place}"), body.into_bytes()).await?;
+    ensure!(got == 200, "{got} {text}");
+    let answer: shared::logs::frames::BodyAnswer = serde_json::from_str(&text)?;
+    ensure!(
+        matches!(
+            answer.pieces.as_slice(),
+            [
+                shared::logs::frames::PieceAnswer {
+                    outcome: PieceOutcome::Refused { .. },
+                    ..
+                },
+                shared::logs::frames::PieceAnswer {
+                    outcome: PieceOutcome::Stored { stored: 8, end: 8 },
+                    ..
+                },
+            ]
+        ),
+        "{text}"
+    );
+    let stored_now = read_range(&*storage, &log_file("raylet.out")?, 0, None, ALL).await?;
+    ensure!(stored_now.bytes == b"hello\n", "{stored_now:?}");
+    let printed = read_range(
+        &*storage,
+        &log_file("worker-a-01000000-1.out")?,
+        0,
+        None,
+        ALL,
+    )
+    .await?;
+    ensure!(printed.bytes == b"printed\n", "{printed:?}");
     server.stop().await
 }
 
@@ -263,7 +427,7 @@ async fn the_shipper_sends_a_session_folder_through_serve_and_waits_out_an_outag
         ray_dir: ray.path().to_owned(),
         node_id: None,
         state_file: ray.path().join("state.json"),
-        chunk_bytes: 1000,
+        body_bytes: 2_000,
     };
 
     // Nothing listens yet: the pass asks to retry and acknowledges nothing.
@@ -282,7 +446,8 @@ async fn the_shipper_sends_a_session_folder_through_serve_and_waits_out_an_outag
     let (server, storage, _dir) = serve_with_token().await?;
     let sink = HttpSink::new(&format!("{}/v1/events/logs?token={token}", server.url))?;
     let report = shipper.pass(&sink).await?;
-    ensure!(report.chunks == 6, "{report:?}"); // 3900 bytes in 1000-byte pieces, and two more
+    // 3 900 bytes of one file and two small ones, in bodies of at most 2 000 bytes.
+    ensure!(report.requests == 3 && report.pieces == 5, "{report:?}");
     for (name, text) in &files {
         let stored = read_range(&*storage, &log_file(name)?, 0, None, ALL).await?;
         ensure!(
@@ -294,7 +459,7 @@ async fn the_shipper_sends_a_session_folder_through_serve_and_waits_out_an_outag
     }
     // A restarted shipper has nothing to send.
     let again = Shipper::new(settings)?.pass(&sink).await?;
-    ensure!(again.chunks == 0, "{again:?}");
+    ensure!(again.requests == 0, "{again:?}");
     server.stop().await.context("stopping serve")
 }
 
@@ -406,7 +571,7 @@ async fn a_tasks_logs_are_exactly_its_bytes_of_its_workers_file() -> anyhow::Res
     let mine = "attempt out\n";
     ensure!(mine.len() as u64 == PRINTED);
     let whole = format!("{before}{mine}after, another task's output\n");
-    put_chunk(
+    put(
         &*served.storage,
         &file,
         0,
@@ -499,9 +664,9 @@ async fn a_nodes_files_list_and_tail_in_ours_and_in_rays_routes() -> anyhow::Res
         in_session("raylet.out")?,
         in_session("worker-d-01000000-3.out")?,
     );
-    put_chunk(&*served.storage, &raylet, 0, b"one\ntwo\n").await?;
-    put_chunk(&*served.storage, &raylet, 8, b"three\nfour").await?;
-    put_chunk(&*served.storage, &worker, 0, b"printed\n").await?;
+    put(&*served.storage, &raylet, 0, b"one\ntwo\n").await?;
+    put(&*served.storage, &raylet, 8, b"three\nfour").await?;
+    put(&*served.storage, &worker, 0, b"printed\n").await?;
 
     let node = node_id();
     let place = format!("cluster=logs&session={session}&node_id={node}");
@@ -511,8 +676,8 @@ async fn a_nodes_files_list_and_tail_in_ours_and_in_rays_routes() -> anyhow::Res
     ensure!(
         listed["files"]
             == serde_json::json!([
-                {"file": "raylet.out", "chunks": 2},
-                {"file": "worker-d-01000000-3.out", "chunks": 1}
+                {"file": "raylet.out", "bytes": 18},
+                {"file": "worker-d-01000000-3.out", "bytes": 8}
             ]),
         "{listed}"
     );
@@ -565,10 +730,10 @@ async fn a_whole_files_tail_fetches_no_more_than_the_response_holds() -> anyhow:
     let (_dir, storage) = local_storage()?;
     let storage: Arc<dyn Storage> = Arc::new(storage);
     let file = log_file("raylet.out")?;
-    // 100 pieces of 1 000 bytes, ten 100-byte lines each.
+    // 100 pieces of 1 000 bytes, ten 100-byte lines each, each shipped as a request.
     let piece = format!("{}\n", "y".repeat(99)).repeat(10);
     for at in 0..100_u64 {
-        put_chunk(&*storage, &file, at * 1_000, piece.as_bytes()).await?;
+        put(&*storage, &file, at * 1_000, piece.as_bytes()).await?;
     }
     let recorder = Arc::new(RecordsGets::new(Arc::clone(&storage)));
     let cache = tempfile::tempdir()?;
@@ -593,9 +758,19 @@ async fn a_whole_files_tail_fetches_no_more_than_the_response_holds() -> anyhow:
         tail.bytes.len(),
         tail.complete
     );
-    // The last three pieces hold the response; none before them is fetched.
-    let gets = recorder.gets();
-    ensure!(gets.len() == 3, "{} pieces fetched", gets.len());
+    // The index, and the last three pieces, which hold the response: nothing before them is
+    // fetched, and nothing is listed.
+    let (gets, ranges) = (recorder.gets(), recorder.ranges());
+    ensure!(
+        gets.len() == 1 && gets[0].ends_with("index.json"),
+        "{gets:?}"
+    );
+    ensure!(
+        ranges.len() == 3,
+        "{} extents fetched: {ranges:?}",
+        ranges.len()
+    );
+    ensure!(recorder.lists() == 0, "the tail listed");
     Ok(())
 }
 
@@ -728,7 +903,7 @@ async fn attempts_without_offsets_get_only_their_own_lines() -> anyhow::Result<(
         node_id: NodeId::new(attempt["node_id"].as_str().context("node_id")?)?,
         file: LogFileName::new(&format!("worker-{worker}-ffffffff-4242.out"))?,
     };
-    put_chunk(&*served.storage, &file, 0, written.as_bytes()).await?;
+    put(&*served.storage, &file, 0, written.as_bytes()).await?;
 
     for (task_id, number) in &ran {
         let response = reqwest::get(format!(

@@ -89,8 +89,8 @@ pub enum Command {
     /// on every node.
     ///
     /// Follows every session under --ray-dir (new files, files Ray moves to logs/old/, rotated
-    /// and truncated files, new sessions), sends appended bytes with their offsets about every
-    /// --interval, resumes after a restart from its state file without re-sending or skipping,
+    /// and truncated files, new sessions), sends what every file appended in one request about
+    /// every --interval (nothing when nothing was written), resumes after a restart from its state file without re-sending or skipping,
     /// and retries with backoff while the endpoint is down. A crashed node loses at most the
     /// last interval.
     ShipLogs(ShipLogsArgs),

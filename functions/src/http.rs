@@ -23,7 +23,7 @@ pub fn router(state: Arc<AppState>) -> Router {
     if state.ingestor.is_some() {
         router = router
             .route("/v1/events/{cluster}", post(crate::ingest::post_events))
-            .route("/v1/logs/{cluster}", post(crate::ingest::post_log_chunk));
+            .route("/v1/logs/{cluster}", post(crate::ingest::post_logs));
     }
     if state.query.is_some() {
         router = router

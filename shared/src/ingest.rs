@@ -20,8 +20,8 @@ use serde_json::value::RawValue;
 
 use crate::auth::ingest::IngestKeys;
 use crate::event::{BatchError, RayEvent, split_batch};
-use crate::keys::{ClusterName, LogFile};
-use crate::logs::store::{ChunkReceipt, LogError, put_chunk};
+use crate::keys::{ClusterName, NodeLogs};
+use crate::logs::store::{LogError, PieceOutcome, ReadPiece, put_pieces};
 use crate::raw::write::{self, WriteError};
 use crate::storage::{ObjectKey, Storage};
 use sessions::{REMEMBERED_SESSIONS, SessionAdmission};
@@ -266,15 +266,15 @@ impl Ingestor {
         })
     }
 
-    /// Stores an authorized piece of a node's log file (`POST /v1/logs/{cluster}`), returning
-    /// only once it is durable; see [`put_chunk`] for re-sends and rewritten files.
-    pub async fn ingest_log_chunk(
+    /// Stores an authorized request's pieces of a node's log files (`POST /v1/logs/{cluster}`),
+    /// returning only once they are durable; see [`put_pieces`] for re-sends and rewritten
+    /// files.
+    pub async fn ingest_log_pieces(
         &self,
-        file: &LogFile,
-        offset: u64,
-        bytes: &[u8],
-    ) -> Result<ChunkReceipt, LogError> {
-        put_chunk(&*self.storage, file, offset, bytes).await
+        node: &NodeLogs,
+        pieces: &[ReadPiece<'_>],
+    ) -> Result<Vec<PieceOutcome>, LogError> {
+        put_pieces(&*self.storage, node, pieces).await
     }
 }
 

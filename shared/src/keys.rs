@@ -10,8 +10,9 @@
 //! `tables/catalog/clusters.json` which clusters have one (`tables/catalog.json`, every cluster in
 //! one document, is the catalog's older format, still read),
 //! `tables/cluster_rollups/cluster={cluster}/rollup-{ulid}.parquet` a cluster's rollup;
-//! `logs/{cluster}/{session}/{node_id}/{file}/{offset:020}.gz` each shipped piece of a node's log
-//! file, named by the byte offset where it starts in that file; `quarantine/{ulid}.ndjson` lines
+//! `logs/{cluster}/{session}/{node_id}/segments/{ulid}.gz` the log bytes one request shipped from
+//! a node (or a merge of earlier ones), and `logs/{cluster}/{session}/{node_id}/index.json` where
+//! each of the node's files' bytes are in them; `quarantine/{ulid}.ndjson` lines
 //! compaction could not use; `state/serve/compacted/{ulid}.txt` what `serve` has compacted;
 //! `iceberg/{table}/` each published table as Apache Iceberg metadata over those same files
 //! (`metadata/v{n}.metadata.json` its versions, `metadata/version-hint.text` the newest,
@@ -221,11 +222,8 @@ pub fn compacted_record_key(id: Ulid) -> Result<ObjectKey, InvalidKey> {
     ObjectKey::new(format!("{COMPACTED_RECORDS_PREFIX}{id}.txt"))
 }
 
-/// Top-level prefix of shipped log chunks.
+/// Top-level prefix of shipped logs.
 pub const LOGS_PREFIX: &str = "logs/";
-
-/// Suffix of a shipped log chunk.
-const LOG_CHUNK_SUFFIX: &str = ".gz";
 
 // The names a shipped log piece carries are the shipper's (it builds without this crate), and
 // key segments here.
@@ -233,7 +231,54 @@ pub use ship_logs::names::{
     InvalidLogFileName, InvalidNodeId, InvalidSessionName, LogFileName, NodeId, SessionName,
 };
 
-/// One node's log file in one session: where its chunks live.
+/// The prefix of every log object of one session, all its nodes' (ends with `/`).
+pub fn session_logs_prefix(cluster: &ClusterName, session: &SessionName) -> String {
+    format!("{LOGS_PREFIX}{cluster}/{session}/")
+}
+
+/// One node's logs in one session: its index and segments.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NodeLogs {
+    /// The cluster (from the export URL).
+    pub cluster: ClusterName,
+    /// The Ray session.
+    pub session: SessionName,
+    /// The node.
+    pub node_id: NodeId,
+}
+
+impl NodeLogs {
+    /// The prefix of every object of the node's logs (ends with `/`).
+    pub fn prefix(&self) -> String {
+        format!(
+            "{}{}/",
+            session_logs_prefix(&self.cluster, &self.session),
+            self.node_id
+        )
+    }
+
+    /// The key of the node's log index.
+    pub fn index_key(&self) -> Result<ObjectKey, InvalidKey> {
+        ObjectKey::new(format!("{}index.json", self.prefix()))
+    }
+
+    /// The key of segment `id`.
+    pub fn segment_key(&self, id: Ulid) -> Result<ObjectKey, InvalidKey> {
+        ObjectKey::new(format!("{}segments/{id}.gz", self.prefix()))
+    }
+
+    /// The node's file `name`.
+    pub fn file(&self, name: LogFileName) -> LogFile {
+        LogFile {
+            cluster: self.cluster.clone(),
+            session: self.session.clone(),
+            node_id: self.node_id.clone(),
+            file: name,
+        }
+    }
+}
+
+/// One node's log file in one session.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct LogFile {
     /// The cluster (from the export URL).
@@ -247,33 +292,25 @@ pub struct LogFile {
 }
 
 impl LogFile {
-    /// The prefix every chunk of this file is under (ends with `/`).
-    pub fn prefix(&self) -> String {
-        format!(
-            "{LOGS_PREFIX}{}/{}/{}/{}/",
-            self.cluster, self.session, self.node_id, self.file
-        )
-    }
-
-    /// The key of the chunk that starts at byte `offset` of the file. Zero-padded, so that key
-    /// order is offset order.
-    pub fn chunk_key(&self, offset: u64) -> Result<ObjectKey, InvalidKey> {
-        ObjectKey::new(format!("{}{offset:020}{LOG_CHUNK_SUFFIX}", self.prefix()))
-    }
-
-    /// The offset a chunk key of this file names; `None` for any other key.
-    pub fn chunk_offset(&self, key: &ObjectKey) -> Option<u64> {
-        let name = key.as_str().strip_prefix(&self.prefix())?;
-        let digits = name.strip_suffix(LOG_CHUNK_SUFFIX)?;
-        (digits.len() == 20 && digits.bytes().all(|byte| byte.is_ascii_digit()))
-            .then(|| digits.parse().ok())
-            .flatten()
+    /// The node's logs the file is among.
+    pub fn node(&self) -> NodeLogs {
+        NodeLogs {
+            cluster: self.cluster.clone(),
+            session: self.session.clone(),
+            node_id: self.node_id.clone(),
+        }
     }
 }
 
-/// The prefix of every log file of one node in one session (ends with `/`).
-pub fn node_logs_prefix(cluster: &ClusterName, session: &SessionName, node_id: &NodeId) -> String {
-    format!("{LOGS_PREFIX}{cluster}/{session}/{node_id}/")
+/// `{cluster}/{session}/{node_id}/{file}`, for messages.
+impl std::fmt::Display for LogFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}/{}/{}/{}",
+            self.cluster, self.session, self.node_id, self.file
+        )
+    }
 }
 
 /// Where the published tables' Iceberg metadata lives.
@@ -416,28 +453,24 @@ mod tests {
     }
 
     #[test]
-    fn log_chunks_sort_by_offset_and_name_it() -> Result<(), Box<dyn std::error::Error>> {
-        let file = LogFile {
+    fn a_nodes_logs_live_under_one_prefix() -> Result<(), Box<dyn std::error::Error>> {
+        let node = NodeLogs {
             cluster: ClusterName::new("c")?,
             session: SessionName::new("session_2026-11-22_06-14-46_050039_15318")?,
             node_id: NodeId::new(&"0a".repeat(28))?,
-            file: LogFileName::new("worker-ab-01000000-77.out")?,
         };
-        let (early, late) = (file.chunk_key(9)?, file.chunk_key(10)?);
-        assert_eq!(
-            early.as_str(),
-            format!(
-                "logs/c/session_2026-11-22_06-14-46_050039_15318/{}/worker-ab-01000000-77.out/\
-                 00000000000000000009.gz",
-                "0a".repeat(28)
-            )
+        let prefix = format!(
+            "logs/c/session_2026-11-22_06-14-46_050039_15318/{}/",
+            "0a".repeat(28)
         );
-        assert!(early < late);
-        assert_eq!(file.chunk_offset(&late), Some(10));
+        assert_eq!(node.index_key()?.as_str(), format!("{prefix}index.json"));
+        let segment = node.segment_key(Ulid::nil())?;
         assert_eq!(
-            file.chunk_offset(&ObjectKey::new(format!("{}x.gz", file.prefix()))?),
-            None
+            segment.as_str(),
+            format!("{prefix}segments/00000000000000000000000000.gz")
         );
+        let file = node.file(LogFileName::new("worker-ab-01000000-77.out")?);
+        assert_eq!(file.node(), node);
         Ok(())
     }
 

@@ -10,10 +10,9 @@ use anyhow::{Context as _, bail};
 use async_trait::async_trait;
 use tokio::signal::unix::{SignalKind, signal};
 
+use crate::frames::{BodyAnswer, MAX_BODY_BYTES, MIN_BODY_BYTES};
 use crate::names::NodeId;
-use crate::ship::{
-    LogChunk, LogSink, MAX_CHUNK_BYTES, SendError, ShipError, ShipSettings, Shipper, backoff,
-};
+use crate::ship::{LogBatch, LogSink, SendError, ShipError, ShipSettings, Shipper, backoff};
 use crate::submissions::{JobDetails, SubmissionLedger, latest_session, ray_auth_token};
 
 /// Flags of `afterglow ship-logs`.
@@ -38,12 +37,13 @@ pub struct ShipLogsArgs {
     /// Where sent offsets are kept across restarts [default: RAY_DIR/afterglow-ship-logs.json].
     #[arg(long, value_name = "FILE")]
     pub state_file: Option<PathBuf>,
-    /// Time between passes.
-    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
+    /// Time between passes. Each pass sends one request per session holding what every file
+    /// appended (more only when that passes --body-bytes); an idle node sends nothing.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
     pub interval: Duration,
     /// Most bytes per request.
-    #[arg(long, value_name = "BYTES", default_value_t = 1024 * 1024)]
-    pub chunk_bytes: usize,
+    #[arg(long, value_name = "BYTES", default_value_t = 1024 * 1024, alias = "chunk-bytes")]
+    pub body_bytes: usize,
     /// Ray's dashboard on this node. Where it answers (the head node), its job API is read
     /// every pass and what changed of each submitted job is sent as an event, since Ray exports
     /// none for them; `none` turns this off. With Ray's token authentication on, Ray's token is
@@ -71,12 +71,12 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
     }
 }
 
-/// Longest one chunk's request may take.
+/// Longest one request may take.
 const SEND_TIMEOUT: Duration = Duration::from_secs(30);
 /// Longest wait between attempts while the endpoint is down.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
-/// Sends chunks to an Afterglow ingest endpoint.
+/// Sends batches to an Afterglow ingest endpoint.
 pub struct HttpSink {
     /// `…/v1/logs/{cluster}` with the token in its query string.
     url: url::Url,
@@ -107,34 +107,37 @@ impl std::fmt::Debug for HttpSink {
 
 #[async_trait]
 impl LogSink for HttpSink {
-    async fn send(&self, chunk: LogChunk<'_>) -> Result<(), SendError> {
+    async fn send(&self, batch: LogBatch<'_>) -> Result<BodyAnswer, SendError> {
         let mut url = self.url.clone();
         url.query_pairs_mut()
-            .append_pair("session", chunk.session.as_str())
-            .append_pair("node_id", chunk.node_id.as_str())
-            .append_pair("file", chunk.file.as_str())
-            .append_pair("offset", &chunk.offset.to_string());
+            .append_pair("session", batch.session.as_str())
+            .append_pair("node_id", batch.node_id.as_str());
         let response = self
             .client
             .post(url)
             .header(reqwest::header::CONTENT_TYPE, "application/octet-stream")
-            .body(chunk.bytes.to_vec())
+            .body(batch.body.to_vec())
             .send()
             .await
             // The URL holds the token: never let it into a message.
             .map_err(|err| SendError::Retry(err.without_url().to_string()))?;
         let status = response.status();
+        let body = response
+            .text()
+            .await
+            .map_err(|err| SendError::Retry(err.without_url().to_string()))?;
         if status.is_success() {
-            return Ok(());
+            return serde_json::from_str(&body).map_err(|err| {
+                SendError::Retry(format!("the endpoint's answer is not a log answer: {err}"))
+            });
         }
-        let body = response.text().await.unwrap_or_default();
-        let reason = format!("{status}: {}", body.chars().take(500).collect::<String>());
-        // Only what is wrong with this piece refuses the file for good; a wrong token or URL is
-        // fixed on the endpoint's side, and the shipper must then carry on where it was.
-        match status.as_u16() {
-            400 | 409 | 413 => Err(SendError::Refused(reason)),
-            _ => Err(SendError::Retry(reason)),
-        }
+        // A piece the store refuses is answered per piece, with 200; a refused request (a
+        // wrong token or URL) is fixed on the endpoint's side, and the shipper then carries on
+        // where it was.
+        Err(SendError::Retry(format!(
+            "{status}: {}",
+            body.chars().take(500).collect::<String>()
+        )))
     }
 }
 
@@ -281,8 +284,8 @@ pub async fn run_cli(args: ShipLogsArgs) -> anyhow::Result<()> {
         .map(|id| NodeId::new(&id.to_ascii_lowercase()))
         .transpose()
         .context("--node-id")?;
-    if args.chunk_bytes == 0 || args.chunk_bytes > MAX_CHUNK_BYTES {
-        bail!("--chunk-bytes must be between 1 and {MAX_CHUNK_BYTES}");
+    if args.body_bytes < MIN_BODY_BYTES || args.body_bytes > MAX_BODY_BYTES {
+        bail!("--body-bytes must be between {MIN_BODY_BYTES} and {MAX_BODY_BYTES}");
     }
     let state_file = args
         .state_file
@@ -292,7 +295,7 @@ pub async fn run_cli(args: ShipLogsArgs) -> anyhow::Result<()> {
         ray_dir: args.ray_dir.clone(),
         node_id,
         state_file: state_file.clone(),
-        chunk_bytes: args.chunk_bytes,
+        body_bytes: args.body_bytes,
     })?;
     tracing::info!(
         ray_dir = %args.ray_dir.display(),
@@ -315,8 +318,13 @@ pub async fn run_cli(args: ShipLogsArgs) -> anyhow::Result<()> {
                     );
                 }
                 awaiting_ray = report.awaiting_ray;
-                if report.chunks > 0 {
-                    tracing::info!(chunks = report.chunks, bytes = report.bytes, "sent");
+                if report.pieces > 0 {
+                    tracing::info!(
+                        requests = report.requests,
+                        pieces = report.pieces,
+                        bytes = report.bytes,
+                        "sent"
+                    );
                 }
                 failures = 0;
                 args.interval
@@ -342,7 +350,7 @@ pub async fn run_cli(args: ShipLogsArgs) -> anyhow::Result<()> {
             _ = interrupt.recv() => break,
         }
     }
-    // A node being stopped: send what the last second wrote.
+    // A node being stopped: send what was written since the last pass.
     if let Err(err) = shipper.pass(&sink).await {
         tracing::warn!(error = %err, "the last pass before stopping did not finish");
     }

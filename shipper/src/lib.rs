@@ -5,11 +5,13 @@
 //! - [`names`]: the names a shipped piece carries (session, node, file), checked as the store
 //!   checks them.
 //! - [`ship`]: what to send: following one node's session folders.
+//! - [`frames`]: one request's body (a piece of every file that grew) and its answer.
 //! - [`submissions`]: on the head node, submitted jobs as Ray's own events, read from Ray's job
 //!   API (Ray exports none for them).
 //! - [`cli`]: the command: its flags, the loop, the signals and the HTTP client.
 
 pub mod cli;
+pub mod frames;
 pub mod names;
 pub mod ship;
 pub mod submissions;

@@ -8,8 +8,8 @@ use clap::Parser as _;
 /// every node (the same command as `afterglow ship-logs`).
 ///
 /// Follows every session under --ray-dir (new files, files Ray moves to logs/old/, rotated and
-/// truncated files, new sessions), sends appended bytes with their offsets about every
-/// --interval, resumes after a restart from its state file without re-sending or skipping, and
+/// truncated files, new sessions), sends what every file appended in one request about every
+/// --interval (nothing when nothing was written), resumes after a restart from its state file without re-sending or skipping, and
 /// retries with backoff while the endpoint is down. A crashed node loses at most the last
 /// interval. AFTERGLOW_LOG sets the log filter (`info` by default).
 #[derive(Debug, clap::Parser)]

@@ -1,6 +1,8 @@
 //! The log shipper's logic (`afterglow-ship-logs`, docs/architecture.md, "Logs"): follow every Ray
 //! session's `logs/` folder on one node and send what is appended to each file, with its byte
-//! offset.
+//! offset: one request per session and pass holds a piece of every file that grew
+//! ([`crate::frames`]), and a request fills to [`ShipSettings::body_bytes`] before the next one
+//! starts, so an idle node sends nothing and a busy one one request per interval.
 //!
 //! Each file is followed by name within its session. Ray moves a dead worker's files into
 //! `logs/old/` (same name, same inode): the file is followed there. A file renamed away by
@@ -12,8 +14,8 @@
 //!
 //! What was acknowledged is kept in a state file, written after each pass, so that a restarted
 //! shipper neither re-sends nor skips: it resumes at acknowledged offsets, which are where stored
-//! chunks start, so anything sent again is recognised by the store (`shared::logs::store`). At most
-//! one chunk ([`ShipSettings::chunk_bytes`]) is held in memory.
+//! bytes end, so anything sent again is recognised by the store (`shared::logs::store`). At most
+//! one request's body is held in memory.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs::File;
@@ -25,11 +27,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
+use crate::frames::{Body, BodyAnswer, Piece as FramedPiece, PieceOutcome};
 use crate::names::{LogFileName, NodeId, SessionName};
-
-/// Largest chunk accepted in one request: API Gateway base64-encodes a binary body, and Lambda's
-/// synchronous payload limit is 6 MB.
-pub const MAX_CHUNK_BYTES: usize = 3 * 1024 * 1024;
 
 /// How the shipper runs.
 #[derive(Clone, Debug)]
@@ -41,51 +40,48 @@ pub struct ShipSettings {
     pub node_id: Option<NodeId>,
     /// Where acknowledged offsets are kept across restarts.
     pub state_file: PathBuf,
-    /// Most bytes sent in one request.
-    pub chunk_bytes: usize,
+    /// Most bytes in one request's body (kept between [`crate::frames::MIN_BODY_BYTES`] and
+    /// [`crate::frames::MAX_BODY_BYTES`]).
+    pub body_bytes: usize,
 }
 
-/// One piece of a log file, for a [`LogSink`].
+/// One request: pieces of any number of a session's files on one node, framed
+/// ([`crate::frames`]).
 #[derive(Clone, Copy, Debug)]
-pub struct LogChunk<'a> {
-    /// The session the file belongs to.
+pub struct LogBatch<'a> {
+    /// The session the files belong to.
     pub session: &'a SessionName,
-    /// The node the file is on.
+    /// The node the files are on.
     pub node_id: &'a NodeId,
-    /// The file's name in the session's `logs/`.
-    pub file: &'a LogFileName,
-    /// Where `bytes` start in the (stored) file.
-    pub offset: u64,
-    /// The bytes.
-    pub bytes: &'a [u8],
+    /// The framed pieces.
+    pub body: &'a [u8],
 }
 
-/// Why a [`LogSink`] did not store a chunk.
+/// Why a [`LogSink`] did not take a batch.
 #[derive(Debug, thiserror::Error)]
 pub enum SendError {
-    /// Worth retrying later: the endpoint is down, busy, or failed.
+    /// Worth retrying later: the endpoint is down, busy, failed, or refused the whole request
+    /// (a wrong token is fixed on the endpoint's side, and the shipper then carries on).
     #[error("{0}")]
     Retry(String),
-    /// Refused for good (the endpoint said the request is wrong): the file is not sent again.
-    #[error("{0}")]
-    Refused(String),
 }
 
-/// Where chunks go: the ingest endpoint (`POST /v1/logs/{cluster}`), or a test's recorder.
+/// Where batches go: the ingest endpoint (`POST /v1/logs/{cluster}`), or a test's recorder.
 #[async_trait]
 pub trait LogSink: Send + Sync {
-    /// Stores the chunk, returning once it is durable.
-    async fn send(&self, chunk: LogChunk<'_>) -> Result<(), SendError>;
+    /// Stores the batch, returning once it is durable, with what became of each piece.
+    async fn send(&self, batch: LogBatch<'_>) -> Result<BodyAnswer, SendError>;
 }
 
 /// Why a pass stopped early.
 #[derive(Debug, thiserror::Error)]
 pub enum ShipError {
-    /// The sink asked to retry: the pass stops, and the next one resumes where this one did.
-    #[error("sending {file} failed, will retry: {reason}")]
+    /// The sink asked to retry: the session's sending stops, and the next pass resumes where
+    /// it did.
+    #[error("sending the logs of {session} failed, will retry: {reason}")]
     Retry {
-        /// The file being sent.
-        file: String,
+        /// The session being sent.
+        session: String,
         /// What the sink said.
         reason: String,
     },
@@ -115,8 +111,10 @@ pub enum ShipError {
 /// What one pass did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PassReport {
-    /// Chunks acknowledged.
-    pub chunks: usize,
+    /// Requests sent and answered.
+    pub requests: usize,
+    /// Pieces acknowledged (a request holds a piece of every file that grew).
+    pub pieces: usize,
     /// Bytes acknowledged.
     pub bytes: u64,
     /// Files followed, in every session.
@@ -242,9 +240,6 @@ impl Shipper {
         sink: &dyn LogSink,
         report: &mut PassReport,
     ) -> Result<(), ShipError> {
-        // The first file the sink asked to retry, reported when the pass ends: the other files
-        // are still sent, so one file the endpoint cannot take now holds no other back.
-        let mut retry = None;
         let sessions = sessions(&self.settings.ray_dir);
         // Sessions whose folder is gone (Ray's temp dir cleaned) are forgotten.
         if !sessions.is_empty() {
@@ -252,117 +247,26 @@ impl Shipper {
                 .sessions
                 .retain(|name, _| sessions.iter().any(|(session, _)| session.as_str() == name));
         }
+        // The first session the sink asked to retry, reported when the pass ends: the other
+        // sessions are still sent.
+        let mut retry = None;
         for (session, session_dir) in sessions {
             let Some(node_id) = self.node_of(&session, &session_dir) else {
                 continue;
             };
             let found = self.files_of(&session_dir);
             let state = self.state.sessions.entry(session.to_string()).or_default();
-            let by_identity: HashMap<Identity, &Found> =
-                found.values().map(|file| (file.identity, file)).collect();
-            follow_new_files(state, &found);
-            state
-                .retired
-                .retain(|identity| by_identity.contains_key(identity));
-            let names: Vec<String> = state.files.keys().cloned().collect();
-            for name in names {
-                let Ok(file) = LogFileName::new(&name) else {
-                    continue;
-                };
-                let at_name = found.get(&name);
-                report.files += 1;
-                while let Some(followed) = state.files.get_mut(&name) {
-                    if followed.refused {
-                        break;
-                    }
-                    if followed.gone {
-                        match at_name {
-                            // Missed by one scan, not deleted.
-                            Some(next) if next.identity == followed.current.identity => {
-                                followed.gone = false;
-                            }
-                            Some(next) => {
-                                followed.current = Generation {
-                                    identity: next.identity,
-                                    base: followed.current.base + followed.current.shipped,
-                                    shipped: 0,
-                                };
-                                followed.gone = false;
-                            }
-                            None => break,
-                        }
-                    }
-                    let generation = followed.current;
-                    let on_disk = by_identity.get(&generation.identity);
-                    match next_piece(generation, on_disk.copied(), self.settings.chunk_bytes) {
-                        Piece::Send { path, from, len } => {
-                            let bytes = match read_at(&path, generation.identity, from, len) {
-                                Ok(bytes) if !bytes.is_empty() => bytes,
-                                // Gone, shrunk or replaced since the scan: the next pass sees
-                                // why.
-                                _ => break,
-                            };
-                            let chunk = LogChunk {
-                                session: &session,
-                                node_id: &node_id,
-                                file: &file,
-                                offset: generation.base + from,
-                                bytes: &bytes,
-                            };
-                            match sink.send(chunk).await {
-                                Ok(()) => {
-                                    followed.current.shipped = from + bytes.len() as u64;
-                                    report.chunks += 1;
-                                    report.bytes += bytes.len() as u64;
-                                }
-                                Err(SendError::Refused(reason)) => {
-                                    tracing::error!(session = %session, file = %name, %reason, "the endpoint refused this file; it is not sent again");
-                                    followed.refused = true;
-                                }
-                                Err(SendError::Retry(reason)) => {
-                                    retry.get_or_insert(ShipError::Retry {
-                                        file: format!("{session}/{name}"),
-                                        reason,
-                                    });
-                                    break;
-                                }
-                            }
-                        }
-                        Piece::Truncated => {
-                            tracing::warn!(session = %session, file = %name, "file truncated; following what is written from now on");
-                            followed.current = Generation {
-                                identity: generation.identity,
-                                base: generation.base + generation.shipped,
-                                shipped: 0,
-                            };
-                        }
-                        Piece::CaughtUp { len } => {
-                            // Caught up with this inode. When another file now has the name
-                            // (rotation), it continues after every byte this one had.
-                            match at_name {
-                                Some(next) if next.identity != generation.identity => {
-                                    state.retired.insert(generation.identity);
-                                    followed.current = Generation {
-                                        identity: next.identity,
-                                        base: generation.base + len,
-                                        shipped: 0,
-                                    };
-                                }
-                                _ => break,
-                            }
-                        }
-                        // Deleted (before it was all sent: what was not sent is lost).
-                        Piece::Gone => {
-                            followed.gone = true;
-                        }
-                    }
-                }
+            let mut batch = Batch::new(&session, &node_id, self.settings.body_bytes);
+            if let Err(reason) = follow_session(state, &found, sink, &mut batch, report).await {
+                retry.get_or_insert(ShipError::Retry {
+                    session: session.to_string(),
+                    reason,
+                });
             }
         }
         retry.map_or(Ok(()), Err)
     }
 
-    /// The node id for `session`: the one configured, or the one its port files name.
     fn node_of(&mut self, session: &SessionName, dir: &Path) -> Option<NodeId> {
         if let Some(node_id) = &self.settings.node_id {
             return Some(node_id.clone());
@@ -439,6 +343,194 @@ impl Shipper {
 
 /// Starts following the files nobody follows yet: new names, except copies left by rotation
 /// (their inode was an earlier generation, or is still being finished under its first name).
+/// A request being filled with one session's pieces, and what to undo if it is not taken.
+struct Batch<'a> {
+    session: &'a SessionName,
+    node_id: &'a NodeId,
+    limit: usize,
+    body: Body,
+    /// Each piece's file, in the body's order.
+    files: Vec<String>,
+    /// The session's state before the first piece: restored when the request fails, so that
+    /// nothing unacknowledged counts as sent.
+    before: Option<SessionState>,
+}
+
+impl<'a> Batch<'a> {
+    fn new(session: &'a SessionName, node_id: &'a NodeId, limit: usize) -> Self {
+        Self {
+            session,
+            node_id,
+            limit,
+            body: Body::new(limit),
+            files: Vec::new(),
+            before: None,
+        }
+    }
+
+    /// Sends what the batch holds and applies the answer: a refused piece's file is not sent
+    /// again. On failure the session's state is what it was before the first piece.
+    async fn flush(
+        &mut self,
+        sink: &dyn LogSink,
+        state: &mut SessionState,
+        report: &mut PassReport,
+    ) -> Result<(), String> {
+        if self.body.is_empty() {
+            return Ok(());
+        }
+        let body = std::mem::replace(&mut self.body, Body::new(self.limit)).into_bytes();
+        let files = std::mem::take(&mut self.files);
+        let before = self.before.take();
+        let batch = LogBatch {
+            session: self.session,
+            node_id: self.node_id,
+            body: &body,
+        };
+        let undo = |state: &mut SessionState| {
+            if let Some(before) = before.clone() {
+                *state = before;
+            }
+        };
+        let answer = match sink.send(batch).await {
+            Ok(answer) if answer.pieces.len() == files.len() => answer,
+            Ok(answer) => {
+                undo(state);
+                return Err(format!(
+                    "the endpoint answered {} pieces for {} sent",
+                    answer.pieces.len(),
+                    files.len()
+                ));
+            }
+            Err(SendError::Retry(reason)) => {
+                undo(state);
+                return Err(reason);
+            }
+        };
+        report.requests += 1;
+        for (name, piece) in files.iter().zip(answer.pieces) {
+            match piece.outcome {
+                PieceOutcome::Stored { stored, .. } => {
+                    report.pieces += 1;
+                    report.bytes += stored as u64;
+                }
+                PieceOutcome::Refused { reason } => {
+                    tracing::error!(session = %self.session, file = %name, %reason, "the endpoint refused this file; it is not sent again");
+                    if let Some(followed) = state.files.get_mut(name) {
+                        followed.refused = true;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Puts what each of a session's files appended into requests, filling each before sending it,
+/// and sends the last one. Stops at the first request the sink asks to retry.
+async fn follow_session(
+    state: &mut SessionState,
+    found: &BTreeMap<String, Found>,
+    sink: &dyn LogSink,
+    batch: &mut Batch<'_>,
+    report: &mut PassReport,
+) -> Result<(), String> {
+    let by_identity: HashMap<Identity, &Found> =
+        found.values().map(|file| (file.identity, file)).collect();
+    follow_new_files(state, found);
+    state
+        .retired
+        .retain(|identity| by_identity.contains_key(identity));
+    let names: Vec<String> = state.files.keys().cloned().collect();
+    for name in names {
+        let Ok(file) = LogFileName::new(&name) else {
+            continue;
+        };
+        let at_name = found.get(&name);
+        report.files += 1;
+        while let Some(followed) = state.files.get_mut(&name) {
+            if followed.refused {
+                break;
+            }
+            if followed.gone {
+                match at_name {
+                    // Missed by one scan, not deleted.
+                    Some(next) if next.identity == followed.current.identity => {
+                        followed.gone = false;
+                    }
+                    Some(next) => {
+                        followed.current = Generation {
+                            identity: next.identity,
+                            base: followed.current.base + followed.current.shipped,
+                            shipped: 0,
+                        };
+                        followed.gone = false;
+                    }
+                    None => break,
+                }
+            }
+            let generation = followed.current;
+            let on_disk = by_identity.get(&generation.identity);
+            match next_piece(generation, on_disk.copied()) {
+                Piece::Send { path, from, left } => {
+                    let room = batch.body.room(&file);
+                    if room == 0 {
+                        batch.flush(sink, state, report).await?;
+                        continue;
+                    }
+                    let len = usize::try_from(left).map_or(room, |left| left.min(room));
+                    let bytes = match read_at(&path, generation.identity, from, len) {
+                        Ok(bytes) if !bytes.is_empty() => bytes,
+                        // Gone, shrunk or replaced since the scan: the next pass sees why.
+                        _ => break,
+                    };
+                    if batch.before.is_none() {
+                        batch.before = Some(state.clone());
+                    }
+                    batch.body.push(FramedPiece {
+                        file: &file,
+                        offset: generation.base + from,
+                        bytes: &bytes,
+                    });
+                    batch.files.push(name.clone());
+                    // Counted as sent once the request is answered; undone if it is not.
+                    if let Some(followed) = state.files.get_mut(&name) {
+                        followed.current.shipped = from + bytes.len() as u64;
+                    }
+                }
+                Piece::Truncated => {
+                    tracing::warn!(session = %batch.session, file = %name, "file truncated; following what is written from now on");
+                    followed.current = Generation {
+                        identity: generation.identity,
+                        base: generation.base + generation.shipped,
+                        shipped: 0,
+                    };
+                }
+                Piece::CaughtUp { len } => {
+                    // Caught up with this inode. When another file now has the name
+                    // (rotation), it continues after every byte this one had.
+                    match at_name {
+                        Some(next) if next.identity != generation.identity => {
+                            state.retired.insert(generation.identity);
+                            followed.current = Generation {
+                                identity: next.identity,
+                                base: generation.base + len,
+                                shipped: 0,
+                            };
+                        }
+                        _ => break,
+                    }
+                }
+                // Deleted (before it was all sent: what was not sent is lost).
+                Piece::Gone => {
+                    followed.gone = true;
+                }
+            }
+        }
+    }
+    batch.flush(sink, state, report).await
+}
+
 fn follow_new_files(state: &mut SessionState, found: &BTreeMap<String, Found>) {
     let followed: BTreeSet<Identity> = state
         .files
@@ -470,12 +562,8 @@ fn follow_new_files(state: &mut SessionState, found: &BTreeMap<String, Found>) {
 
 /// What to do next for one generation.
 enum Piece {
-    /// Send `len` bytes of the file at `path` from `from`.
-    Send {
-        path: PathBuf,
-        from: u64,
-        len: usize,
-    },
+    /// The file at `path` has `left` bytes past `from` to send.
+    Send { path: PathBuf, from: u64, left: u64 },
     /// Everything of this inode (`len` bytes) is acknowledged.
     CaughtUp { len: u64 },
     /// The inode is shorter than what was sent: truncated in place.
@@ -484,7 +572,7 @@ enum Piece {
     Gone,
 }
 
-fn next_piece(generation: Generation, on_disk: Option<&Found>, chunk_bytes: usize) -> Piece {
+fn next_piece(generation: Generation, on_disk: Option<&Found>) -> Piece {
     let Some(file) = on_disk else {
         return Piece::Gone;
     };
@@ -494,11 +582,10 @@ fn next_piece(generation: Generation, on_disk: Option<&Found>, chunk_bytes: usiz
     if file.len == generation.shipped {
         return Piece::CaughtUp { len: file.len };
     }
-    let left = file.len - generation.shipped;
     Piece::Send {
         path: file.path.clone(),
         from: generation.shipped,
-        len: usize::try_from(left).map_or(chunk_bytes, |left| left.min(chunk_bytes)),
+        left: file.len - generation.shipped,
     }
 }
 

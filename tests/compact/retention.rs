@@ -1,6 +1,6 @@
-//! Retention: expiry removes a session whole once its newest event is older than the retention,
-//! and keeps one a compaction is writing meanwhile; `rebuild` is refused once raw objects the
-//! tables came from have expired.
+//! Retention: expiry removes a session whole (its logs too) once its newest event is older than
+//! the retention, and keeps one a compaction is writing meanwhile; `rebuild` is refused once raw
+//! objects the tables came from have expired.
 
 use std::sync::Arc;
 
@@ -55,10 +55,39 @@ async fn expiry_removes_old_sessions_whole_and_keeps_the_rest() -> anyhow::Resul
     );
     ensure!(!old_files.is_empty(), "the old session has no files");
 
+    // Each session's node shipped a log file; only the old sessions' go.
+    let new_manifests = storage.list("tables/manifests/cluster=new/").await?;
+    let mut logs = Vec::new();
+    for meta in old_manifests.iter().chain(&new_manifests) {
+        let (cluster, session) =
+            shared::keys::manifest_session(&meta.key).context("a manifest names its session")?;
+        let node = shared::keys::NodeLogs {
+            cluster,
+            session,
+            node_id: shared::keys::NodeId::new(&"4d".repeat(28))?,
+        };
+        let pieces = [shared::logs::store::ReadPiece {
+            file: shared::keys::LogFileName::new("raylet.out")?,
+            offset: 0,
+            bytes: b"raylet started\n",
+        }];
+        shared::logs::store::put_pieces(&*storage, &node, &pieces).await?;
+        logs.push(node);
+    }
     let (compactor, _scratch) = scenario.compactor(CompactSettings::default())?;
     let expired = compactor
         .expire_sessions(std::time::Duration::from_secs(7 * 86_400), now)
         .await?;
+    for node in &logs {
+        let left = storage.list(&node.prefix()).await?.len();
+        let old = node.cluster.as_str() == "old";
+        ensure!(
+            (left == 0) == old,
+            "{} objects of {}'s logs left after expiry",
+            left,
+            node.prefix()
+        );
+    }
     ensure!(
         expired.len() == old_manifests.len(),
         "expired {expired:?}, {} sessions were old",

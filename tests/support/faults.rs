@@ -2,6 +2,7 @@
 //! faults are injected at the `Storage` boundary, the objects still live in the real store.
 //! Beside them, storage that only watches ([`RecordsGets`]) or holds reads back.
 
+use std::ops::Range;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
@@ -679,6 +680,8 @@ impl Storage for UnreliableManifestWrites {
 pub struct RecordsGets {
     inner: Arc<dyn Storage>,
     gets: std::sync::Mutex<Vec<String>>,
+    ranges: std::sync::Mutex<Vec<(String, Range<u64>)>>,
+    lists: AtomicUsize,
 }
 
 impl RecordsGets {
@@ -687,15 +690,30 @@ impl RecordsGets {
         Self {
             inner,
             gets: std::sync::Mutex::new(Vec::new()),
+            ranges: std::sync::Mutex::new(Vec::new()),
+            lists: AtomicUsize::new(0),
         }
     }
 
-    /// Every key asked for so far, in the order asked.
+    /// Every key asked for whole so far, in the order asked.
     pub fn gets(&self) -> Vec<String> {
         self.gets
             .lock()
             .map(|gets| gets.clone())
             .unwrap_or_default()
+    }
+
+    /// Every ranged read so far, in the order asked.
+    pub fn ranges(&self) -> Vec<(String, Range<u64>)> {
+        self.ranges
+            .lock()
+            .map(|ranges| ranges.clone())
+            .unwrap_or_default()
+    }
+
+    /// Listings so far.
+    pub fn lists(&self) -> usize {
+        self.lists.load(Ordering::SeqCst)
     }
 }
 
@@ -712,7 +730,15 @@ impl Storage for RecordsGets {
         self.inner.get(key).await
     }
 
+    async fn get_range(&self, key: &ObjectKey, range: Range<u64>) -> Result<Bytes, StorageError> {
+        if let Ok(mut ranges) = self.ranges.lock() {
+            ranges.push((key.to_string(), range.clone()));
+        }
+        self.inner.get_range(key, range).await
+    }
+
     async fn list(&self, prefix: &str) -> Result<Vec<ObjectMeta>, StorageError> {
+        self.lists.fetch_add(1, Ordering::SeqCst);
         self.inner.list(prefix).await
     }
 

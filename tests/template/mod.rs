@@ -96,7 +96,7 @@ fn dimension<'a>(alarm: &'a Value, name: &str) -> Option<&'a Value> {
 }
 
 /// The resources a function's inline policy statements allow one `action` on (statements
-/// naming that action alone).
+/// naming that action, alone or in a list).
 fn allowed<'a>(
     function: &'a Value,
     action: &'a str,
@@ -107,7 +107,11 @@ fn allowed<'a>(
         .flatten()
         .filter_map(|policy| policy.get("Statement")?.as_sequence())
         .flatten()
-        .filter(move |statement| statement.get("Action").and_then(Value::as_str) == Some(action))
+        .filter(move |statement| match statement.get("Action") {
+            Some(Value::String(one)) => one == action,
+            Some(Value::Sequence(many)) => many.iter().any(|one| one.as_str() == Some(action)),
+            _ => false,
+        })
         .filter_map(|statement| statement.get("Resource")))
 }
 

@@ -214,3 +214,78 @@ pub(super) fn per_million_attempts(
         },
     }
 }
+
+/// The log ingest function's memory size (MB), as the template sets it.
+const LOG_INGEST_MB: f64 = 256.0;
+/// Time a log request waits on one S3 request (not measured here: local disk stands in).
+const S3_REQUEST_MS: f64 = 20.0;
+/// Hours in a month, as AWS bills them.
+const HOURS_PER_MONTH: f64 = 730.0;
+
+/// What one node's log shipping measured, per node-hour.
+#[derive(Debug, Serialize)]
+pub(super) struct LogRates {
+    /// Requests (each one Lambda invocation).
+    pub(super) requests: f64,
+    /// S3 PUTs.
+    pub(super) puts: f64,
+    /// S3 GETs, whole and ranged.
+    pub(super) gets: f64,
+    /// Bytes the node's files grew by, all shipped.
+    pub(super) bytes_shipped: f64,
+    /// Bytes kept in storage for them.
+    pub(super) bytes_stored: f64,
+    /// Median time the store spent on one request, on local disk (ms).
+    pub(super) store_ms_per_request: f64,
+}
+
+/// What an always-busy node's logs cost per month, and per GB shipped.
+#[derive(Debug, Serialize)]
+pub(super) struct LogCost {
+    /// Requests per node-month.
+    pub(super) requests_per_node_month: f64,
+    /// Billed time of one request: the store's time at the function's CPU share, and the S3
+    /// requests it waits on.
+    pub(super) billed_ms_per_request: f64,
+    /// API Gateway and Lambda invocations.
+    pub(super) usd_requests: f64,
+    /// Lambda compute.
+    pub(super) usd_compute: f64,
+    /// S3 PUTs and GETs.
+    pub(super) usd_s3_requests: f64,
+    /// Keeping one month's logs for a month.
+    pub(super) usd_storage: f64,
+    /// All of it, per node-month.
+    pub(super) usd_per_node_month: f64,
+    /// All of it, per GB shipped.
+    pub(super) usd_per_gb_shipped: f64,
+    /// What the numbers assume.
+    pub(super) assumptions: &'static str,
+}
+
+/// The cost of a node shipping at `rates` all month.
+pub(super) fn logs_per_node_month(rates: &LogRates) -> LogCost {
+    let month = |per_hour: f64| per_hour * HOURS_PER_MONTH;
+    let requests = month(rates.requests);
+    let s3_per_request = (rates.puts + rates.gets) / rates.requests.max(f64::MIN_POSITIVE);
+    let billed_ms = rates.store_ms_per_request / (LOG_INGEST_MB / MB_PER_VCPU).min(1.0)
+        + S3_REQUEST_MS * s3_per_request;
+    let usd_requests = requests * (price::HTTP_API_REQUEST + price::LAMBDA_REQUEST);
+    let usd_compute =
+        requests * billed_ms / 1000.0 * LOG_INGEST_MB / 1024.0 * price::LAMBDA_GB_SECOND;
+    let usd_s3_requests = month(rates.puts) * price::S3_PUT + month(rates.gets) * price::S3_GET;
+    let usd_storage = month(rates.bytes_stored) / 1e9 * price::S3_GB_MONTH;
+    let total = usd_requests + usd_compute + usd_s3_requests + usd_storage;
+    let gb_shipped = month(rates.bytes_shipped) / 1e9;
+    LogCost {
+        requests_per_node_month: requests,
+        billed_ms_per_request: billed_ms,
+        usd_requests,
+        usd_compute,
+        usd_s3_requests,
+        usd_storage,
+        usd_per_node_month: total,
+        usd_per_gb_shipped: total / gb_shipped.max(f64::MIN_POSITIVE),
+        assumptions: "us-east-1 on-demand, x86_64: HTTP API $1.00/M, Lambda $0.20/M + $0.0000166667/GB-s at 256 MB (memory/1769 MB of a vCPU), 20 ms waited per S3 request, S3 PUT $0.005/1000, GET $0.0004/1000, Standard $0.023/GB-month for a month; 730 hours a month",
+    }
+}

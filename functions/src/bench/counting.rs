@@ -25,7 +25,7 @@ pub(super) struct RequestCounts {
     pub(super) puts: u64,
     /// Bytes PUT.
     pub(super) put_bytes: u64,
-    /// GETs.
+    /// GETs, whole and ranged.
     pub(super) gets: u64,
     /// LISTs.
     pub(super) lists: u64,
@@ -79,6 +79,15 @@ impl Storage for CountingStorage {
     async fn get(&self, key: &ObjectKey) -> Result<StoredObject, StorageError> {
         self.counters.gets.fetch_add(1, Ordering::Relaxed);
         self.inner.get(key).await
+    }
+
+    async fn get_range(
+        &self,
+        key: &ObjectKey,
+        range: std::ops::Range<u64>,
+    ) -> Result<Bytes, StorageError> {
+        self.counters.gets.fetch_add(1, Ordering::Relaxed);
+        self.inner.get_range(key, range).await
     }
 
     async fn list(&self, prefix: &str) -> Result<Vec<ObjectMeta>, StorageError> {

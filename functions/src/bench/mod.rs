@@ -6,7 +6,7 @@
 //! (a fresh engine) and warm (p50/p95 over repeats) and the query phase's peak memory. The
 //! report (typed in `report.rs`) is JSON on stdout; a readable table goes to stderr, beside
 //! the targets (docs/performance.md, "Targets"). With `--sessions`, the whole history instead
-//! (`history.rs`).
+//! (`history.rs`); with `--logs`, the log path (`logs.rs`).
 
 use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
@@ -30,6 +30,7 @@ use crate::progress;
 mod cost;
 mod counting;
 mod history;
+mod logs;
 mod report;
 mod routes;
 mod stats;
@@ -86,6 +87,26 @@ pub struct BenchArgs {
     /// With --sessions: the clusters they are spread over.
     #[arg(long, value_name = "C", default_value_t = 20, requires = "sessions")]
     pub clusters: usize,
+    /// The log path instead: nodes whose files print a line a second, shipped by the shipper
+    /// into the store; then one file's reads. Reports requests and storage requests per
+    /// node-hour, bytes stored per byte shipped, read times, and the cost per node-month.
+    #[arg(long, conflicts_with_all = ["query_only", "compact_only", "sessions", "session", "fold"])]
+    pub logs: bool,
+    /// With --logs: nodes shipping.
+    #[arg(long, value_name = "N", default_value_t = 2)]
+    pub log_nodes: usize,
+    /// With --logs: files growing on each node.
+    #[arg(long, value_name = "M", default_value_t = 32)]
+    pub log_files: usize,
+    /// With --logs: seconds between the shipper's passes (its --interval).
+    #[arg(long, value_name = "S", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
+    pub log_interval: u64,
+    /// With --logs: simulated minutes of shipping.
+    #[arg(long, value_name = "T", default_value_t = 60)]
+    pub log_minutes: u64,
+    /// With --logs: one-line requests the file read back is shipped in.
+    #[arg(long, value_name = "P", default_value_t = 100_000)]
+    pub log_pieces: usize,
 }
 
 /// The cluster name the synthetic traffic is filed under.
@@ -95,6 +116,9 @@ const CLUSTER: &str = "bench";
 pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     if let Some(sessions) = args.sessions {
         return history::run(&args, sessions).await;
+    }
+    if args.logs {
+        return logs::run(&args).await;
     }
     if args.query_only {
         return query_only(&args).await;

@@ -11,6 +11,10 @@
 //! orphaned. The empty manifest (a few hundred bytes) stays: the storage API has no conditional
 //! delete, and an unconditional one could remove a commit made on top of it.
 //!
+//! The session's shipped logs go with it, once its manifest is expired and before its catalog
+//! entry: nothing reads a session's logs but through the tables, and a run that stops part-way
+//! finds the session in the catalog again and finishes.
+//!
 //! Never an S3 age rule on `tables/`: such a rule deletes files by their write time, under a
 //! live manifest, and a long-lived session's rarely rewritten files (its base, its nodes and
 //! jobs) would vanish while the session is still read and written.
@@ -20,6 +24,7 @@ use std::time::Duration;
 use super::schedule::quiet::QuietCheck;
 use super::{CompactError, Compactor};
 use crate::keys::{self, ClusterName, SessionName};
+use crate::storage::{Storage, StorageError};
 use crate::tables::manifest::Commit;
 use crate::tables::{catalog, manifest};
 
@@ -101,12 +106,32 @@ impl Compactor {
             }
             sequence = expired.sequence;
         }
+        let logs = delete_logs(storage, cluster, session).await?;
         catalog::forget(self.storage(), cluster, session, cutoff).await?;
-        tracing::info!(%cluster, %session, "session expired");
+        tracing::info!(%cluster, %session, logs, "session expired");
         Ok(Some(QuietCheck {
             cluster: cluster.clone(),
             session: session.clone(),
             sequence,
         }))
     }
+}
+
+/// Deletes every log object shipped for `session` (segments and indexes of all its nodes);
+/// returns how many.
+async fn delete_logs(
+    storage: &dyn Storage,
+    cluster: &ClusterName,
+    session: &SessionName,
+) -> Result<usize, CompactError> {
+    let listed = storage
+        .list(&keys::session_logs_prefix(cluster, session))
+        .await?;
+    for meta in &listed {
+        match storage.delete(&meta.key).await {
+            Ok(()) | Err(StorageError::NotFound { .. }) => {}
+            Err(err) => return Err(err.into()),
+        }
+    }
+    Ok(listed.len())
 }

@@ -1,27 +1,34 @@
-//! Shipped log chunks in storage (docs/architecture.md, "Logs"): storing one so that a re-send is
-//! idempotent and a rewritten file is refused, and reading any byte range of a file back.
+//! Storing one request's log pieces (docs/architecture.md, "Logs"): so that a re-send is
+//! idempotent, a rewritten file is refused, and the node's index says where every stored byte
+//! is.
 //!
-//! A chunk is an immutable object holding the bytes of a file from the offset its key names
-//! ([`LogFile::chunk_key`]). The shipper resumes only at offsets the ingest acknowledged, so a
-//! re-send (a lost response, a restart) starts where a stored chunk starts, and at worst carries
-//! more bytes than that chunk: [`put_chunk`] checks the stored bytes it meets and stores only
-//! what lies past them. Chunks therefore tile each file from offset 0 without overlapping.
+//! A request becomes one segment object and one new version of the node's index
+//! ([`super::index`]). A piece's bytes that overlap stored ones must equal them, wherever the
+//! overlap falls; only the bytes no extent covers are stored, so extents never overlap, and a
+//! re-send costs one ranged read per extent it meets (never more extents than its own bytes).
+//!
+//! Small extents are merged as they accumulate: when a file has [`MERGE_RUN`] adjacent small
+//! extents of one level, they become extents of the next level, written into the same
+//! request's segment. A file shipped a line at a time thus keeps a few dozen extents, not one per
+//! request, and each byte is rewritten about once per level.
 
-use std::io::Read as _;
+use std::collections::{BTreeMap, HashMap};
+use std::ops::Range;
 
 use bytes::Bytes;
-use flate2::read::GzDecoder;
+use ulid::Ulid;
 
-use crate::keys::{ClusterName, LogFile, LogFileName, NodeId, SessionName, node_logs_prefix};
+use super::index::{self, EXTENT_BYTES, Extent, LogIndex};
+use crate::keys::NodeLogs;
 use crate::storage::{InvalidKey, ObjectKey, PutMode, Storage, StorageError};
 
-pub use ship_logs::ship::MAX_CHUNK_BYTES;
+pub use ship_logs::frames::{MAX_BODY_BYTES, PieceOutcome, ReadPiece};
 
-/// Why a chunk was not stored, or a range not read.
+/// Why log bytes were not stored, or a range not read.
 #[derive(Debug, thiserror::Error)]
 pub enum LogError {
-    /// The body is larger than [`MAX_CHUNK_BYTES`].
-    #[error("log chunk of {bytes} bytes exceeds the limit of {limit} bytes; send smaller pieces")]
+    /// The body is larger than [`MAX_BODY_BYTES`].
+    #[error("log body of {bytes} bytes exceeds the limit of {limit} bytes; send smaller bodies")]
     TooLarge {
         /// Body size (or a lower bound of it, when reading stopped at the limit).
         bytes: usize,
@@ -33,7 +40,7 @@ pub enum LogError {
     OffsetOverflow {
         /// The offset given.
         offset: u64,
-        /// The chunk's length.
+        /// The piece's length.
         len: usize,
     },
     /// Stored bytes at the same offsets differ: the file was rewritten under the same name.
@@ -49,17 +56,32 @@ pub enum LogError {
         /// Its end.
         end: u64,
     },
-    /// A stored chunk is not a gzip stream (written by something else, or damaged).
-    #[error("the stored log chunk {key} cannot be read: {source}")]
+    /// A stored segment's member is not the gzip stream its index says (written by something
+    /// else, or damaged).
+    #[error("the stored log segment {key} cannot be read: {source}")]
     Unreadable {
-        /// The chunk.
+        /// The segment.
         key: ObjectKey,
         /// What decoding said.
         #[source]
         source: std::io::Error,
     },
+    /// The node's index is not one this build wrote.
+    #[error("the log index {key} cannot be read: {reason}")]
+    BadIndex {
+        /// The index.
+        key: ObjectKey,
+        /// Why.
+        reason: String,
+    },
+    /// Other requests replaced the node's index every time this one tried.
+    #[error("the log index of {node} kept changing under this request; retry")]
+    Contended {
+        /// The node's prefix.
+        node: String,
+    },
     /// Compression failed (out of memory; never the caller's fault).
-    #[error("could not compress the chunk: {0}")]
+    #[error("could not compress the log bytes: {0}")]
     Encode(#[source] std::io::Error),
     /// The key could not be formed (a bug, never the caller's fault).
     #[error(transparent)]
@@ -69,266 +91,388 @@ pub enum LogError {
     Storage(#[from] StorageError),
 }
 
-/// What one accepted chunk changed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ChunkReceipt {
-    /// Bytes newly stored (0 for a complete re-send).
-    pub stored: usize,
-    /// The offset just past the chunk: where the shipper continues.
-    pub end: u64,
-}
+/// How many adjacent small extents of one level a file keeps before they are merged into
+/// extents of the next level.
+pub const MERGE_RUN: usize = 16;
 
-/// Stores `bytes` as the content of `file` from `offset`, returning once it is durable.
+/// An extent shorter than this is small: merged with its neighbours.
+const SMALL_EXTENT: u64 = EXTENT_BYTES / 2;
+
+/// Times a request re-plans after another replaced the node's index first.
+const COMMIT_ATTEMPTS: usize = 8;
+
+/// Stores every piece of one request from `node`, returning what became of each, in order, once
+/// the request's bytes and the node's index naming them are durable.
 ///
-/// Bytes already stored from the same offsets must be equal (then they are not stored again);
-/// different ones are a [`LogError::Conflict`] and nothing of the chunk is stored past them.
-#[tracing::instrument(name = "log_chunk", skip_all, fields(file = %file.prefix(), offset = offset, len = bytes.len()))]
-pub async fn put_chunk(
+/// A piece's bytes that overlap stored ones must equal them (wherever the overlap falls); a
+/// difference refuses the piece ([`PieceOutcome::Refused`]), and of it only the new bytes before
+/// the difference are stored. A piece over a stored range is read back one extent at a time:
+/// the cost of a re-send is its own length, never the number of pieces stored before it.
+#[tracing::instrument(name = "log_pieces", skip_all, fields(node = %node.prefix(), pieces = pieces.len()))]
+pub async fn put_pieces(
     storage: &dyn Storage,
-    file: &LogFile,
-    offset: u64,
-    bytes: &[u8],
-) -> Result<ChunkReceipt, LogError> {
-    if bytes.len() > MAX_CHUNK_BYTES {
-        return Err(LogError::TooLarge {
-            bytes: bytes.len(),
-            limit: MAX_CHUNK_BYTES,
-        });
-    }
-    let overflow = LogError::OffsetOverflow {
-        offset,
-        len: bytes.len(),
-    };
-    let end = u64::try_from(bytes.len())
-        .ok()
-        .and_then(|len| offset.checked_add(len))
-        .ok_or(overflow)?;
-    let (mut start, mut rest) = (offset, bytes);
-    let mut stored = 0;
-    while !rest.is_empty() {
-        let key = file.chunk_key(start)?;
-        let body = Bytes::from(gzip(rest)?);
-        match storage.put(&key, body, PutMode::Create).await {
-            Ok(_) => {
-                stored = rest.len();
-                break;
-            }
-            // Stored before (by this re-send's first attempt, or an earlier one): it must
-            // agree; what it does not cover continues at its end.
-            Err(StorageError::Precondition { .. }) => {
-                let existing = read_chunk(storage, &key).await?;
-                let common = existing.len().min(rest.len());
-                let (same, after) = rest.split_at(common);
-                if existing.get(..common) != Some(same) || existing.is_empty() {
-                    let differs = first_difference(&existing, same);
-                    return Err(LogError::Conflict {
-                        file: file.prefix(),
-                        start: start + differs,
-                        end: start + common as u64,
-                    });
-                }
-                start += common as u64;
-                rest = after;
-            }
-            Err(other) => return Err(other.into()),
+    node: &NodeLogs,
+    pieces: &[ReadPiece<'_>],
+) -> Result<Vec<PieceOutcome>, LogError> {
+    for _ in 0..COMMIT_ATTEMPTS {
+        let loaded = index::load(storage, node).await?;
+        let mut plan = Plan::new(storage, node, loaded.index);
+        let mut outcomes = Vec::with_capacity(pieces.len());
+        for piece in pieces {
+            outcomes.push(plan.add(piece).await?);
         }
-    }
-    if stored > 0 {
-        tracing::info!(stored, end, "stored log chunk");
-    }
-    Ok(ChunkReceipt { stored, end })
-}
-
-/// Bytes `start..end` of a file, as far as they were shipped.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LogRange {
-    /// The bytes, from `start` on.
-    pub bytes: Vec<u8>,
-    /// False when some of the range was never stored: the shipper had not sent it (yet), or the
-    /// node was lost before it could. `bytes` then ends where the stored bytes stop.
-    pub complete: bool,
-}
-
-/// Reads bytes `start..end` of `file` (`end: None` for everything from `start`), at most
-/// `limit` of them: no piece past the limit is fetched, and a range that reaches the limit
-/// before its end is not `complete` (nor is one without an end that reaches it: whether more
-/// was stored is not read).
-#[tracing::instrument(name = "log_range", skip(storage), fields(file = %file.prefix()))]
-pub async fn read_range(
-    storage: &dyn Storage,
-    file: &LogFile,
-    start: u64,
-    end: Option<u64>,
-    limit: usize,
-) -> Result<LogRange, LogError> {
-    let cut = start.saturating_add(u64::try_from(limit).unwrap_or(u64::MAX));
-    let stop = end.map_or(cut, |end| end.min(cut));
-    let chunks = chunk_offsets(storage, file).await?;
-    let mut bytes = Vec::new();
-    let mut position = start;
-    // Whether bytes past a gap were stored: then the range is not all there even without `end`.
-    let mut stopped_at_gap = false;
-    for (index, (offset, key)) in chunks.iter().enumerate() {
-        if position >= stop {
-            break;
-        }
-        // Chunks tile the file: this one ends where the next begins.
-        let next = chunks.get(index + 1).map(|(next, _)| *next);
-        if next.is_some_and(|next| next <= position) {
-            continue;
-        }
-        if *offset > position {
-            stopped_at_gap = true; // bytes never stored
-            break;
-        }
-        let chunk = read_chunk(storage, key).await?;
-        let from = usize::try_from(position - offset).unwrap_or(usize::MAX);
-        let tail = chunk.get(from..).unwrap_or_default();
-        if tail.is_empty() {
-            // This chunk ends before `position`, and no later one starts there.
-            stopped_at_gap = next.is_some();
-            break;
-        }
-        let wanted =
-            usize::try_from(stop - position).map_or(tail.len(), |left| left.min(tail.len()));
-        let (taken, _) = tail.split_at(wanted);
-        bytes.extend_from_slice(taken);
-        position += taken.len() as u64;
-    }
-    let limited = position >= cut && end.is_none_or(|end| end > cut);
-    let complete = !stopped_at_gap && !limited && end.is_none_or(|end| position >= end);
-    Ok(LogRange { bytes, complete })
-}
-
-/// A file shipped from a node.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ShippedFile {
-    /// Its name in the session's `logs/`.
-    pub name: LogFileName,
-    /// Pieces stored.
-    pub chunks: usize,
-}
-
-/// The files shipped from `node_id` in `session`, sorted by name.
-#[tracing::instrument(name = "log_files", skip(storage))]
-pub async fn list_files(
-    storage: &dyn Storage,
-    cluster: &ClusterName,
-    session: &SessionName,
-    node_id: &NodeId,
-) -> Result<Vec<ShippedFile>, LogError> {
-    let prefix = node_logs_prefix(cluster, session, node_id);
-    let mut files: Vec<ShippedFile> = Vec::new();
-    for meta in storage.list(&prefix).await? {
-        let Some((name, _chunk)) = meta
-            .key
-            .as_str()
-            .strip_prefix(&prefix)
-            .and_then(|rest| rest.split_once('/'))
-        else {
-            continue;
+        plan.merge_small().await?;
+        let Some(written) = plan.finish()? else {
+            return Ok(outcomes); // every byte was stored already
         };
-        match files.last_mut() {
-            Some(last) if last.name.as_str() == name => last.chunks += 1,
-            _ => {
-                if let Ok(name) = LogFileName::new(name) {
-                    files.push(ShippedFile { name, chunks: 1 });
-                }
-            }
+        // A fresh id per request: nothing else writes this key.
+        let key = node.segment_key(written.segment)?;
+        storage
+            .put(&key, Bytes::from(written.body), PutMode::Overwrite)
+            .await?;
+        let landed = index::commit(storage, node, &written.index, loaded.version.as_ref()).await?
+            // Refused because this very write landed and its response was lost (the SDK's
+            // retry then finds the new version): the index names the segment.
+            || names_segment(&index::load(storage, node).await?.index, written.segment);
+        if landed {
+            tracing::info!(segment = %key, new_bytes = written.new_bytes, "stored log pieces");
+            return Ok(outcomes);
+        }
+        // Another request replaced the index first: this segment is named by none.
+        if let Err(err) = storage.delete(&key).await {
+            tracing::warn!(segment = %key, error = %err, "could not delete an unused log segment");
         }
     }
-    // Key order groups each file's chunks, but `.` and `-` sort before the `/` after a name.
-    files.sort_by(|a, b| a.name.cmp(&b.name));
-    Ok(files)
-}
-
-/// The last `lines` lines of `file` as shipped (a final line without a newline counts), read
-/// from its last piece backwards, and at most its last `limit` bytes: no piece before those is
-/// fetched. `complete` is false when fewer lines were found: the limit was reached first, or
-/// the file was not stored from its start.
-#[tracing::instrument(name = "log_tail", skip(storage), fields(file = %file.prefix()))]
-pub async fn read_tail(
-    storage: &dyn Storage,
-    file: &LogFile,
-    lines: usize,
-    limit: usize,
-) -> Result<LogRange, LogError> {
-    let chunks = chunk_offsets(storage, file).await?;
-    let mut pieces: Vec<Vec<u8>> = Vec::new();
-    let mut newlines = 0;
-    let mut reached_start = false;
-    let mut expected_end: Option<u64> = None;
-    let mut read = 0_usize;
-    for (offset, key) in chunks.iter().rev() {
-        let mut chunk = read_chunk(storage, key).await?;
-        let end = *offset + chunk.len() as u64;
-        if let Some(expected) = expected_end {
-            if end < expected {
-                break; // a gap: what lies before it is not contiguous with what was read
-            }
-            // A longer re-send stored before a later chunk started inside it: the bytes agree
-            // (the store checked), so the later chunk's copy is kept.
-            chunk.truncate(usize::try_from(expected - offset).unwrap_or(chunk.len()));
-        }
-        expected_end = Some(*offset);
-        newlines += chunk.iter().filter(|byte| **byte == b'\n').count();
-        read += chunk.len();
-        pieces.push(chunk);
-        reached_start = *offset == 0;
-        // One newline more than lines wanted marks where the first wanted line starts.
-        if newlines > lines || read >= limit {
-            break;
-        }
-    }
-    let mut bytes: Vec<u8> = pieces.into_iter().rev().flatten().collect();
-    let over = bytes.len().saturating_sub(limit);
-    if over > 0 {
-        bytes.drain(..over);
-        reached_start = false;
-    }
-    let body = bytes.strip_suffix(b"\n").unwrap_or(&bytes);
-    let start = if lines == 0 {
-        bytes.len()
-    } else {
-        body.iter()
-            .enumerate()
-            .rev()
-            .filter(|(_, byte)| **byte == b'\n')
-            .nth(lines - 1)
-            .map_or(0, |(at, _)| at + 1)
-    };
-    let found_all = start > 0 || reached_start || lines == 0;
-    Ok(LogRange {
-        bytes: bytes.get(start..).unwrap_or_default().to_vec(),
-        complete: found_all,
+    Err(LogError::Contended {
+        node: node.prefix(),
     })
 }
 
-/// The chunks of `file`, by offset.
-async fn chunk_offsets(
-    storage: &dyn Storage,
-    file: &LogFile,
-) -> Result<Vec<(u64, ObjectKey)>, LogError> {
-    let listed = storage.list(&file.prefix()).await?;
-    Ok(listed
-        .into_iter()
-        .filter_map(|meta| {
-            file.chunk_offset(&meta.key)
-                .map(|offset| (offset, meta.key))
-        })
-        .collect())
+/// Where a planned extent's bytes are.
+#[derive(Clone, Debug)]
+enum Source {
+    /// Already stored.
+    Stored(Extent),
+    /// In the request's buffer.
+    New(Range<usize>),
 }
 
-async fn read_chunk(storage: &dyn Storage, key: &ObjectKey) -> Result<Vec<u8>, LogError> {
-    let object = storage.get(key).await?;
-    let mut bytes = Vec::new();
-    GzDecoder::new(object.body.as_ref())
-        .read_to_end(&mut bytes)
-        .map_err(|source| LogError::Unreadable {
-            key: key.clone(),
-            source,
-        })?;
-    Ok(bytes)
+/// One extent of a file as the request will leave it.
+#[derive(Clone, Debug)]
+struct Planned {
+    start: u64,
+    end: u64,
+    level: u8,
+    source: Source,
+}
+
+impl Planned {
+    fn is_small(&self) -> bool {
+        self.end - self.start < SMALL_EXTENT
+    }
+}
+
+/// What one request writes: its segment and the index naming it.
+struct Written {
+    segment: Ulid,
+    body: Vec<u8>,
+    index: LogIndex,
+    new_bytes: usize,
+}
+
+/// One request's changes, planned over the index it read.
+struct Plan<'a> {
+    storage: &'a dyn Storage,
+    node: &'a NodeLogs,
+    index: LogIndex,
+    /// The files this request touches, with their extents as they will be.
+    files: BTreeMap<String, Vec<Planned>>,
+    /// Bytes no stored extent holds.
+    buffer: Vec<u8>,
+    /// Stored extents read so far, by segment and member.
+    read: HashMap<(Ulid, u64), Vec<u8>>,
+    /// Bytes of the pieces stored by this request (not merges).
+    new_bytes: usize,
+}
+
+impl<'a> Plan<'a> {
+    fn new(storage: &'a dyn Storage, node: &'a NodeLogs, index: LogIndex) -> Self {
+        Self {
+            storage,
+            node,
+            index,
+            files: BTreeMap::new(),
+            buffer: Vec::new(),
+            read: HashMap::new(),
+            new_bytes: 0,
+        }
+    }
+
+    fn extents(&mut self, file: &str) -> &mut Vec<Planned> {
+        let stored = &self.index;
+        self.files.entry(file.to_owned()).or_insert_with(|| {
+            stored
+                .files
+                .get(file)
+                .map(|extents| {
+                    extents
+                        .iter()
+                        .map(|extent| Planned {
+                            start: extent.start,
+                            end: extent.end,
+                            level: extent.level,
+                            source: Source::Stored(extent.clone()),
+                        })
+                        .collect()
+                })
+                .unwrap_or_default()
+        })
+    }
+
+    /// Reads the stored ones of `planned` not read yet, all at once ([`index::extents_bytes`]).
+    async fn prefetch<'p>(
+        &mut self,
+        planned: impl IntoIterator<Item = &'p Planned>,
+    ) -> Result<(), LogError> {
+        let wanted: Vec<&Extent> = planned
+            .into_iter()
+            .filter_map(|planned| match &planned.source {
+                Source::Stored(extent) if !self.read.contains_key(&(extent.segment, extent.at)) => {
+                    Some(extent)
+                }
+                _ => None,
+            })
+            .collect();
+        if wanted.is_empty() {
+            return Ok(());
+        }
+        let fetched = index::extents_bytes(self.storage, self.node, &wanted).await?;
+        let members: Vec<(Ulid, u64)> = wanted
+            .iter()
+            .map(|extent| (extent.segment, extent.at))
+            .collect();
+        self.read.extend(members.into_iter().zip(fetched));
+        Ok(())
+    }
+
+    /// The bytes of `planned`, read before by [`Plan::prefetch`] if stored.
+    async fn bytes_of(&mut self, planned: &Planned) -> Result<Vec<u8>, LogError> {
+        match &planned.source {
+            Source::New(range) => Ok(self.buffer.get(range.clone()).unwrap_or_default().to_vec()),
+            Source::Stored(extent) => {
+                let member = (extent.segment, extent.at);
+                if let Some(bytes) = self.read.get(&member) {
+                    return Ok(bytes.clone());
+                }
+                let bytes = index::extent_bytes(self.storage, self.node, extent).await?;
+                self.read.insert(member, bytes.clone());
+                Ok(bytes)
+            }
+        }
+    }
+
+    /// Checks `piece` against what is stored and plans its new bytes.
+    async fn add(&mut self, piece: &ReadPiece<'_>) -> Result<PieceOutcome, LogError> {
+        let refused = |err: LogError| PieceOutcome::Refused {
+            reason: err.to_string(),
+        };
+        let (start, bytes) = (piece.offset, piece.bytes);
+        let Some(end) = u64::try_from(bytes.len())
+            .ok()
+            .and_then(|len| start.checked_add(len))
+        else {
+            return Ok(refused(LogError::OffsetOverflow {
+                offset: start,
+                len: bytes.len(),
+            }));
+        };
+        let name = piece.file.as_str();
+        let overlapping: Vec<Planned> = self
+            .extents(name)
+            .iter()
+            .filter(|extent| extent.start < end && extent.end > start)
+            .cloned()
+            .collect();
+        self.prefetch(&overlapping).await?;
+        let mut cursor = start;
+        let mut new_parts = Vec::new();
+        let mut conflict = None;
+        for extent in overlapping {
+            if extent.start > cursor {
+                new_parts.push(cursor..extent.start);
+            }
+            let (low, high) = (extent.start.max(start), extent.end.min(end));
+            let stored = self.bytes_of(&extent).await?;
+            let theirs = slice(&stored, low - extent.start, high - extent.start);
+            let ours = slice(bytes, low - start, high - start);
+            if theirs != ours {
+                conflict = Some(LogError::Conflict {
+                    file: format!("{}{}", self.node.prefix(), name),
+                    start: low + first_difference(theirs, ours),
+                    end: high,
+                });
+                break;
+            }
+            cursor = high;
+        }
+        if conflict.is_none() && cursor < end {
+            new_parts.push(cursor..end);
+        }
+        let mut stored = 0;
+        for part in new_parts {
+            stored += self.plan_new(
+                name,
+                part.start,
+                slice(bytes, part.start - start, part.end - start),
+                0,
+            );
+        }
+        self.new_bytes += stored;
+        Ok(match conflict {
+            Some(err) => refused(err),
+            None => PieceOutcome::Stored { stored, end },
+        })
+    }
+
+    /// Plans `bytes` as new extents of `file` from `start`, at most [`EXTENT_BYTES`] each;
+    /// returns their length.
+    fn plan_new(&mut self, file: &str, start: u64, bytes: &[u8], level: u8) -> usize {
+        let mut offset = start;
+        for part in bytes.chunks(usize::try_from(EXTENT_BYTES).unwrap_or(usize::MAX)) {
+            let from = self.buffer.len();
+            self.buffer.extend_from_slice(part);
+            let planned = Planned {
+                start: offset,
+                end: offset + part.len() as u64,
+                level,
+                source: Source::New(from..self.buffer.len()),
+            };
+            offset = planned.end;
+            let extents = self.extents(file);
+            let at = extents.partition_point(|extent| extent.start < planned.start);
+            extents.insert(at, planned);
+        }
+        bytes.len()
+    }
+
+    /// Merges every run of [`MERGE_RUN`] or more adjacent small extents of one level, in the
+    /// files this request touches, into extents of the next level; and with them every shorter
+    /// run of those files, so that files growing together are merged in the same requests and
+    /// one read of each earlier segment serves them all.
+    async fn merge_small(&mut self) -> Result<(), LogError> {
+        while self
+            .files
+            .values()
+            .any(|extents| small_run(extents, MERGE_RUN).is_some())
+        {
+            let runs: Vec<(String, Range<usize>)> = self
+                .files
+                .iter()
+                .filter_map(|(name, extents)| Some((name.clone(), small_run(extents, 2)?)))
+                .collect();
+            let members: Vec<Planned> = runs
+                .iter()
+                .filter_map(|(name, run)| self.files.get(name)?.get(run.clone()))
+                .flatten()
+                .cloned()
+                .collect();
+            self.prefetch(&members).await?;
+            for (name, run) in runs {
+                let merged: Vec<Planned> = self
+                    .files
+                    .get_mut(&name)
+                    .map(|extents| extents.drain(run).collect())
+                    .unwrap_or_default();
+                let Some((start, level)) = merged.first().map(|first| (first.start, first.level))
+                else {
+                    continue;
+                };
+                let mut bytes = Vec::new();
+                for extent in &merged {
+                    bytes.extend(self.bytes_of(extent).await?);
+                }
+                self.plan_new(&name, start, &bytes, level.saturating_add(1));
+            }
+        }
+        Ok(())
+    }
+
+    /// The segment holding every planned new extent and the index naming it; `None` when there
+    /// is nothing new.
+    fn finish(self) -> Result<Option<Written>, LogError> {
+        let id = Ulid::new();
+        let mut body = Vec::new();
+        let mut index = self.index;
+        for (name, planned) in self.files {
+            let mut extents = Vec::with_capacity(planned.len());
+            for extent in planned {
+                let stored = match extent.source {
+                    Source::Stored(stored) => stored,
+                    Source::New(range) => {
+                        let member = gzip(self.buffer.get(range).unwrap_or_default())?;
+                        let at = body.len() as u64;
+                        body.extend_from_slice(&member);
+                        Extent {
+                            start: extent.start,
+                            end: extent.end,
+                            segment: id,
+                            at,
+                            size: member.len() as u64,
+                            level: extent.level,
+                        }
+                    }
+                };
+                extents.push(stored);
+            }
+            index.files.insert(name, extents);
+        }
+        Ok((!body.is_empty()).then_some(Written {
+            segment: id,
+            body,
+            index,
+            new_bytes: self.new_bytes,
+        }))
+    }
+}
+
+/// Whether any extent of `index` is in `segment`.
+fn names_segment(index: &LogIndex, segment: Ulid) -> bool {
+    index
+        .files
+        .values()
+        .flatten()
+        .any(|extent| extent.segment == segment)
+}
+
+/// The first run of `at_least` or more adjacent small extents of one level.
+fn small_run(extents: &[Planned], at_least: usize) -> Option<Range<usize>> {
+    let mut first = 0;
+    for at in 1..=extents.len() {
+        let joins = match (extents.get(at - 1), extents.get(at)) {
+            (Some(before), Some(this)) => {
+                before.is_small()
+                    && this.is_small()
+                    && before.end == this.start
+                    && before.level == this.level
+            }
+            _ => false,
+        };
+        if !joins {
+            if at - first >= at_least && extents.get(first).is_some_and(Planned::is_small) {
+                return Some(first..at);
+            }
+            first = at;
+        }
+    }
+    None
+}
+
+/// Bytes `from..to` of `bytes` (offsets within it), empty past its end.
+fn slice(bytes: &[u8], from: u64, to: u64) -> &[u8] {
+    let (Ok(from), Ok(to)) = (usize::try_from(from), usize::try_from(to)) else {
+        return &[];
+    };
+    bytes.get(from..to).unwrap_or_default()
 }
 
 fn gzip(bytes: &[u8]) -> Result<Vec<u8>, LogError> {

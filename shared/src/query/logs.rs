@@ -14,9 +14,10 @@ use super::read::json::{JsonRow, query_rows};
 use super::read::params::{Params, Scope, parse_hex};
 use super::read::sql::{Relation, Sql};
 use super::{QueryEngine, QueryError};
-use crate::keys::{ClusterName, LogFile, LogFileName, NodeId, SessionName};
+use crate::keys::{ClusterName, LogFile, LogFileName, NodeId, NodeLogs, SessionName};
 use crate::logs::markers::{Known, before_next_task, own_output};
-use crate::logs::store::{LogError, LogRange, ShippedFile, list_files, read_range, read_tail};
+use crate::logs::read::{LogRange, ShippedFile, is_shipped, list_files, read_range, read_tail};
+use crate::logs::store::LogError;
 
 /// One attempt's output.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -168,8 +169,10 @@ impl QueryEngine {
             .await
             .map_err(log_error)?;
         // An empty range is also what a file never shipped gives: say which it is.
-        let shipped =
-            !range.bytes.is_empty() || !self.storage().list(&file.prefix()).await?.is_empty();
+        let shipped = !range.bytes.is_empty()
+            || is_shipped(&**self.storage(), &file)
+                .await
+                .map_err(log_error)?;
         if !shipped {
             return Err(QueryError::NotFound(format!(
                 "no log of {name} was shipped from node {}: run the log shipper \
@@ -405,7 +408,12 @@ impl QueryEngine {
         session: &SessionName,
         node_id: &NodeId,
     ) -> Result<Vec<ShippedFile>, QueryError> {
-        list_files(&**self.storage(), cluster, session, node_id)
+        let node = NodeLogs {
+            cluster: cluster.clone(),
+            session: session.clone(),
+            node_id: node_id.clone(),
+        };
+        list_files(&**self.storage(), &node)
             .await
             .map_err(log_error)
     }
@@ -444,7 +452,7 @@ impl QueryEngine {
         Ok(tail)
     }
 
-    /// `GET /api/logs?cluster=…&session=…&node_id=…`: `{"files": [{"file", "chunks"}]}`.
+    /// `GET /api/logs?cluster=…&session=…&node_id=…`: `{"files": [{"file", "bytes"}]}`.
     pub(super) async fn answer_log_files(
         &self,
         params: &[(String, String)],
@@ -458,7 +466,7 @@ impl QueryEngine {
             "node_id": node_id.as_str(),
             "files": files
                 .iter()
-                .map(|file| serde_json::json!({"file": file.name.as_str(), "chunks": file.chunks}))
+                .map(|file| serde_json::json!({"file": file.name.as_str(), "bytes": file.bytes}))
                 .collect::<Vec<_>>(),
         }))
     }

@@ -11,14 +11,17 @@ fn node_id() -> String {
     "ab".repeat(28)
 }
 
-/// Stores chunks as the store would (each at its offset, re-sends checked), and can be
-/// told to fail.
+/// Stores each piece as the store would (at its offset, a gap or a different overlap refused),
+/// answers per piece, and can be told to fail a request or to refuse a file.
 #[derive(Default)]
 struct Recorder {
     files: Mutex<BTreeMap<(String, String), Vec<u8>>>,
-    sends: Mutex<usize>,
-    /// The outcomes of the next sends (`false`: the endpoint is down); then all succeed.
+    /// Pieces per request answered, in order.
+    requests: Mutex<Vec<usize>>,
+    /// The outcomes of the next requests (`false`: the endpoint is down); then all succeed.
     script: Mutex<std::collections::VecDeque<bool>>,
+    /// Files whose pieces are refused.
+    refuse: Mutex<BTreeSet<String>>,
 }
 
 impl Recorder {
@@ -37,8 +40,11 @@ impl Recorder {
             .unwrap_or_default()
     }
 
-    fn sends(&self) -> usize {
-        self.sends.lock().map(|sends| *sends).unwrap_or(0)
+    fn requests(&self) -> Vec<usize> {
+        self.requests
+            .lock()
+            .map(|requests| requests.clone())
+            .unwrap_or_default()
     }
 
     fn then(&self, outcomes: &[bool]) {
@@ -46,11 +52,51 @@ impl Recorder {
             script.extend(outcomes);
         }
     }
+
+    fn refuse(&self, name: &str) {
+        if let Ok(mut refuse) = self.refuse.lock() {
+            refuse.insert(name.to_owned());
+        }
+    }
+
+    fn store(&self, session: &str, piece: &crate::frames::ReadPiece<'_>) -> PieceOutcome {
+        let refused = |reason: String| PieceOutcome::Refused { reason };
+        if self
+            .refuse
+            .lock()
+            .is_ok_and(|refuse| refuse.contains(piece.file.as_str()))
+        {
+            return refused("told to refuse".into());
+        }
+        let Ok(mut files) = self.files.lock() else {
+            return refused("poisoned".into());
+        };
+        let stored = files
+            .entry((session.to_owned(), piece.file.to_string()))
+            .or_default();
+        let Ok(offset) = usize::try_from(piece.offset) else {
+            return refused("offset".into());
+        };
+        // A gap or a different overlap would be a shipper bug: refuse, so tests see it.
+        if offset > stored.len() {
+            return refused(format!("gap before {offset}"));
+        }
+        let overlap = (stored.len() - offset).min(piece.bytes.len());
+        if stored.get(offset..offset + overlap) != piece.bytes.get(..overlap) {
+            return refused(format!("different bytes at {offset}"));
+        }
+        let new = piece.bytes.get(overlap..).unwrap_or_default();
+        stored.extend_from_slice(new);
+        PieceOutcome::Stored {
+            stored: new.len(),
+            end: piece.offset + piece.bytes.len() as u64,
+        }
+    }
 }
 
 #[async_trait]
 impl LogSink for Recorder {
-    async fn send(&self, chunk: LogChunk<'_>) -> Result<(), SendError> {
+    async fn send(&self, batch: LogBatch<'_>) -> Result<BodyAnswer, SendError> {
         let up = self
             .script
             .lock()
@@ -60,28 +106,22 @@ impl LogSink for Recorder {
         if !up {
             return Err(SendError::Retry("endpoint down".into()));
         }
-        if let Ok(mut sends) = self.sends.lock() {
-            *sends += 1;
+        let pieces = crate::frames::read_body(batch.body)
+            .map_err(|err| SendError::Retry(format!("unreadable body: {err}")))?;
+        if let Ok(mut requests) = self.requests.lock() {
+            requests.push(pieces.len());
         }
-        let mut files = self
-            .files
-            .lock()
-            .map_err(|_| SendError::Retry("poisoned".into()))?;
-        let stored = files
-            .entry((chunk.session.to_string(), chunk.file.to_string()))
-            .or_default();
-        let offset =
-            usize::try_from(chunk.offset).map_err(|_| SendError::Refused("offset".into()))?;
-        // A gap or a different overlap would be a shipper bug: refuse, so tests see it.
-        if offset > stored.len() {
-            return Err(SendError::Refused(format!("gap before {offset}")));
-        }
-        let overlap = (stored.len() - offset).min(chunk.bytes.len());
-        if stored.get(offset..offset + overlap) != chunk.bytes.get(..overlap) {
-            return Err(SendError::Refused(format!("different bytes at {offset}")));
-        }
-        stored.extend_from_slice(chunk.bytes.get(overlap..).unwrap_or_default());
-        Ok(())
+        let session = batch.session.to_string();
+        Ok(BodyAnswer {
+            pieces: pieces
+                .iter()
+                .map(|piece| crate::frames::PieceAnswer {
+                    file: piece.file.to_string(),
+                    offset: piece.offset,
+                    outcome: self.store(&session, piece),
+                })
+                .collect(),
+        })
     }
 }
 
@@ -110,12 +150,12 @@ impl Node {
         })
     }
 
-    fn settings(&self, chunk_bytes: usize) -> ShipSettings {
+    fn settings(&self, body_bytes: usize) -> ShipSettings {
         ShipSettings {
             ray_dir: self.ray_dir.clone(),
             node_id: None,
             state_file: self.ray_dir.join("afterglow-ship-logs.json"),
-            chunk_bytes,
+            body_bytes,
         }
     }
 
@@ -128,22 +168,62 @@ impl Node {
     }
 }
 
+/// The smallest body: bounds are tested with it.
+const SMALL: usize = crate::frames::MIN_BODY_BYTES;
+
 #[tokio::test]
-async fn appended_bytes_are_sent_once_each_in_bounded_chunks() -> TestResult {
+async fn appended_bytes_are_sent_once_each_in_bounded_bodies() -> TestResult {
     let node = Node::new()?;
     let sink = Recorder::default();
-    let mut shipper = Shipper::new(node.settings(4))?;
-    node.append("worker-a-01000000-1.out", "hello\n")?;
+    let mut shipper = Shipper::new(node.settings(SMALL))?;
+    let long = "x".repeat(2_500);
+    node.append("worker-a-01000000-1.out", &long)?;
     let first = shipper.pass(&sink).await?;
-    assert_eq!((first.chunks, first.bytes), (2, 6));
+    assert_eq!(first.bytes, 2_500);
+    assert_eq!(
+        first.requests, 3,
+        "2 500 bytes take three bodies of {SMALL}"
+    );
     node.append("worker-a-01000000-1.out", "world\n")?;
     node.append("raylet.out", "started\n")?;
-    shipper.pass(&sink).await?;
+    let second = shipper.pass(&sink).await?;
+    assert_eq!((second.requests, second.pieces), (1, 2));
     let idle = shipper.pass(&sink).await?;
-    assert_eq!(idle.chunks, 0);
-    assert_eq!(sink.file("worker-a-01000000-1.out"), b"hello\nworld\n");
+    assert_eq!(idle.requests, 0, "an idle node sends nothing");
+    assert_eq!(
+        sink.file("worker-a-01000000-1.out"),
+        format!("{long}world\n").as_bytes()
+    );
     assert_eq!(sink.file("raylet.out"), b"started\n");
-    assert_eq!(sink.sends(), 2 + 2 + 2);
+    assert_eq!(sink.requests(), vec![1, 1, 1, 2]);
+    Ok(())
+}
+
+#[tokio::test]
+async fn one_request_per_pass_carries_every_file_that_grew() -> TestResult {
+    let node = Node::new()?;
+    let sink = Recorder::default();
+    let mut shipper = Shipper::new(node.settings(1024 * 1024))?;
+    let names: Vec<String> = (0..32)
+        .map(|worker| format!("worker-{worker:02x}-01000000-{worker}.out"))
+        .collect();
+    for pass in 0..3 {
+        for name in &names {
+            node.append(name, &format!("{name} line {pass}\n"))?;
+        }
+        let report = shipper.pass(&sink).await?;
+        assert_eq!((report.requests, report.pieces), (1, 32));
+    }
+    shipper.pass(&sink).await?;
+    assert_eq!(
+        sink.requests(),
+        vec![32, 32, 32],
+        "one request per pass, none idle"
+    );
+    for name in &names {
+        let expected: String = (0..3).map(|pass| format!("{name} line {pass}\n")).collect();
+        assert_eq!(sink.file(name), expected.as_bytes());
+    }
     Ok(())
 }
 
@@ -155,13 +235,13 @@ async fn a_shipper_started_before_ray_waits_for_its_directory() -> TestResult {
         ray_dir: ray_dir.clone(),
         node_id: None,
         state_file: ray_dir.join("afterglow-ship-logs.json"),
-        chunk_bytes: 1024,
+        body_bytes: SMALL,
     };
     let sink = Recorder::default();
     let mut shipper = Shipper::new(settings)?;
     let waiting = shipper.pass(&sink).await?;
     assert!(waiting.awaiting_ray);
-    assert_eq!(waiting.chunks, 0);
+    assert_eq!(waiting.requests, 0);
     assert!(!ray_dir.exists(), "the shipper made Ray's directory itself");
 
     // `ray start` makes the directory and a session: the same shipper ships it.
@@ -182,24 +262,46 @@ async fn a_shipper_started_before_ray_waits_for_its_directory() -> TestResult {
 }
 
 #[tokio::test]
-async fn a_file_the_endpoint_cannot_take_now_holds_no_other_back() -> TestResult {
+async fn a_refused_file_holds_no_other_back_and_is_not_sent_again() -> TestResult {
     let node = Node::new()?;
     let sink = Recorder::default();
-    let mut shipper = Shipper::new(node.settings(1024))?;
+    let mut shipper = Shipper::new(node.settings(SMALL))?;
     node.append("worker-a-01000000-1.out", "a\n")?;
     node.append("worker-b-01000000-2.out", "b\n")?;
-    // Files are sent in name order: the first send, worker-a's, is asked to retry.
+    sink.refuse("worker-a-01000000-1.out");
+    let report = shipper.pass(&sink).await?;
+    assert_eq!((report.requests, report.pieces), (1, 1));
+    assert_eq!(sink.file("worker-b-01000000-2.out"), b"b\n");
+    node.append("worker-a-01000000-1.out", "more a\n")?;
+    node.append("worker-b-01000000-2.out", "more b\n")?;
+    shipper.pass(&sink).await?;
+    assert_eq!(
+        sink.requests(),
+        vec![2, 1],
+        "the refused file is not sent again"
+    );
+    assert_eq!(sink.file("worker-b-01000000-2.out"), b"b\nmore b\n");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_request_the_endpoint_cannot_take_now_is_sent_whole_later() -> TestResult {
+    let node = Node::new()?;
+    let sink = Recorder::default();
+    let mut shipper = Shipper::new(node.settings(SMALL))?;
+    node.append("worker-a-01000000-1.out", "a\n")?;
+    node.append("worker-b-01000000-2.out", "b\n")?;
     sink.then(&[false]);
     let failed = shipper.pass(&sink).await;
     assert!(
-        matches!(failed, Err(ShipError::Retry { ref file, .. }) if file.ends_with("worker-a-01000000-1.out")),
+        matches!(failed, Err(ShipError::Retry { ref session, .. }) if session == SESSION),
         "{failed:?}"
     );
-    assert_eq!(sink.file("worker-b-01000000-2.out"), b"b\n");
-    assert_eq!(sink.file("worker-a-01000000-1.out"), b"");
+    assert!(sink.names().is_empty());
     shipper.pass(&sink).await?;
     assert_eq!(sink.file("worker-a-01000000-1.out"), b"a\n");
     assert_eq!(sink.file("worker-b-01000000-2.out"), b"b\n");
+    assert_eq!(sink.requests(), vec![2]);
     Ok(())
 }
 
@@ -225,11 +327,26 @@ async fn a_restarted_shipper_neither_resends_nor_skips() -> TestResult {
     let node = Node::new()?;
     let sink = Recorder::default();
     node.append("worker-a-01000000-1.out", "before\n")?;
-    Shipper::new(node.settings(1024))?.pass(&sink).await?;
+    Shipper::new(node.settings(SMALL))?.pass(&sink).await?;
     node.append("worker-a-01000000-1.out", "after\n")?;
-    let mut restarted = Shipper::new(node.settings(1024))?;
+    let mut restarted = Shipper::new(node.settings(SMALL))?;
     let report = restarted.pass(&sink).await?;
     assert_eq!(report.bytes, 6, "only the new line");
+    assert_eq!(sink.file("worker-a-01000000-1.out"), b"before\nafter\n");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_shipper_that_lost_its_state_resends_only_what_the_store_finds_equal() -> TestResult {
+    let node = Node::new()?;
+    let sink = Recorder::default();
+    node.append("worker-a-01000000-1.out", "before\n")?;
+    Shipper::new(node.settings(SMALL))?.pass(&sink).await?;
+    std::fs::remove_file(node.ray_dir.join("afterglow-ship-logs.json"))?;
+    node.append("worker-a-01000000-1.out", "after\n")?;
+    let report = Shipper::new(node.settings(SMALL))?.pass(&sink).await?;
+    assert_eq!(report.pieces, 1, "the file again, from its start");
+    assert_eq!(report.bytes, 6, "the store kept only the new line");
     assert_eq!(sink.file("worker-a-01000000-1.out"), b"before\nafter\n");
     Ok(())
 }
@@ -238,23 +355,25 @@ async fn a_restarted_shipper_neither_resends_nor_skips() -> TestResult {
 async fn while_the_endpoint_is_down_nothing_is_acknowledged_and_then_all_arrives() -> TestResult {
     let node = Node::new()?;
     let sink = Recorder::default();
-    let mut shipper = Shipper::new(node.settings(3))?;
-    node.append("worker-a-01000000-1.out", "abcdefgh")?;
+    let mut shipper = Shipper::new(node.settings(SMALL))?;
+    let text = "abcdefgh".repeat(300);
+    node.append("worker-a-01000000-1.out", &text)?;
     sink.then(&[false]);
     assert!(matches!(
         shipper.pass(&sink).await,
         Err(ShipError::Retry { .. })
     ));
-    assert_eq!(sink.sends(), 0);
-    // Down again after the first chunk: that one stays acknowledged (across a restart
+    assert!(sink.requests().is_empty());
+    // Down again after the first request: that one stays acknowledged (across a restart
     // too), the rest waits.
     sink.then(&[true, false]);
     assert!(shipper.pass(&sink).await.is_err());
-    assert_eq!(sink.file("worker-a-01000000-1.out"), b"abc");
-    let mut restarted = Shipper::new(node.settings(3))?;
-    assert_eq!(restarted.pass(&sink).await?.chunks, 2);
-    assert_eq!(sink.file("worker-a-01000000-1.out"), b"abcdefgh");
-    assert_eq!(sink.sends(), 3, "no chunk was sent twice");
+    let first = sink.file("worker-a-01000000-1.out").len();
+    assert!(first > 0 && first < text.len());
+    let mut restarted = Shipper::new(node.settings(SMALL))?;
+    assert_eq!(restarted.pass(&sink).await?.requests, 2);
+    assert_eq!(sink.file("worker-a-01000000-1.out"), text.as_bytes());
+    assert_eq!(sink.requests(), vec![1, 1, 1], "no piece was sent twice");
     Ok(())
 }
 
@@ -326,12 +445,12 @@ async fn new_sessions_are_followed_and_the_node_id_comes_from_port_files() -> Te
     std::fs::create_dir_all(later.join("logs"))?;
     std::fs::write(later.join("logs").join("raylet.out"), "unknown node\n")?;
     // No port file yet: the node cannot be told, so nothing is sent for that session.
-    assert_eq!(shipper.pass(&sink).await?.chunks, 0);
+    assert_eq!(shipper.pass(&sink).await?.pieces, 0);
     std::fs::write(
         later.join(format!("runtime_env_agent_port_{}", node_id())),
         "1",
     )?;
-    assert_eq!(shipper.pass(&sink).await?.chunks, 1);
+    assert_eq!(shipper.pass(&sink).await?.pieces, 1);
     Ok(())
 }
 
