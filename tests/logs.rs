@@ -267,12 +267,40 @@ async fn a_large_resend_over_many_stored_pieces_costs_its_own_size(
     Ok(())
 }
 
+async fn a_segment_an_age_rule_removed_is_a_gap_a_resend_fills(
+    storage: Arc<dyn Storage>,
+) -> anyhow::Result<()> {
+    let file = log_file("worker-f-01000000-6.out")?;
+    put(&*storage, &file, 0, b"first\n").await?;
+    put(&*storage, &file, 6, b"second\n").await?;
+    // The age rule removes the first request's segment (ids sort by time).
+    let segments = storage
+        .list(&format!("{}segments/", file.node().prefix()))
+        .await?;
+    ensure!(segments.len() == 2, "{segments:?}");
+    storage.delete(&segments[0].key).await?;
+    ensure!(
+        read_range(&*storage, &file, 0, None, ALL).await.is_err(),
+        "a read of a removed segment answered"
+    );
+    // The shipper, its state lost, sends the file from 0: the gap is filled, the rest checked.
+    let outcome = put(&*storage, &file, 0, b"first\nsecond\nthird\n").await?;
+    ensure!(stored(&outcome)? == (12, 19), "{outcome:?}");
+    let whole = read_range(&*storage, &file, 0, None, ALL).await?;
+    ensure!(
+        whole.bytes == b"first\nsecond\nthird\n" && whole.complete,
+        "{whole:?}"
+    );
+    Ok(())
+}
+
 for_each_backend!(
     one_request_holds_many_files_and_they_list_by_name,
     pieces_tile_a_file_and_any_range_reads_back,
     overlaps_are_checked_wherever_they_fall_and_only_new_bytes_stored,
     a_lost_response_is_recognised_not_refused,
     a_large_resend_over_many_stored_pieces_costs_its_own_size,
+    a_segment_an_age_rule_removed_is_a_gap_a_resend_fills,
 );
 
 /// `serve` with ingest behind [`SECRET`], over a local folder.

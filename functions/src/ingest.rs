@@ -1,7 +1,7 @@
 //! `POST /v1/events/{cluster}?token=…`: Ray's export traffic onto [`Ingestor::ingest`], and
 //! `POST /v1/logs/{cluster}?token=…&session=…&node_id=…`: one framed body of log pieces from
 //! `afterglow-ship-logs` onto [`Ingestor::ingest_log_pieces`] (with `&file=…&offset=…`, the body
-//! is one piece's bytes, as earlier shippers send them).
+//! is one file's bytes: the form of shippers that do not frame their bodies).
 
 use std::sync::Arc;
 
@@ -179,7 +179,7 @@ pub async fn post_logs(
         Err(err) => return log_error_response(&err),
     };
     if one_file.is_some() {
-        // The single-file form answers as it always did: the receipt, or 409.
+        // The single-file form answers with the receipt, or 409.
         return match outcomes.into_iter().next() {
             Some(PieceOutcome::Stored { stored, end }) => (
                 StatusCode::OK,

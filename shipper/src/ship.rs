@@ -341,19 +341,25 @@ impl Shipper {
     }
 }
 
-/// Starts following the files nobody follows yet: new names, except copies left by rotation
-/// (their inode was an earlier generation, or is still being finished under its first name).
+/// A piece in a batch: its file, offset and length, to match the answer against.
+struct Sent {
+    file: String,
+    offset: u64,
+    len: u64,
+}
+
 /// A request being filled with one session's pieces, and what to undo if it is not taken.
 struct Batch<'a> {
     session: &'a SessionName,
     node_id: &'a NodeId,
     limit: usize,
     body: Body,
-    /// Each piece's file, in the body's order.
-    files: Vec<String>,
-    /// The session's state before the first piece: restored when the request fails, so that
-    /// nothing unacknowledged counts as sent.
-    before: Option<SessionState>,
+    /// Each piece, in the body's order.
+    sent: Vec<Sent>,
+    /// Each file with a piece in the batch, as it was before its first piece: restored when
+    /// the request fails, so that nothing unacknowledged counts as sent. Only those files:
+    /// what the others' scans found (a rotation, a truncation) stays found.
+    before: BTreeMap<String, Followed>,
 }
 
 impl<'a> Batch<'a> {
@@ -363,13 +369,14 @@ impl<'a> Batch<'a> {
             node_id,
             limit,
             body: Body::new(limit),
-            files: Vec::new(),
-            before: None,
+            sent: Vec::new(),
+            before: BTreeMap::new(),
         }
     }
 
     /// Sends what the batch holds and applies the answer: a refused piece's file is not sent
-    /// again. On failure the session's state is what it was before the first piece.
+    /// again. On failure, or an answer that does not match the pieces, each file with a piece
+    /// in the batch is as it was before its first piece.
     async fn flush(
         &mut self,
         sink: &dyn LogSink,
@@ -380,43 +387,35 @@ impl<'a> Batch<'a> {
             return Ok(());
         }
         let body = std::mem::replace(&mut self.body, Body::new(self.limit)).into_bytes();
-        let files = std::mem::take(&mut self.files);
-        let before = self.before.take();
+        let sent = std::mem::take(&mut self.sent);
+        let before = std::mem::take(&mut self.before);
         let batch = LogBatch {
             session: self.session,
             node_id: self.node_id,
             body: &body,
         };
-        let undo = |state: &mut SessionState| {
-            if let Some(before) = before.clone() {
-                *state = before;
-            }
-        };
-        let answer = match sink.send(batch).await {
-            Ok(answer) if answer.pieces.len() == files.len() => answer,
-            Ok(answer) => {
-                undo(state);
-                return Err(format!(
-                    "the endpoint answered {} pieces for {} sent",
-                    answer.pieces.len(),
-                    files.len()
-                ));
-            }
-            Err(SendError::Retry(reason)) => {
-                undo(state);
+        let answered = sink
+            .send(batch)
+            .await
+            .map_err(|SendError::Retry(reason)| reason)
+            .and_then(|answer| matching(&sent, answer));
+        let answer = match answered {
+            Ok(answer) => answer,
+            Err(reason) => {
+                state.files.extend(before);
                 return Err(reason);
             }
         };
         report.requests += 1;
-        for (name, piece) in files.iter().zip(answer.pieces) {
-            match piece.outcome {
+        for (piece, answered) in sent.iter().zip(answer.pieces) {
+            match answered.outcome {
                 PieceOutcome::Stored { stored, .. } => {
                     report.pieces += 1;
                     report.bytes += stored as u64;
                 }
                 PieceOutcome::Refused { reason } => {
-                    tracing::error!(session = %self.session, file = %name, %reason, "the endpoint refused this file; it is not sent again");
-                    if let Some(followed) = state.files.get_mut(name) {
+                    tracing::error!(session = %self.session, file = %piece.file, %reason, "the endpoint refused this file; it is not sent again");
+                    if let Some(followed) = state.files.get_mut(&piece.file) {
                         followed.refused = true;
                     }
                 }
@@ -424,6 +423,31 @@ impl<'a> Batch<'a> {
         }
         Ok(())
     }
+}
+
+/// `answer` if it answers each of `sent`, in order: same file and offset, and a stored piece
+/// ending where it did.
+fn matching(sent: &[Sent], answer: BodyAnswer) -> Result<BodyAnswer, String> {
+    if answer.pieces.len() != sent.len() {
+        return Err(format!(
+            "the endpoint answered {} pieces for {} sent",
+            answer.pieces.len(),
+            sent.len()
+        ));
+    }
+    for (piece, answered) in sent.iter().zip(&answer.pieces) {
+        let ends_right = match answered.outcome {
+            PieceOutcome::Stored { end, .. } => end == piece.offset + piece.len,
+            PieceOutcome::Refused { .. } => true,
+        };
+        if answered.file != piece.file || answered.offset != piece.offset || !ends_right {
+            return Err(format!(
+                "the endpoint's answer for {} at {} does not match the piece sent",
+                answered.file, answered.offset
+            ));
+        }
+    }
+    Ok(answer)
 }
 
 /// Puts what each of a session's files appended into requests, filling each before sending it,
@@ -484,15 +508,22 @@ async fn follow_session(
                         // Gone, shrunk or replaced since the scan: the next pass sees why.
                         _ => break,
                     };
-                    if batch.before.is_none() {
-                        batch.before = Some(state.clone());
+                    if let (false, Some(followed)) =
+                        (batch.before.contains_key(&name), state.files.get(&name))
+                    {
+                        batch.before.insert(name.clone(), followed.clone());
                     }
+                    let offset = generation.base + from;
                     batch.body.push(FramedPiece {
                         file: &file,
-                        offset: generation.base + from,
+                        offset,
                         bytes: &bytes,
                     });
-                    batch.files.push(name.clone());
+                    batch.sent.push(Sent {
+                        file: name.clone(),
+                        offset,
+                        len: bytes.len() as u64,
+                    });
                     // Counted as sent once the request is answered; undone if it is not.
                     if let Some(followed) = state.files.get_mut(&name) {
                         followed.current.shipped = from + bytes.len() as u64;
@@ -531,6 +562,8 @@ async fn follow_session(
     batch.flush(sink, state, report).await
 }
 
+/// Starts following the files nobody follows yet: new names, except copies left by rotation
+/// (their inode was an earlier generation, or is still being finished under its first name).
 fn follow_new_files(state: &mut SessionState, found: &BTreeMap<String, Found>) {
     let followed: BTreeSet<Identity> = state
         .files

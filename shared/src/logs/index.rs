@@ -58,8 +58,10 @@ impl TryFrom<ExtentRow> for Extent {
     type Error = String;
 
     fn try_from((start, end, segment, at, size, level): ExtentRow) -> Result<Self, String> {
-        if end < start {
-            return Err(format!("extent {start}..{end} ends before it starts"));
+        if end < start || end - start > EXTENT_BYTES {
+            return Err(format!(
+                "extent {start}..{end} is not 0 to {EXTENT_BYTES} bytes long"
+            ));
         }
         let segment =
             Ulid::from_string(&segment).map_err(|err| format!("segment id {segment:?}: {err}"))?;
@@ -152,12 +154,35 @@ pub const PARALLEL_READS: usize = 8;
 
 /// The bytes of each of `extents`, in their order: one ranged read per segment, spanning the
 /// members wanted from it (a request's segment holds every file's extents of that request, so
-/// one read serves them all), at most [`PARALLEL_READS`] at a time.
+/// one read serves them all), at most [`PARALLEL_READS`] at a time. A segment that is gone (an
+/// S3 age rule removed it) is an error.
 pub async fn extents_bytes(
     storage: &dyn Storage,
     node: &NodeLogs,
     extents: &[&Extent],
 ) -> Result<Vec<Vec<u8>>, LogError> {
+    extents_bytes_found(storage, node, extents)
+        .await?
+        .into_iter()
+        .zip(extents)
+        .map(|(bytes, extent)| {
+            bytes.ok_or_else(|| {
+                let key = node.segment_key(extent.segment);
+                match key {
+                    Ok(key) => unreadable(&key, "the segment is gone (expired by age?)"),
+                    Err(err) => err.into(),
+                }
+            })
+        })
+        .collect()
+}
+
+/// [`extents_bytes`], with `None` for an extent whose segment is gone.
+pub async fn extents_bytes_found(
+    storage: &dyn Storage,
+    node: &NodeLogs,
+    extents: &[&Extent],
+) -> Result<Vec<Option<Vec<u8>>>, LogError> {
     let mut spans: BTreeMap<Ulid, Range<u64>> = BTreeMap::new();
     for extent in extents {
         let member = extent.at..extent.at.saturating_add(extent.size);
@@ -169,11 +194,14 @@ pub async fn extents_bytes(
             })
             .or_insert(member);
     }
-    let read: HashMap<Ulid, (u64, Bytes)> = stream::iter(spans)
+    let read: HashMap<Ulid, Option<(u64, Bytes)>> = stream::iter(spans)
         .map(|(segment, span)| async move {
             let key = node.segment_key(segment)?;
-            let bytes = storage.get_range(&key, span.clone()).await?;
-            Ok::<_, LogError>((segment, (span.start, bytes)))
+            match storage.get_range(&key, span.clone()).await {
+                Ok(bytes) => Ok::<_, LogError>((segment, Some((span.start, bytes)))),
+                Err(StorageError::NotFound { .. }) => Ok((segment, None)),
+                Err(err) => Err(err.into()),
+            }
         })
         .buffered(PARALLEL_READS)
         .try_collect()
@@ -182,16 +210,16 @@ pub async fn extents_bytes(
         .iter()
         .map(|extent| {
             let key = node.segment_key(extent.segment)?;
-            let (start, bytes) = read
-                .get(&extent.segment)
-                .ok_or_else(|| unreadable(&key, "not read"))?;
+            let Some(Some((start, bytes))) = read.get(&extent.segment) else {
+                return Ok(None);
+            };
             let from = usize::try_from(extent.at - start).unwrap_or(usize::MAX);
             let to =
                 usize::try_from(extent.size).map_or(usize::MAX, |size| from.saturating_add(size));
             let member = bytes
                 .get(from..to)
                 .ok_or_else(|| unreadable(&key, "the segment is shorter than its index says"))?;
-            decode(&key, member, extent.file_bytes())
+            decode(&key, member, extent.file_bytes()).map(Some)
         })
         .collect()
 }
@@ -263,6 +291,7 @@ mod tests {
         for bad in [
             r#"{"files":{"a":[[10,0,"00000000000000000000000000",0,30,0]]}}"#,
             r#"{"files":{"a":[[0,10,"not a ulid",0,30,0]]}}"#,
+            r#"{"files":{"a":[[0,18446744073709551615,"00000000000000000000000000",0,30,0]]}}"#,
         ] {
             assert!(serde_json::from_str::<LogIndex>(bad).is_err(), "{bad}");
         }

@@ -1,8 +1,8 @@
 //! Ray's log files after the cluster is gone (docs/architecture.md, "Logs"): [`ship`] (the
-//! shipper's own crate, which builds without DuckDB) follows one node's session logs and sends
-//! what is appended in requests framed by [`frames`], [`store`] keeps each request's pieces, [`index`] says where each file's
-//! bytes are, [`read`] reads any byte range or tail back by that index, and [`markers`] cuts one
-//! task's output out of a range by Ray's marker lines.
+//! shipper's own crate, which builds without DuckDB) follows one node's session logs and sends what
+//! is appended in requests framed by [`frames`], [`store`] keeps each request's pieces, [`index`]
+//! says where each file's bytes are, [`read`] reads any byte range or tail back by that index, and
+//! [`markers`] cuts one task's output out of a range by Ray's marker lines.
 
 pub mod index;
 pub mod markers;

@@ -5,14 +5,15 @@
 //! A request becomes one segment object and one new version of the node's index
 //! ([`super::index`]). A piece's bytes that overlap stored ones must equal them, wherever the
 //! overlap falls; only the bytes no extent covers are stored, so extents never overlap, and a
-//! re-send costs one ranged read per extent it meets (never more extents than its own bytes).
+//! re-send costs one ranged read per segment it meets (never more than its own bytes).
 //!
 //! Small extents are merged as they accumulate: when a file has [`MERGE_RUN`] adjacent small
 //! extents of one level, they become extents of the next level, written into the same
-//! request's segment. A file shipped a line at a time thus keeps a few dozen extents, not one per
-//! request, and each byte is rewritten about once per level.
+//! request's segment, at most [`MERGE_BYTES`] a request. A file shipped a line at a time thus
+//! keeps a few dozen extents, not one per request, and each byte is rewritten about once per
+//! level.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ops::Range;
 
 use bytes::Bytes;
@@ -98,6 +99,9 @@ pub const MERGE_RUN: usize = 16;
 /// An extent shorter than this is small: merged with its neighbours.
 const SMALL_EXTENT: u64 = EXTENT_BYTES / 2;
 
+/// Most bytes one request merges: what it holds in memory and writes beyond its own pieces.
+pub const MERGE_BYTES: u64 = 8 * 1024 * 1024;
+
 /// Times a request re-plans after another replaced the node's index first.
 const COMMIT_ATTEMPTS: usize = 8;
 
@@ -106,8 +110,10 @@ const COMMIT_ATTEMPTS: usize = 8;
 ///
 /// A piece's bytes that overlap stored ones must equal them (wherever the overlap falls); a
 /// difference refuses the piece ([`PieceOutcome::Refused`]), and of it only the new bytes before
-/// the difference are stored. A piece over a stored range is read back one extent at a time:
-/// the cost of a re-send is its own length, never the number of pieces stored before it.
+/// the difference are stored. The stored bytes every piece overlaps are read first, all at once,
+/// one ranged read per segment: the cost of a re-send is its own length, never the number of
+/// pieces stored before it. A stored extent whose segment is gone (an S3 age rule removed it)
+/// leaves the index, and its range is a gap the pieces may fill again.
 #[tracing::instrument(name = "log_pieces", skip_all, fields(node = %node.prefix(), pieces = pieces.len()))]
 pub async fn put_pieces(
     storage: &dyn Storage,
@@ -117,6 +123,7 @@ pub async fn put_pieces(
     for _ in 0..COMMIT_ATTEMPTS {
         let loaded = index::load(storage, node).await?;
         let mut plan = Plan::new(storage, node, loaded.index);
+        plan.prefetch_overlaps(pieces).await?;
         let mut outcomes = Vec::with_capacity(pieces.len());
         for piece in pieces {
             outcomes.push(plan.add(piece).await?);
@@ -191,6 +198,8 @@ struct Plan<'a> {
     buffer: Vec<u8>,
     /// Stored extents read so far, by segment and member.
     read: HashMap<(Ulid, u64), Vec<u8>>,
+    /// Stored extents whose segment is gone (an S3 age rule removed it): their ranges are gaps.
+    gone: HashSet<(Ulid, u64)>,
     /// Bytes of the pieces stored by this request (not merges).
     new_bytes: usize,
 }
@@ -204,6 +213,7 @@ impl<'a> Plan<'a> {
             files: BTreeMap::new(),
             buffer: Vec::new(),
             read: HashMap::new(),
+            gone: HashSet::new(),
             new_bytes: 0,
         }
     }
@@ -229,11 +239,13 @@ impl<'a> Plan<'a> {
         })
     }
 
-    /// Reads the stored ones of `planned` not read yet, all at once ([`index::extents_bytes`]).
+    /// Reads the stored ones of `planned` not read yet, all at once
+    /// ([`index::extents_bytes_found`]). Those whose segment is gone leave the plan: their
+    /// ranges become gaps, which the pieces may fill again. Returns whether any left.
     async fn prefetch<'p>(
         &mut self,
         planned: impl IntoIterator<Item = &'p Planned>,
-    ) -> Result<(), LogError> {
+    ) -> Result<bool, LogError> {
         let wanted: Vec<&Extent> = planned
             .into_iter()
             .filter_map(|planned| match &planned.source {
@@ -244,14 +256,53 @@ impl<'a> Plan<'a> {
             })
             .collect();
         if wanted.is_empty() {
-            return Ok(());
+            return Ok(false);
         }
-        let fetched = index::extents_bytes(self.storage, self.node, &wanted).await?;
-        let members: Vec<(Ulid, u64)> = wanted
+        let fetched = index::extents_bytes_found(self.storage, self.node, &wanted).await?;
+        let mut left = false;
+        for (extent, bytes) in wanted.iter().zip(fetched) {
+            let member = (extent.segment, extent.at);
+            match bytes {
+                Some(bytes) => {
+                    self.read.insert(member, bytes);
+                }
+                None => left |= self.gone.insert(member),
+            }
+        }
+        if left {
+            tracing::warn!(
+                gone = self.gone.len(),
+                "log segments the index names are gone (an age rule?); their ranges are gaps"
+            );
+            let gone = &self.gone;
+            for extents in self.files.values_mut() {
+                extents.retain(|planned| match &planned.source {
+                    Source::Stored(extent) => !gone.contains(&(extent.segment, extent.at)),
+                    Source::New(_) => true,
+                });
+            }
+        }
+        Ok(left)
+    }
+
+    /// The planned extents of `file` that overlap `start..end`.
+    fn overlapping(&mut self, file: &str, start: u64, end: u64) -> Vec<Planned> {
+        self.extents(file)
             .iter()
-            .map(|extent| (extent.segment, extent.at))
-            .collect();
-        self.read.extend(members.into_iter().zip(fetched));
+            .filter(|extent| extent.start < end && extent.end > start)
+            .cloned()
+            .collect()
+    }
+
+    /// Reads every stored extent the pieces overlap, all at once, before they are checked one
+    /// by one.
+    async fn prefetch_overlaps(&mut self, pieces: &[ReadPiece<'_>]) -> Result<(), LogError> {
+        let mut wanted = Vec::new();
+        for piece in pieces {
+            let end = piece.offset.saturating_add(piece.bytes.len() as u64);
+            wanted.extend(self.overlapping(piece.file.as_str(), piece.offset, end));
+        }
+        self.prefetch(&wanted).await?;
         Ok(())
     }
 
@@ -287,13 +338,10 @@ impl<'a> Plan<'a> {
             }));
         };
         let name = piece.file.as_str();
-        let overlapping: Vec<Planned> = self
-            .extents(name)
-            .iter()
-            .filter(|extent| extent.start < end && extent.end > start)
-            .cloned()
-            .collect();
-        self.prefetch(&overlapping).await?;
+        let mut overlapping = self.overlapping(name, start, end);
+        if self.prefetch(&overlapping).await? {
+            overlapping = self.overlapping(name, start, end);
+        }
         let mut cursor = start;
         let mut new_parts = Vec::new();
         let mut conflict = None;
@@ -356,27 +404,45 @@ impl<'a> Plan<'a> {
     }
 
     /// Merges every run of [`MERGE_RUN`] or more adjacent small extents of one level, in the
-    /// files this request touches, into extents of the next level; and with them every shorter
-    /// run of those files, so that files growing together are merged in the same requests and
-    /// one read of each earlier segment serves them all.
+    /// files this request touches, into extents of the next level; and with them the first
+    /// shorter run of each of those files, so that files growing together are merged in the same
+    /// requests and one read of each earlier segment serves them all. At most
+    /// [`MERGE_BYTES`] are merged per request; what is left waits for the next.
     async fn merge_small(&mut self) -> Result<(), LogError> {
+        let mut budget = MERGE_BYTES;
         while self
             .files
             .values()
             .any(|extents| small_run(extents, MERGE_RUN).is_some())
         {
-            let runs: Vec<(String, Range<usize>)> = self
-                .files
-                .iter()
-                .filter_map(|(name, extents)| Some((name.clone(), small_run(extents, 2)?)))
-                .collect();
+            let mut runs: Vec<(String, Range<usize>)> = Vec::new();
+            for (name, extents) in &self.files {
+                let Some(run) = small_run(extents, 2) else {
+                    continue;
+                };
+                let bytes: u64 = extents
+                    .get(run.clone())
+                    .unwrap_or_default()
+                    .iter()
+                    .map(|extent| extent.end - extent.start)
+                    .sum();
+                if bytes <= budget {
+                    budget -= bytes;
+                    runs.push((name.clone(), run));
+                }
+            }
+            if runs.is_empty() {
+                break;
+            }
             let members: Vec<Planned> = runs
                 .iter()
                 .filter_map(|(name, run)| self.files.get(name)?.get(run.clone()))
                 .flatten()
                 .cloned()
                 .collect();
-            self.prefetch(&members).await?;
+            if self.prefetch(&members).await? {
+                continue; // extents left the plan: find the runs again
+            }
             for (name, run) in runs {
                 let merged: Vec<Planned> = self
                     .files

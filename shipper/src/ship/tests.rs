@@ -378,6 +378,31 @@ async fn while_the_endpoint_is_down_nothing_is_acknowledged_and_then_all_arrives
 }
 
 #[tokio::test]
+async fn a_failed_request_undoes_only_what_it_carried() -> TestResult {
+    let node = Node::new()?;
+    let sink = Recorder::default();
+    let mut shipper = Shipper::new(node.settings(SMALL))?;
+    node.append("a.log", "a\n")?;
+    node.append("b.log", "long first version\n")?;
+    shipper.pass(&sink).await?;
+    // b.log is truncated and rewritten while a.log grows; the request carrying both fails.
+    node.append("a.log", "a again\n")?;
+    std::fs::write(node.logs.join("b.log"), "new\n")?;
+    sink.then(&[false]);
+    assert!(shipper.pass(&sink).await.is_err());
+    // During the outage b.log grows past where its first version ended: the truncation must
+    // not be forgotten, or its new bytes would be taken as the old version's continuation.
+    node.append("b.log", &format!("{}\n", "x".repeat(30)))?;
+    shipper.pass(&sink).await?;
+    assert_eq!(sink.file("a.log"), b"a\na again\n");
+    assert_eq!(
+        sink.file("b.log"),
+        format!("long first version\nnew\n{}\n", "x".repeat(30)).as_bytes()
+    );
+    Ok(())
+}
+
+#[tokio::test]
 async fn a_file_moved_to_old_continues_where_it_was() -> TestResult {
     let node = Node::new()?;
     let sink = Recorder::default();
