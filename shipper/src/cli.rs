@@ -1,7 +1,8 @@
 //! `afterglow-ship-logs` (and `afterglow ship-logs`): runs next to `ray start` on every node and
 //! sends each session's log files, as they grow, to `POST /v1/logs/{cluster}` ([`crate::ship`]
 //! decides what to send; this module is the loop, the signals and the HTTP client), and on the
-//! head node submitted jobs' changes to `POST /v1/events/{cluster}` ([`crate::submissions`]).
+//! head node submitted jobs' changes to `POST /v1/events/{cluster}` ([`crate::submissions`])
+//! and the cluster's metadata beside its logs ([`crate::metadata`]).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -10,9 +11,12 @@ use anyhow::{Context as _, bail};
 use async_trait::async_trait;
 use tokio::signal::unix::{SignalKind, signal};
 
-use crate::frames::{BodyAnswer, MAX_BODY_BYTES, MIN_BODY_BYTES};
-use crate::names::NodeId;
-use crate::ship::{LogBatch, LogSink, SendError, ShipError, ShipSettings, Shipper, backoff};
+use crate::frames::{BodyAnswer, MAX_BODY_BYTES, MIN_BODY_BYTES, PieceOutcome};
+use crate::metadata::{MAX_METADATA_BYTES, metadata_body};
+use crate::names::{NodeId, SessionName};
+use crate::ship::{
+    LogBatch, LogSink, SendError, ShipError, ShipSettings, Shipper, backoff, node_ids_in,
+};
 use crate::submissions::{JobDetails, SubmissionLedger, latest_session, ray_auth_token};
 
 /// Flags of `afterglow ship-logs`.
@@ -46,7 +50,8 @@ pub struct ShipLogsArgs {
     pub body_bytes: usize,
     /// Ray's dashboard on this node. Where it answers (the head node), its job API is read
     /// every pass and what changed of each submitted job is sent as an event, since Ray exports
-    /// none for them; `none` turns this off. With Ray's token authentication on, Ray's token is
+    /// none for them, and its cluster metadata (Ray's and Python's versions) once per session;
+    /// `none` turns this off. With Ray's token authentication on, Ray's token is
     /// taken from where Ray's clients take it (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH,
     /// ~/.ray/auth_token).
     #[arg(long, value_name = "URL", default_value = "http://127.0.0.1:8265")]
@@ -182,11 +187,15 @@ fn ingest_url(export_url: &str, kind: &str) -> anyhow::Result<url::Url> {
     }
 }
 
-/// Reads Ray's job API on this node and sends what changed of each submitted job to the
-/// events URL ([`crate::submissions`]).
+/// Reads Ray's dashboard on this node: sends what changed of each submitted job to the events
+/// URL ([`crate::submissions`]), and stores the cluster's metadata ([`crate::metadata`]).
 struct SubmissionWatch {
     /// `{dashboard}/api/jobs/`.
     jobs_url: url::Url,
+    /// `{dashboard}/api/v0/cluster_metadata`.
+    metadata_url: url::Url,
+    /// The session whose metadata is stored.
+    metadata_sent: Option<SessionName>,
     /// `…/v1/events/{cluster}` with the token in its query string.
     events_url: url::Url,
     /// Ray's own token for its dashboard, when Ray has one: never logged.
@@ -200,9 +209,11 @@ impl SubmissionWatch {
         if dashboard == "none" {
             return Ok(None);
         }
-        let jobs_url = url::Url::parse(dashboard)
-            .and_then(|url| url.join("api/jobs/"))
-            .map_err(|err| anyhow::anyhow!("--dashboard {dashboard:?} is not a URL ({err})"))?;
+        let route = |path: &str| {
+            url::Url::parse(dashboard)
+                .and_then(|url| url.join(path))
+                .map_err(|err| anyhow::anyhow!("--dashboard {dashboard:?} is not a URL ({err})"))
+        };
         let client = reqwest::Client::builder()
             .timeout(SEND_TIMEOUT)
             .build()
@@ -213,7 +224,9 @@ impl SubmissionWatch {
             std::env::var_os("HOME").map(PathBuf::from),
         );
         Ok(Some(Self {
-            jobs_url,
+            jobs_url: route("api/jobs/")?,
+            metadata_url: route("api/v0/cluster_metadata")?,
+            metadata_sent: None,
             events_url: events_url(export_url)?,
             ray_token,
             client,
@@ -272,6 +285,71 @@ impl SubmissionWatch {
         }
         Ok(sent)
     }
+
+    /// Stores the latest session's cluster metadata beside the logs of this node (`node_id`, or
+    /// the one its port files name), once per session. Returns whether it was sent now;
+    /// nothing when no dashboard answers (a node other than the head).
+    async fn ship_metadata(
+        &mut self,
+        ray_dir: &Path,
+        node_id: Option<&NodeId>,
+        sink: &dyn LogSink,
+    ) -> Result<bool, String> {
+        let Some(session) = latest_session(ray_dir) else {
+            return Ok(false);
+        };
+        if self.metadata_sent.as_ref() == Some(&session) {
+            return Ok(false);
+        }
+        let node_id = match node_id {
+            Some(node_id) => node_id.clone(),
+            None => match node_ids_in(&ray_dir.join(session.as_str())).as_slice() {
+                [only] => only.clone(),
+                _ => return Ok(false),
+            },
+        };
+        let mut request = self.client.get(self.metadata_url.clone());
+        if let Some(token) = &self.ray_token {
+            request = request.bearer_auth(token);
+        }
+        let response = match request.send().await {
+            Ok(response) => response,
+            Err(err) if err.is_connect() => return Ok(false),
+            Err(err) => return Err(format!("reading Ray's cluster metadata: {err}")),
+        };
+        if !response.status().is_success() {
+            return Err(format!(
+                "Ray's cluster metadata answered {}",
+                response.status()
+            ));
+        }
+        let answer = response
+            .bytes()
+            .await
+            .map_err(|err| format!("reading Ray's cluster metadata: {err}"))?;
+        if answer.len() > MAX_METADATA_BYTES {
+            return Err(format!("Ray's cluster metadata is {} bytes", answer.len()));
+        }
+        let body = metadata_body(&answer).map_err(|err| err.to_string())?;
+        let answer = sink
+            .send(LogBatch {
+                session: &session,
+                node_id: &node_id,
+                body: &body,
+            })
+            .await
+            .map_err(|SendError::Retry(reason)| {
+                format!("storing the cluster metadata: {reason}")
+            })?;
+        // Refused: the session's metadata was stored before with other bytes, and is kept.
+        if let Some(PieceOutcome::Refused { reason }) =
+            answer.pieces.first().map(|piece| &piece.outcome)
+        {
+            tracing::warn!("the cluster metadata stored earlier is kept: {reason}");
+        }
+        self.metadata_sent = Some(session);
+        Ok(true)
+    }
 }
 
 /// Runs `afterglow ship-logs` until SIGINT or SIGTERM, then makes one last pass.
@@ -293,7 +371,7 @@ pub async fn run_cli(args: ShipLogsArgs) -> anyhow::Result<()> {
         .unwrap_or_else(|| args.ray_dir.join("afterglow-ship-logs.json"));
     let mut shipper = Shipper::new(ShipSettings {
         ray_dir: args.ray_dir.clone(),
-        node_id,
+        node_id: node_id.clone(),
         state_file: state_file.clone(),
         body_bytes: args.body_bytes,
     })?;
@@ -342,6 +420,14 @@ pub async fn run_cli(args: ShipLogsArgs) -> anyhow::Result<()> {
                 Ok(0) => {}
                 Ok(sent) => tracing::info!(submissions = sent, "sent submitted jobs' changes"),
                 Err(reason) => tracing::warn!("submitted jobs not sent, will retry: {reason}"),
+            }
+            match watch
+                .ship_metadata(&args.ray_dir, node_id.as_ref(), &sink)
+                .await
+            {
+                Ok(false) => {}
+                Ok(true) => tracing::info!("stored the cluster's metadata"),
+                Err(reason) => tracing::warn!("cluster metadata not stored, will retry: {reason}"),
             }
         }
         tokio::select! {

@@ -8,10 +8,13 @@
 //! - [`frames`]: one request's body (a piece of every file that grew) and its answer.
 //! - [`submissions`]: on the head node, submitted jobs as Ray's own events, read from Ray's job
 //!   API (Ray exports none for them).
+//! - [`metadata`]: on the head node, the cluster's Ray and Python versions, read from Ray's
+//!   dashboard and stored beside the node's logs.
 //! - [`cli`]: the command: its flags, the loop, the signals and the HTTP client.
 
 pub mod cli;
 pub mod frames;
+pub mod metadata;
 pub mod names;
 pub mod ship;
 pub mod submissions;

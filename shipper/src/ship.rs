@@ -1,5 +1,6 @@
 //! The log shipper's logic (`afterglow-ship-logs`, docs/architecture.md, "Logs"): follow every Ray
-//! session's `logs/` folder on one node and send what is appended to each file, with its byte
+//! session's `logs/` folder (with `logs/old/` and the cluster events in `logs/events/`) on one
+//! node and send what is appended to each file, with its byte
 //! offset: one request per session and pass holds a piece of every file that grew
 //! ([`crate::frames`]), and a request fills to [`ShipSettings::body_bytes`] before the next one
 //! starts, so an idle node sends nothing and a busy one one request per interval.
@@ -288,11 +289,13 @@ impl Shipper {
     }
 
     /// The session's log files by name, in `logs/` and then `logs/old/` (where Ray moves a dead
-    /// worker's files): in that order, a file moved meanwhile is seen at least once.
+    /// worker's files): in that order, a file moved meanwhile is seen at least once. Then the
+    /// cluster events Ray's processes write to `logs/events/` (`event_GCS.log`, …), whose
+    /// names no file in `logs/` takes, which Ray's dashboard lists on its overview.
     fn files_of(&mut self, session_dir: &Path) -> BTreeMap<String, Found> {
         let mut found = BTreeMap::new();
         let logs = session_dir.join("logs");
-        for dir in [logs.clone(), logs.join("old")] {
+        for dir in [logs.clone(), logs.join("old"), logs.join("events")] {
             let Ok(entries) = std::fs::read_dir(&dir) else {
                 continue;
             };
@@ -657,7 +660,7 @@ fn sessions(ray_dir: &Path) -> Vec<(SessionName, PathBuf)> {
 }
 
 /// The node ids Ray's port files in a session folder name (`{component}_port_{node_id}`).
-fn node_ids_in(session_dir: &Path) -> Vec<NodeId> {
+pub(crate) fn node_ids_in(session_dir: &Path) -> Vec<NodeId> {
     let Ok(entries) = std::fs::read_dir(session_dir) else {
         return Vec::new();
     };

@@ -5,8 +5,11 @@
 //! - `route`: `POST /v1/logs/{cluster}` checking what it is sent, and the shipper sending a Ray
 //!   session folder through `serve`;
 //! - `reads`: a task's output, a node's files and their tails, in our routes and Ray's;
-//! - `inferred`: attempts Ray exported no offsets for get only their own lines.
+//! - `inferred`: attempts Ray exported no offsets for get only their own lines;
+//! - `dashboard`: the cluster events and cluster metadata shipped beside the logs, answered as
+//!   Ray's dashboard answered them.
 
+mod dashboard;
 mod inferred;
 mod reads;
 mod route;

@@ -2,10 +2,11 @@
 //! shipper's own crate, which builds without DuckDB) follows one node's session logs and sends what
 //! is appended in requests framed by [`frames`], [`store`] keeps each request's pieces, [`index`]
 //! says where each file's bytes are, [`read`] reads any byte range or tail back by that index, and
-//! [`markers`] cuts one task's output out of a range by Ray's marker lines.
+//! [`markers`] cuts one task's output out of a range by Ray's marker lines. Beside a head node's
+//! logs, the shipper stores the cluster's [`metadata`].
 
 pub mod index;
 pub mod markers;
 pub mod read;
-pub use ship_logs::{frames, ship};
+pub use ship_logs::{frames, metadata, ship};
 pub mod store;

@@ -4,6 +4,7 @@
 //! nothing loads more than it returns plus one extent.
 
 use super::index::{self, Extent};
+use super::metadata::CLUSTER_METADATA_FILE;
 use super::store::LogError;
 use crate::keys::{LogFile, LogFileName, NodeLogs};
 use crate::storage::Storage;
@@ -87,7 +88,48 @@ pub async fn read_tail(
     limit: usize,
 ) -> Result<LogRange, LogError> {
     let extents = extents_of(storage, file).await?;
-    let node = file.node();
+    tail_of(storage, &file.node(), &extents, lines, limit).await
+}
+
+/// The last `lines` lines of each of `node`'s files that `wanted` picks, as [`read_tail`] reads
+/// one, by name, with one read of the node's index: at most `limit` bytes in all, the files
+/// read in name order until it is spent.
+#[tracing::instrument(name = "log_tails", skip(storage, wanted), fields(node = %node.prefix()))]
+pub async fn read_tails(
+    storage: &dyn Storage,
+    node: &NodeLogs,
+    wanted: impl Fn(&str) -> bool,
+    lines: usize,
+    limit: usize,
+) -> Result<Vec<(LogFileName, LogRange)>, LogError> {
+    let index = index::load(storage, node).await?.index;
+    let mut tails = Vec::new();
+    let mut left = limit;
+    for (name, extents) in &index.files {
+        if left == 0 {
+            break;
+        }
+        let Ok(file) = LogFileName::new(name) else {
+            continue;
+        };
+        if !wanted(name) {
+            continue;
+        }
+        let tail = tail_of(storage, node, extents, lines, left).await?;
+        left = left.saturating_sub(tail.bytes.len());
+        tails.push((file, tail));
+    }
+    Ok(tails)
+}
+
+/// [`read_tail`] of a file whose extents are known.
+async fn tail_of(
+    storage: &dyn Storage,
+    node: &NodeLogs,
+    extents: &[Extent],
+    lines: usize,
+    limit: usize,
+) -> Result<LogRange, LogError> {
     let mut pieces: Vec<Vec<u8>> = Vec::new();
     let mut newlines = 0;
     let mut reached_start = false;
@@ -115,7 +157,7 @@ pub async fn read_tail(
         }
         for (extent, stored) in batch
             .iter()
-            .zip(index::extents_bytes(storage, &node, &batch).await?)
+            .zip(index::extents_bytes(storage, node, &batch).await?)
         {
             newlines += stored.iter().filter(|byte| **byte == b'\n').count();
             read += stored.len();
@@ -161,7 +203,8 @@ pub struct ShippedFile {
     pub bytes: u64,
 }
 
-/// The files shipped from `node`, sorted by name.
+/// The files shipped from `node`, sorted by name: Ray's log files, without the cluster's
+/// [`super::metadata`], which no Ray node lists.
 #[tracing::instrument(name = "log_files", skip(storage), fields(node = %node.prefix()))]
 pub async fn list_files(
     storage: &dyn Storage,
@@ -171,6 +214,7 @@ pub async fn list_files(
     Ok(index
         .files
         .iter()
+        .filter(|(name, _)| name.as_str() != CLUSTER_METADATA_FILE)
         .filter_map(|(name, extents)| {
             Some(ShippedFile {
                 name: LogFileName::new(name).ok()?,

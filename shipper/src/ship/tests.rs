@@ -419,6 +419,22 @@ async fn a_file_moved_to_old_continues_where_it_was() -> TestResult {
 }
 
 #[tokio::test]
+async fn the_cluster_events_are_shipped_by_their_names() -> TestResult {
+    let node = Node::new()?;
+    let sink = Recorder::default();
+    let mut shipper = Shipper::new(node.settings(1024))?;
+    let events = node.logs.join("events");
+    std::fs::create_dir_all(&events)?;
+    let line = r#"{"event_id":"a1","source_type":"JOBS","message":"Started a ray job x."}"#;
+    std::fs::write(events.join("event_JOBS.log"), format!("{line}\n"))?;
+    node.append("raylet.out", "started\n")?;
+    shipper.pass(&sink).await?;
+    assert_eq!(sink.file("event_JOBS.log"), format!("{line}\n").as_bytes());
+    assert_eq!(sink.names(), vec!["event_JOBS.log", "raylet.out"]);
+    Ok(())
+}
+
+#[tokio::test]
 async fn a_rotated_file_is_finished_and_the_new_one_follows_it() -> TestResult {
     let node = Node::new()?;
     let sink = Recorder::default();

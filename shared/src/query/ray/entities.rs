@@ -255,15 +255,19 @@ fn node_state_message(node: &NodeRecord) -> Option<String> {
     })
 }
 
+/// Whether `node` is the head: the one holding Ray's head marker resource (the export has no
+/// flag).
+pub(super) fn is_head(node: &NodeRecord) -> bool {
+    node_resources(node).get("node:__internal_head__").is_some()
+}
+
 fn node_state(node: &NodeRecord) -> Json {
     let definition = node.definition.as_ref().map(|reported| &reported.value);
     let resources = node_resources(node);
-    // The head node is the one holding Ray's head marker resource; the export has no flag.
-    let is_head = resources.get("node:__internal_head__").is_some();
     json!({
         "node_id": node.id,
         "node_ip": definition.map(|d| d.node_ip.clone()).unwrap_or_default(),
-        "is_head_node": is_head,
+        "is_head_node": is_head(node),
         "state": node.state().unwrap_or("ALIVE"),
         "state_message": node_state_message(node),
         "node_name": definition.map(|d| d.node_name.clone()).unwrap_or_default(),

@@ -1,6 +1,5 @@
-//! The Ray routes a history answers without its tables: the cluster's events (the export
-//! carries none), and what it can say about metrics, profiling, Serve and the rest of a cluster
-//! that is gone.
+//! The Ray routes a history answers without its tables: what it can say about metrics,
+//! profiling, Serve and the rest of a cluster that is gone.
 
 use serde_json::{Value as Json, json};
 
@@ -8,16 +7,6 @@ use super::RAY_VERSION;
 use super::body::state_envelope;
 use super::route::FixedRoute;
 use crate::config::GrafanaUrl;
-
-/// `GET events`: the export carries no cluster event log, so no events, in the shape the
-/// overview and job pages read.
-pub(super) fn events(pairs: &[(String, String)]) -> Json {
-    match pairs.iter().find(|(key, _)| key == "job_id") {
-        Some((_, job_id)) => json!({"result": true, "msg": "Job events fetched.",
-            "data": {"jobId": job_id, "events": []}}),
-        None => json!({"result": true, "msg": "All events fetched.", "data": {"events": {}}}),
-    }
-}
 
 /// Routes answered without the tables: what a history can say about metrics, profiling, Serve
 /// and the rest of a cluster that is gone. With `grafana` configured, Ray's metrics pages frame
@@ -29,7 +18,10 @@ pub(super) fn fixed_answer(route: FixedRoute, session: &str, grafana: Option<&Gr
             "",
             json!({"rayVersion": RAY_VERSION, "pythonVersion": "", "rayInitCluster": false}),
         ),
-        FixedRoute::Timezone => json!({"offset": "+00:00", "value": "UTC"}),
+        // Ray answers its server's zone; a history has no server whose zone matters, and
+        // Ray's "unknown" answer makes the page show times in the viewer's own zone (or the
+        // one they picked).
+        FixedRoute::Timezone => json!({"offset": null, "value": null}),
         FixedRoute::Version => json!({"version": "4", "ray_version": RAY_VERSION,
             "ray_commit": "", "session_name": session}),
         FixedRoute::AuthenticationMode => json!({"authentication_mode": "disabled"}),

@@ -215,7 +215,7 @@ fn node_of(pairs: &[(String, String)]) -> Result<NodeId, QueryError> {
 }
 
 /// The cluster and session a resolved scope names.
-fn place(scope: &Scope) -> Result<(ClusterName, SessionName), QueryError> {
+pub(super) fn place(scope: &Scope) -> Result<(ClusterName, SessionName), QueryError> {
     let (Some(cluster), Some(session)) = (&scope.cluster, &scope.session) else {
         return Err(QueryError::Internal(
             "a Ray route without its session".into(),

@@ -27,7 +27,9 @@
 //! its envelopes) and the dashboard API's read code ([`crate::query::read`]), never each other.
 
 mod body;
+mod cluster_metadata;
 mod entities;
+mod events;
 mod fixed;
 mod grafana;
 mod logs;
@@ -39,9 +41,9 @@ mod tasks;
 
 pub use self::body::RayBody;
 use self::body::{ResponseLimit, list_envelope};
-use self::fixed::{answered_as_failure, events, fixed_answer};
+use self::fixed::{answered_as_failure, fixed_answer};
 use self::missing_page::missing_page;
-use self::route::StateResource;
+use self::route::{FixedRoute, StateResource};
 pub use self::route::{RayPathError, RayRequest, RayRoute, RayTarget, SessionChoice};
 use crate::query::read::params::{Created, Scope};
 use crate::query::{QueryEngine, QueryError};
@@ -174,7 +176,7 @@ impl QueryEngine {
             RayRoute::Nodes => entities::nodes(self, &scope).await,
             RayRoute::Node(id) => entities::node(self, &scope, id).await,
             RayRoute::ClusterStatus => entities::cluster_status(self, &scope, &session).await,
-            RayRoute::Events => Ok(events(pairs)),
+            RayRoute::Events => events::events(self, &scope, pairs).await,
             RayRoute::ReadOnly => Err(QueryError::BadRequest(
                 "This is a history kept by Afterglow: jobs cannot be submitted, stopped or \
                  deleted here."
@@ -193,6 +195,9 @@ impl QueryEngine {
                     .sessions;
                 let page = grafana::frame(grafana, path, pairs, &session, sessions.get(&session));
                 return Ok(RayBody::html(page));
+            }
+            RayRoute::Fixed(FixedRoute::ClusterMetadata) => {
+                cluster_metadata::answer(self, &scope, &session).await
             }
             RayRoute::Fixed(fixed) => {
                 let grafana = self.grafana_url();
