@@ -15,13 +15,20 @@
 //   task {id, job_id, name, error_type, error, stdout}          a failed task that printed
 //   actor {id, class_name, stdout}   one of the job's actors, and a line of its stdout log
 //   node {id, ip}                    the head node
+//   event                            a cluster event's message (the failed submission's start)
+//   versions {ray, python}           the cluster's, from Ray's cluster metadata
 //   log_file {name, line}            a worker's stdout file on that node and a line in it
+//   killed {route, switch, id, message, log_file}   a node Ray reported DEAD, in another
+//                                    cluster's history (Afterglow's Ray route `route`, which a
+//                                    GET of `switch?to=ROUTE` makes the proxy read), and a
+//                                    file shipped from it
+//   route                            Afterglow's Ray route of the run's own cluster
 import { mkdirSync, readFileSync } from "node:fs";
 import { launchChromium } from "../browser/launch.mjs";
 
 const [base, shots, factsJson] = process.argv.slice(2);
 const facts = JSON.parse(factsJson);
-const { job, submission, task, actor, node } = facts;
+const { job, submission, task, actor, node, killed } = facts;
 const WAIT_MS = 30000;
 
 mkdirSync(shots, { recursive: true });
@@ -78,10 +85,22 @@ async function downloadsTimeline(page) {
   return `the trace downloads as ${name} (${events.length} events)`;
 }
 
+// The Logs page lists only live nodes, and the Cluster page hides a dead node's "Log" link;
+// its node page links its files whatever its state.
+async function opensNodeLogs(page, fileName) {
+  await page.getByRole("link", { name: "log", exact: true }).first().click()
+    .catch(() => { throw new Error('no "log" link on the node page'); });
+  await seen(page, fileName);
+  return `its "log" link lists ${fileName}`;
+}
+
+const killedFileUrl = `#/logs/viewer?nodeId=${killed.id}`
+  + `&fileName=${encodeURIComponent(killed.log_file.name)}`;
+
 const PAGES = [
   {
     name: "overview", url: "#/overview",
-    expect: ["Cluster status and autoscaler", "Recent jobs", submission.id],
+    expect: ["Cluster status and autoscaler", "Recent jobs", submission.id, facts.event],
   },
   {
     name: "jobs", url: "#/jobs",
@@ -151,6 +170,10 @@ const PAGES = [
     expect: [node.id, /^ALIVE$/, `${node.ip} (Head)`],
   },
   {
+    name: "cluster-info", url: "#/cluster/info",
+    expect: ["Python Version", wholeLine(facts.versions.python), wholeLine(facts.versions.ray)],
+  },
+  {
     name: "node", url: `#/cluster/nodes/${node.id}`,
     // NODE - id is also the title while it loads.
     expect: [/^ALIVE$/, "Hostname", node.ip],
@@ -173,6 +196,27 @@ const PAGES = [
     },
   },
   {
+    name: "cluster-killed", route: killed.route, url: "#/cluster",
+    expect: [killed.id, /^DEAD$/],
+  },
+  {
+    name: "node-killed", route: killed.route, url: `#/cluster/nodes/${killed.id}`,
+    expect: [/^DEAD$/, "Hostname"],
+  },
+  {
+    name: "logs-node-killed", route: killed.route, url: `#/cluster/nodes/${killed.id}`,
+    expect: [/^DEAD$/],
+    steps: (page) => opensNodeLogs(page, killed.log_file.name),
+  },
+  {
+    name: "log-file-killed", route: killed.route, url: killedFileUrl,
+    expect: [`File: ${killed.log_file.name}`],
+    steps: async (page) => {
+      await seenInLog(page, killed.log_file.line);
+      return `${killed.log_file.name} of the killed node holds its line`;
+    },
+  },
+  {
     name: "serve", url: "#/serve",
     expect: ["Serve not started"],
   },
@@ -189,7 +233,14 @@ const PAGES = [
 
 const firstLine = (err) => String(err?.message ?? err).split("\n")[0];
 
-async function check(browser, { name, url, expect, steps }) {
+// Which cluster's history the dashboard reads: the proxy's, set before each page.
+async function readFrom(route) {
+  const response = await fetch(`${killed.switch}?to=${encodeURIComponent(route)}`);
+  if (!response.ok) throw new Error(`the proxy did not switch to ${route}: ${response.status}`);
+}
+
+async function check(browser, { name, url, expect, steps, route }) {
+  await readFrom(route ?? facts.route);
   const page = await browser.newPage({ viewport: { width: 1440, height: 1000 } });
   page.setDefaultTimeout(WAIT_MS);
   const result = { name, url, problems: [], pageErrors: [], consoleErrors: [], failed: [] };

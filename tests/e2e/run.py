@@ -15,9 +15,12 @@ One run of this script:
    a synthetic session of 60 000 attempts is posted beside it, `afterglow publish` publishes
    the tables as Iceberg and a second driver reads them with `ray.data.read_iceberg` on the
    same cluster (read_iceberg.py), once while the synthetic session holds deltas and once
-   after `afterglow compact --fold`;
+   after `afterglow compact --fold`; in the `faults` variant, a captured run with a killed
+   node is posted beside it, and Ray's own dashboard, started with `--proxy-server-url` at
+   Afterglow, is driven over both histories in Chromium (ray_dashboard.mjs);
 3. captures Ray's answers (`ray list tasks --detail`, `summarize_tasks`, `ray list actors/jobs
-   --detail`, `ray list nodes`, each printing task's own output), masks their runtime envs'
+   --detail`, `ray list nodes`, each printing task's own output, the dashboard's cluster events
+   and cluster metadata), masks their runtime envs'
    `env_vars` values with Ray's own redaction (as Ray's dashboard shows them, and as Afterglow
    answers them always), waits until Afterglow has as many attempts, stops Ray and the
    shipper, removes Ray's session directory, and compares;
@@ -45,6 +48,7 @@ import tempfile
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 
 # Ray's own masking of runtime-env secrets (this script runs in Ray's virtualenv).
@@ -56,6 +60,11 @@ CLUSTER = "e2e"
 # folded at every commit (FoldPolicy::small_session_rows) and more than Ray's lists cap.
 SYNTHETIC = "synthetic"
 SYNTHETIC_ATTEMPTS = 60_000
+# A captured run of two nodes, one of them killed mid-run (tests/fixtures/ray-2.60/known-problems),
+# posted beside the run's in the faults variant: the run's own cluster has no dead node, and
+# Ray's dashboard must reach a dead node's shipped files too.
+KILLED_NODE_RUN = os.path.join(HERE, "..", "fixtures", "ray-2.60", "known-problems")
+KILLED_NODE_CLUSTER = "killed-node"
 # The fields of a task attempt compared with Ray's list.
 TASK_FIELDS = [
     "state", "error_type", "name", "func_or_class_name", "type", "job_id", "actor_id",
@@ -164,6 +173,43 @@ def ray_task_logs(env, address, printed):
     if result.returncode != 0:
         raise RuntimeError(f"reading Ray's task logs failed: {result.stderr[-2000:]}")
     return json.loads(result.stdout)
+
+
+def rays_dashboard_records(dashboard):
+    """What Ray's live dashboard answers of the cluster beyond the export: its cluster events
+    (the overview's list) and its cluster metadata (the Cluster page's versions)."""
+    return {"events": http_json(f"{dashboard}/events"),
+            "cluster_metadata": http_json(f"{dashboard}/api/v0/cluster_metadata")}
+
+
+def compare_dashboard_records(api, theirs):
+    """Afterglow's answers, from what the shipper stored, against Ray's live ones: every event
+    Ray listed, as Ray listed it (later ones may follow), and the cluster metadata. Returns
+    the number of problems."""
+    route = f"/ray/{CLUSTER}/latest"
+    ours = api.get(f"{route}/events")["data"]["events"]
+    shipped = {(job, event.get("eventId")): event
+               for job, events in ours.items() for event in events}
+    listed = [(job, event) for job, events in theirs["events"]["data"]["events"].items()
+              for event in events]
+    missing = [event for job, event in listed if (job, event.get("eventId")) not in shipped]
+    differ = [(event, shipped[(job, event.get("eventId"))]) for job, event in listed
+              if (job, event.get("eventId")) in shipped
+              and shipped[(job, event.get("eventId"))] != event]
+    sources = sorted({event.get("sourceType") for _, event in listed})
+    print(f"cluster events: {len(listed) - len(missing) - len(differ)} of the {len(listed)} "
+          f"Ray listed ({', '.join(sources)}) as Ray listed them, {len(missing)} missing, "
+          f"{len(differ)} differ; {len(shipped) - len(listed) + len(missing)} more shipped")
+    for event in missing[:3]:
+        print(f"  missing: {json.dumps(event)[:300]}")
+    for theirs_event, ours_event in differ[:3]:
+        print(f"  differs: Ray's {json.dumps(theirs_event)[:300]}\n"
+              f"           ours {json.dumps(ours_event)[:300]}")
+    metadata = api.get(f"{route}/api/v0/cluster_metadata")
+    same = metadata == theirs["cluster_metadata"]
+    print(f"cluster metadata: {'as' if same else 'NOT as'} Ray answered it "
+          f"({json.dumps(metadata['data'])})")
+    return int(not listed) + len(missing) + len(differ) + (not same)
 
 
 def compare_logs_through_rays_route(api, ray_logs):
@@ -303,12 +349,17 @@ class SwitchProxy(http.server.ThreadingHTTPServer):
     answers from its live cluster, the ground truth) until `forwarding` is set, then every
     request goes to Afterglow, as a user's dashboard proxy would send it, headers included both
     ways (the timeline download rests on the answer's Content-Disposition). Ray's dashboard
-    adds `prefix`, Afterglow's Ray route, to every path. `unanswered` counts Afterglow's error
-    answers but those Ray's own dashboard gives too, by (method, path, status)."""
+    adds `prefix`, Afterglow's Ray route, to every path; a GET of `ROUTE_PATH?to=ROUTE` (from
+    the browser check) sends what follows to Afterglow's route `ROUTE` instead, another cluster's
+    history. `unanswered` counts Afterglow's error answers but those Ray's own dashboard gives
+    too, by (method, path, status)."""
+
+    ROUTE_PATH = "/afterglow-e2e/route"
 
     def __init__(self, port, upstream, prefix):
         self.upstream = upstream
         self.prefix = prefix
+        self.route = prefix
         self.forwarding = threading.Event()
         self.forwarded = 0
         self.unanswered = {}
@@ -345,10 +396,15 @@ UNFORWARDED = {"connection", "keep-alive", "transfer-encoding", "te", "trailers"
 class SwitchHandler(http.server.BaseHTTPRequestHandler):
     def handle_any(self):
         body = self.rfile.read(int(self.headers.get("content-length", "0") or 0))
+        path, _, query = self.path.partition("?")
+        if path == SwitchProxy.ROUTE_PATH:
+            self.server.route = urllib.parse.parse_qs(query)["to"][0]
+            return self.answer(204, b"", [])
         if not self.server.forwarding.is_set():
             return self.answer(404, b"", [("content-type", "text/plain")])
         headers = {k: v for k, v in self.headers.items() if k.lower() not in UNFORWARDED}
-        request = urllib.request.Request(self.server.upstream + self.path, data=body or None,
+        upstream_path = self.server.route + self.path.removeprefix(self.server.prefix)
+        request = urllib.request.Request(self.server.upstream + upstream_path, data=body or None,
                                          method=self.command, headers=headers)
         try:
             with urllib.request.urlopen(request, timeout=30) as response:
@@ -408,18 +464,66 @@ def dashboard_facts(ray, printed):
         "actor": {"id": actor["actor_id"], "class_name": actor["class_name"],
                   "stdout": f":actor_name:{actor['class_name']}"},
         "node": {"id": node["node_id"], "ip": node["node_ip"]},
+        "versions": {"ray": ray["dashboard"]["cluster_metadata"]["data"]["rayVersion"],
+                     "python": ray["dashboard"]["cluster_metadata"]["data"]["pythonVersion"]},
+        # Ray's job manager writes this cluster event as a submission starts.
+        "event": next(event["message"] for events in ray["dashboard"]["events"]["data"]["events"]
+                      .values() for event in events
+                      if event["message"] == f"Started a ray job {submitted['submission_id']}."),
         "log_file": {"name": os.path.basename(task["task_log_info"]["stdout_file"]),
                      "line": stdout},
     }
 
 
-def check_ray_dashboard(dashboard, ray, printed, switch):
+def post(url, body):
+    """POSTs `body` as JSON; the answer's status."""
+    request = urllib.request.Request(url, data=body, method="POST",
+                                     headers={"content-type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return response.status
+
+
+def post_killed_node_run(deployment):
+    """Posts the captured run whose second node was killed (KILLED_NODE_RUN) as cluster
+    KILLED_NODE_CLUSTER, body by body as Ray sent it, and stores a file for the killed node as
+    its shipper would have before the node died. Returns what Ray's dashboard must show of the
+    killed node (see ray_dashboard.mjs), from Ray's own answer before that run stopped."""
+    token = deployment.ingest_token(KILLED_NODE_CLUSTER)
+    token = f"token={token}&" if token else ""
+    base = f"{deployment.ingest_base}/v1/events/{KILLED_NODE_CLUSTER}?{token}"
+    session = None
+    with open(os.path.join(KILLED_NODE_RUN, "requests.jsonl")) as f:
+        for request in map(json.loads, f):
+            with open(os.path.join(KILLED_NODE_RUN, request["body_file"]), "rb") as body:
+                body = body.read()
+            session = session or json.loads(body)[0]["sessionName"]
+            post(base, body)
+    with open(os.path.join(KILLED_NODE_RUN, "ground-truth", "nodes.json")) as f:
+        killed = next(node for node in json.load(f) if node["state"] == "DEAD")
+    line = f"afterglow e2e: shipped from node {killed['node_id'][:8]} before it was killed"
+    place = urllib.parse.urlencode({"session": session, "node_id": killed["node_id"],
+                                    "file": "raylet.out", "offset": 0})
+    post(f"{deployment.ingest_base}/v1/logs/{KILLED_NODE_CLUSTER}?{token}{place}",
+         f"{line}\n".encode())
+    with open(os.path.join(KILLED_NODE_RUN, "ground-truth", "tasks.json")) as f:
+        attempts = len(json.load(f))
+    return {"route": f"/ray/{KILLED_NODE_CLUSTER}/latest", "id": killed["node_id"],
+            "attempts": attempts,
+            "message": killed["state_message"], "log_file": {"name": "raylet.out", "line": line}}
+
+
+def check_ray_dashboard(dashboard, ray, printed, switch, killed):
     """Ray's own dashboard, now reading Afterglow through `--proxy-server-url`, in headless
-    Chromium: each of its pages shows what Ray's live answers had. Returns problems."""
+    Chromium: each of its pages shows what Ray's live answers had, and the killed node of
+    `killed` (post_killed_node_run) what Ray answered of it. Returns problems."""
     switch.forwarding.set()
     shots = os.path.join(HERE, "..", "..", "target", "screenshots")
+    facts = dashboard_facts(ray, printed)
+    facts["route"] = switch.prefix
+    facts["killed"] = dict(killed, switch=f"http://127.0.0.1:{switch.server_address[1]}"
+                           f"{SwitchProxy.ROUTE_PATH}")
     result = subprocess.run(["node", os.path.join(HERE, "ray_dashboard.mjs"), dashboard, shots,
-                             json.dumps(dashboard_facts(ray, printed))], text=True, timeout=900)
+                             json.dumps(facts)], text=True, timeout=900)
     print(f"Ray's dashboard over Afterglow: {'passed' if result.returncode == 0 else 'FAILED'} "
           f"({switch.forwarded} requests forwarded to Afterglow; screenshots in {shots})")
     # Where Afterglow answers 404, Ray's dashboard answers from the live cluster instead: a
@@ -621,11 +725,11 @@ def all_pages(api, path, query, field):
             return rows
 
 
-def wait_for_attempts(api, expected, timeout):
-    """Waits until Afterglow shows `expected` attempts and the count has settled."""
+def wait_for_attempts(api, expected, timeout, cluster=CLUSTER):
+    """Waits until Afterglow shows `expected` attempts of `cluster` and the count has settled."""
     deadline, last, stable_since = time.time() + timeout, None, time.time()
     while time.time() < deadline:
-        total = api.get(f"/api/summary?cluster={CLUSTER}")["total"]
+        total = api.get(f"/api/summary?cluster={cluster}")["total"]
         if total != last:
             last, stable_since = total, time.time()
         if total >= expected and time.time() - stable_since > 3:
@@ -1238,6 +1342,10 @@ def main():
             raise RuntimeError("the workload failed")
         submit_jobs(dashboard)
         log("three jobs submitted and ended")
+        killed = None
+        if switch:
+            killed = post_killed_node_run(deployment)
+            log(f"the captured run with a killed node posted as cluster {KILLED_NODE_CLUSTER}")
         log("workload finished; letting the agent flush")
         time.sleep(10)
         ray_data_problems = 0
@@ -1247,6 +1355,7 @@ def main():
                                                    address, work)
         ray = masked_as_rays_dashboard(ray_answers(env, address))
         ray["submitted"] = submitted_jobs(dashboard)
+        ray["dashboard"] = rays_dashboard_records(dashboard)
         log(f"Ray lists {len(ray['tasks'])} attempts")
         ray_logs = ray_task_logs(env, address, printed_path)
         seen = wait_for_attempts(api, len(ray["tasks"]), timeout=180)
@@ -1260,8 +1369,10 @@ def main():
         if switch:
             with open(printed_path) as f:
                 printed = json.load(f)
+            shown = wait_for_attempts(api, killed["attempts"], 60, cluster=KILLED_NODE_CLUSTER)
+            log(f"Afterglow shows {shown} of {killed['attempts']} attempts of the killed-node run")
             dashboard_problems = check_ray_dashboard(f"http://127.0.0.1:{dashboard_port}", ray,
-                                                     printed, switch)
+                                                     printed, switch, killed)
         ray_cli(env, "stop", "--force")
         ray_stopped = True
         shipped = shipper.stop()
@@ -1280,6 +1391,7 @@ def main():
             problems += len(unfolded)
         problems += compare(ray, api) + dashboard_problems + (shipped != 0)
         problems += compare_logs(api, printed_path, ray_logs)
+        problems += compare_dashboard_records(api, ray["dashboard"])
         if args.variant == "serve":
             problems += list_synthetic_session(api, env)
         if args.variant == "lambda":
