@@ -53,7 +53,8 @@ class Invocation:
 
 
 class Emulator:
-    """Lambda for the function `name`: its server on `port`, the runtime's queue, and the log."""
+    """Lambda for the function `name`: its server on `port` (0: a free one, then `port`), the
+    runtime's queue, and the log."""
 
     def __init__(self, name, port, timeout_s, log, patience=120, binary_types=()):
         self.name, self.port, self.timeout_s, self.patience = name, port, timeout_s, patience
@@ -65,6 +66,8 @@ class Emulator:
         self._running = {}
         self._lock = threading.Condition()
         self.server = ThreadingHTTPServer(("127.0.0.1", port), _handler(self))
+        # Port 0 asks the system for a free one.
+        self.port = self.server.server_address[1]
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 

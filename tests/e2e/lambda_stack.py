@@ -274,7 +274,9 @@ class LambdaFunction:
 
     def __init__(self, handler, binary, env, repo, work):
         self.handler, self.binary, self.env, self.repo = handler, binary, env, repo
-        self.port = free_port()
+        # Given by the emulator's server as it binds (start): a port chosen earlier could be
+        # taken meanwhile, as the local port of another function's connection.
+        self.port = None
         self.log_path = os.path.join(work, f"lambda-{handler}.log")
         self.log_file = None
         self.emulator = None
@@ -297,8 +299,9 @@ class LambdaFunction:
 
     def start(self):
         self.log_file = open(self.log_path, "a")
-        self.emulator = Emulator(FUNCTION, self.port, TIMEOUT_S[self.handler], self.log_file,
+        self.emulator = Emulator(FUNCTION, 0, TIMEOUT_S[self.handler], self.log_file,
                                  binary_types=SETTINGS["binary_types"])
+        self.port = self.emulator.port
         self.emulator.start()
         # What Lambda sets for a function.
         env = dict(os.environ, **self.env, _HANDLER=self.handler,
