@@ -97,6 +97,21 @@ async function opensNodeLogs(page, fileName) {
 const killedFileUrl = `#/logs/viewer?nodeId=${killed.id}`
   + `&fileName=${encodeURIComponent(killed.log_file.name)}`;
 
+// The job's progress bar expands into its progress by lineage (Ray's `summary_by=lineage`),
+// a row per top-level task or actor name; the job's tables are still closed then, so the name
+// shows there alone.
+async function expandsProgressByLineage(page, name) {
+  const bar = page.locator("xpath=//label[contains(., 'Hide finished')]/../following-sibling::div[1]")
+    .first();
+  const lineage = page.waitForResponse((response) => response.url().includes("summary_by=lineage"),
+    { timeout: WAIT_MS });
+  await bar.click().catch(() => { throw new Error("no progress bar to expand"); });
+  const answer = await lineage.catch(() => { throw new Error("no progress by lineage asked"); });
+  if (answer.status() !== 200) throw new Error(`progress by lineage answered ${answer.status()}`);
+  await seen(page, wholeLine(name));
+  return `its progress by lineage lists ${name}`;
+}
+
 const PAGES = [
   {
     name: "overview", url: "#/overview",
@@ -116,6 +131,7 @@ const PAGES = [
     expect: [`Total: ${facts.total}`, `Failed: ${facts.failed}`],
     steps: async (page) => {
       const done = [];
+      done.push(await expandsProgressByLineage(page, task.name));
       await seen(await openSection(page, "Task Table"), `TOTAL x ${facts.total}`);
       done.push(`task table: ${facts.total} tasks`);
       await seen(await openSection(page, "Actor Table"), `TOTAL x ${facts.actors}`);
