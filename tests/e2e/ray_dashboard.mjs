@@ -13,6 +13,8 @@
 //                                    and actors
 //   submission {id, job_id, entrypoint, message, driver_line}   the submission that failed
 //   task {id, job_id, name, error_type, error, stdout}          a failed task that printed
+//   printer {id, name, stdout, stderr}                         a task of the same job that
+//                                    printed a line to each stream
 //   actor {id, class_name, stdout}   one of the job's actors, and a line of its stdout log
 //   node {id, ip}                    the head node
 //   event                            a cluster event's message (the failed submission's start)
@@ -165,6 +167,17 @@ const PAGES = [
       await openTab(page, "stdout");
       await seenInLog(page, task.stdout);
       return "its error stack trace and its stdout";
+    },
+  },
+  {
+    name: "task-printer", url: `#/jobs/${task.job_id}/tasks/${facts.printer.id}`,
+    expect: [facts.printer.name, /^FINISHED$/],
+    steps: async (page) => {
+      await openTab(page, "stdout");
+      await seenInLog(page, facts.printer.stdout);
+      await openTab(page, "stderr");
+      await seenInLog(page, facts.printer.stderr);
+      return "its stdout and its stderr";
     },
   },
   {

@@ -440,6 +440,9 @@ def dashboard_facts(ray, printed):
     task = next(t for t in tasks if t["state"] == "FAILED" and t["task_id"] in printed
                 and (t.get("task_log_info") or {}).get("stdout_file"))
     stdout = printed[task["task_id"]]["stdout"].strip()
+    # A task that printed to both streams, with the offsets Ray reported for them.
+    printer = next(t for t in tasks if "stderr" in printed.get(t["task_id"], {})
+                   and (t.get("task_log_info") or {}).get("stderr_file"))
     submitted = ray["submitted"]["e2e-submit-fail"]
     actor = next(a for a in ray["actors"] if a["job_id"] == job and a["class_name"] == "Counter")
     node = ray["nodes"][0]
@@ -460,6 +463,9 @@ def dashboard_facts(ray, printed):
             "error_type": task["error_type"],
             "error": task["error_message"].strip().splitlines()[-1], "stdout": stdout,
         },
+        "printer": {"id": printer["task_id"], "name": printer["name"],
+                    "stdout": printed[printer["task_id"]]["stdout"].strip(),
+                    "stderr": printed[printer["task_id"]]["stderr"].strip()},
         # Ray's worker writes this line to an actor's stdout log as the actor starts.
         "actor": {"id": actor["actor_id"], "class_name": actor["class_name"],
                   "stdout": f":actor_name:{actor['class_name']}"},
