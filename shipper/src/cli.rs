@@ -76,6 +76,9 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
     }
 }
 
+/// Most bytes read of the job API's answer, which takes a few hundred bytes per job.
+const MAX_JOBS_BYTES: usize = 64 * 1024 * 1024;
+
 /// Longest one request may take.
 const SEND_TIMEOUT: Duration = Duration::from_secs(30);
 /// Longest wait between attempts while the endpoint is down.
@@ -234,34 +237,66 @@ impl SubmissionWatch {
         }))
     }
 
+    /// The answer of Ray's dashboard at `url`, asked with Ray's token when there is one, read
+    /// only up to `limit` bytes; `None` when nothing answers there (a node other than the head).
+    async fn read(
+        &self,
+        url: &url::Url,
+        limit: usize,
+        what: &str,
+    ) -> Result<Option<Vec<u8>>, String> {
+        let mut request = self.client.get(url.clone());
+        if let Some(token) = &self.ray_token {
+            request = request.bearer_auth(token);
+        }
+        let mut response = match request.send().await {
+            Ok(response) => response,
+            Err(err) if err.is_connect() => return Ok(None),
+            Err(err) => return Err(format!("reading {what}: {err}")),
+        };
+        if response.status() == reqwest::StatusCode::UNAUTHORIZED {
+            return Err(format!(
+                "{what} asks for Ray's token (token authentication is on): set RAY_AUTH_TOKEN \
+                 or RAY_AUTH_TOKEN_PATH as for Ray's own clients"
+            ));
+        }
+        if !response.status().is_success() {
+            return Err(format!("{what} answered {}", response.status()));
+        }
+        let too_long = || format!("{what} answered more than {limit} bytes");
+        if response
+            .content_length()
+            .is_some_and(|length| length > limit as u64)
+        {
+            return Err(too_long());
+        }
+        let mut answer = Vec::new();
+        while let Some(chunk) = response
+            .chunk()
+            .await
+            .map_err(|err| format!("reading {what}: {err}"))?
+        {
+            if answer.len() + chunk.len() > limit {
+                return Err(too_long());
+            }
+            answer.extend_from_slice(&chunk);
+        }
+        Ok(Some(answer))
+    }
+
     /// One read of Ray's job API, and the events of what changed. Returns the submissions
     /// sent; nothing when no dashboard answers (a node other than the head).
     async fn pass(&mut self, ray_dir: &Path) -> Result<usize, String> {
         let Some(session) = latest_session(ray_dir) else {
             return Ok(0);
         };
-        let mut request = self.client.get(self.jobs_url.clone());
-        if let Some(token) = &self.ray_token {
-            request = request.bearer_auth(token);
-        }
-        let response = match request.send().await {
-            Ok(response) => response,
-            Err(err) if err.is_connect() => return Ok(0),
-            Err(err) => return Err(format!("reading Ray's job API: {err}")),
+        let Some(answer) = self
+            .read(&self.jobs_url, MAX_JOBS_BYTES, "Ray's job API")
+            .await?
+        else {
+            return Ok(0);
         };
-        if response.status() == reqwest::StatusCode::UNAUTHORIZED {
-            return Err(
-                "Ray's job API asks for Ray's token (token authentication is on): set \
-                        RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH as for Ray's own clients"
-                    .to_owned(),
-            );
-        }
-        if !response.status().is_success() {
-            return Err(format!("Ray's job API answered {}", response.status()));
-        }
-        let jobs: Vec<JobDetails> = response
-            .json()
-            .await
+        let jobs: Vec<JobDetails> = serde_json::from_slice(&answer)
             .map_err(|err| format!("Ray's job API answered something else than jobs: {err}"))?;
         let now_ms = chrono::Utc::now().timestamp_millis();
         let mut sent = 0;
@@ -308,28 +343,16 @@ impl SubmissionWatch {
                 _ => return Ok(false),
             },
         };
-        let mut request = self.client.get(self.metadata_url.clone());
-        if let Some(token) = &self.ray_token {
-            request = request.bearer_auth(token);
-        }
-        let response = match request.send().await {
-            Ok(response) => response,
-            Err(err) if err.is_connect() => return Ok(false),
-            Err(err) => return Err(format!("reading Ray's cluster metadata: {err}")),
+        let Some(answer) = self
+            .read(
+                &self.metadata_url,
+                MAX_METADATA_BYTES,
+                "Ray's cluster metadata",
+            )
+            .await?
+        else {
+            return Ok(false);
         };
-        if !response.status().is_success() {
-            return Err(format!(
-                "Ray's cluster metadata answered {}",
-                response.status()
-            ));
-        }
-        let answer = response
-            .bytes()
-            .await
-            .map_err(|err| format!("reading Ray's cluster metadata: {err}"))?;
-        if answer.len() > MAX_METADATA_BYTES {
-            return Err(format!("Ray's cluster metadata is {} bytes", answer.len()));
-        }
         let body = metadata_body(&answer).map_err(|err| err.to_string())?;
         let answer = sink
             .send(LogBatch {
