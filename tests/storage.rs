@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use anyhow::ensure;
 use bytes::Bytes;
+use futures_util::{StreamExt as _, TryStreamExt as _};
 use shared::storage::{ObjectKey, PutMode, Storage, StorageError};
 
 fn key(text: &str) -> anyhow::Result<ObjectKey> {
@@ -205,6 +206,45 @@ async fn delete_removes_and_is_idempotent(storage: Arc<dyn Storage>) -> anyhow::
     Ok(())
 }
 
+/// More keys than one batch takes, some of them never written: every written one is gone, the
+/// missing ones are no error, and objects under other keys stay.
+async fn delete_all_removes_every_key_past_one_batch(
+    storage: Arc<dyn Storage>,
+) -> anyhow::Result<()> {
+    let written: Vec<ObjectKey> = (0..shared::storage::MAX_KEYS_PER_DELETE + 5)
+        .map(|n| key(&format!("logs/segments/{n:05}")))
+        .collect::<anyhow::Result<_>>()?;
+    futures_util::stream::iter(&written)
+        .map(|object| {
+            let storage = Arc::clone(&storage);
+            async move {
+                storage
+                    .put(object, Bytes::from_static(b"x"), PutMode::Overwrite)
+                    .await
+            }
+        })
+        .buffer_unordered(32)
+        .try_collect::<Vec<_>>()
+        .await?;
+    let kept = key("logs/index")?;
+    storage
+        .put(&kept, Bytes::from_static(b"i"), PutMode::Overwrite)
+        .await?;
+    let mut asked = written.clone();
+    asked.insert(3, key("logs/segments/never-written")?);
+    storage.delete_all(&asked).await?;
+    let left = storage.list("logs/").await?;
+    ensure!(
+        left.iter().map(|meta| &meta.key).eq([&kept]),
+        "{} objects left under logs/, the first {:?}",
+        left.len(),
+        left.first().map(|meta| &meta.key)
+    );
+    storage.delete_all(&asked).await?;
+    storage.delete_all(&[]).await?;
+    Ok(())
+}
+
 async fn overwrite_replaces_atomically(storage: Arc<dyn Storage>) -> anyhow::Result<()> {
     let object = key("state/current")?;
     let big_a = vec![b'a'; 2_000_000];
@@ -313,6 +353,7 @@ afterglow_tests::for_each_backend!(
     racing_updates_from_one_version_let_exactly_one_win,
     list_returns_keys_under_a_prefix_in_order,
     delete_removes_and_is_idempotent,
+    delete_all_removes_every_key_past_one_batch,
     overwrite_replaces_atomically,
     put_file_stores_the_file_and_keeps_the_contract,
 );

@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use afterglow_tests::faults::RecordsRequests;
 use afterglow_tests::scenario::Scenario;
 use afterglow_tests::{FixtureRun, compactor_over, now_ms};
 use anyhow::{Context as _, ensure};
@@ -74,7 +75,10 @@ async fn expiry_removes_old_sessions_whole_and_keeps_the_rest() -> anyhow::Resul
         shared::logs::store::put_pieces(&*storage, &node, &pieces).await?;
         logs.push(node);
     }
-    let (compactor, _scratch) = scenario.compactor(CompactSettings::default())?;
+    // Deletes are watched: a session's objects go in batches (S3 takes 1 000 keys a request),
+    // never one request each.
+    let recorder = Arc::new(RecordsRequests::new(Arc::clone(&storage)));
+    let (compactor, _scratch) = compactor_over(&recorder, CompactSettings::default())?;
     let expired = compactor
         .expire_sessions(std::time::Duration::from_secs(7 * 86_400), now)
         .await?;
@@ -128,10 +132,13 @@ async fn expiry_removes_old_sessions_whole_and_keeps_the_rest() -> anyhow::Resul
         );
     }
     // Once it is over, the check deletes every one of them.
-    let (after_grace, _scratch) = scenario.compactor(CompactSettings {
-        retire_grace: std::time::Duration::ZERO,
-        ..CompactSettings::default()
-    })?;
+    let (after_grace, _scratch) = compactor_over(
+        &recorder,
+        CompactSettings {
+            retire_grace: std::time::Duration::ZERO,
+            ..CompactSettings::default()
+        },
+    )?;
     for check in &expired {
         let tidied = after_grace.tidy_if_quiet(check).await?;
         ensure!(
@@ -139,6 +146,14 @@ async fn expiry_removes_old_sessions_whole_and_keeps_the_rest() -> anyhow::Resul
             "{check:?} after the grace: {tidied:?}"
         );
     }
+    // Per session, one batch for its logs and one for its retired files.
+    ensure!(
+        recorder.deletes() == 0 && recorder.batch_deletes() <= 2 * expired.len(),
+        "{} objects deleted one at a time and {} batch deletes, for {} sessions",
+        recorder.deletes(),
+        recorder.batch_deletes(),
+        expired.len()
+    );
     for file in &old_files {
         ensure!(!stored(file).await?, "{file} was left behind");
     }

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use afterglow_tests::faults::RecordsGets;
+use afterglow_tests::faults::RecordsRequests;
 use afterglow_tests::local_storage;
 use anyhow::{Context as _, ensure};
 use shared::keys::{ClusterName, LogFile, LogFileName, NodeId, SessionName};
@@ -277,7 +277,7 @@ async fn a_whole_files_tail_fetches_no_more_than_the_response_holds() -> anyhow:
     for at in 0..100_u64 {
         put(&*storage, &file, at * 1_000, piece.as_bytes()).await?;
     }
-    let recorder = Arc::new(RecordsGets::new(Arc::clone(&storage)));
+    let recorder = Arc::new(RecordsRequests::new(Arc::clone(&storage)));
     let cache = tempfile::tempdir()?;
     let mut settings = QuerySettings::under(cache.path());
     settings.response_bytes = 2_500;

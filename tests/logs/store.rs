@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use afterglow_tests::faults::{LosesConditionalResponses, RecordsGets};
+use afterglow_tests::faults::{LosesConditionalResponses, RecordsRequests};
 use afterglow_tests::for_each_backend;
 use anyhow::ensure;
 use shared::keys::LogFileName;
@@ -202,7 +202,7 @@ async fn a_large_resend_over_many_stored_pieces_costs_its_own_size(
     // A shipper that lost its state sends the file again from 0, as much as a body holds.
     let mut resend = stored_text.clone().into_bytes();
     resend.resize(MAX_BODY_BYTES - 1_024, b'+');
-    let recorder = Arc::new(RecordsGets::new(Arc::clone(&storage)));
+    let recorder = Arc::new(RecordsRequests::new(Arc::clone(&storage)));
     let outcome = put(&*recorder, &file, 0, &resend).await?;
     ensure!(
         stored(&outcome)? == (resend.len() - stored_text.len(), resend.len() as u64),

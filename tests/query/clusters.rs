@@ -9,7 +9,7 @@ use std::sync::Arc;
 use afterglow::http::router;
 use afterglow::state::{AppState, QueryService};
 use afterglow_tests::api::Api;
-use afterglow_tests::faults::RecordsGets;
+use afterglow_tests::faults::RecordsRequests;
 use afterglow_tests::scenario::{Scenario, query_params};
 use anyhow::{Context as _, ensure};
 use serde_json::{Value as Json, json};
@@ -302,7 +302,7 @@ async fn a_page_reads_at_most_64_cluster_documents() -> anyhow::Result<()> {
     let scenario = Scenario::local()?;
     let storage = scenario.storage();
     record_numbered(&storage, CLUSTERS).await?;
-    let recorded = Arc::new(RecordsGets::new(Arc::clone(&storage)));
+    let recorded = Arc::new(RecordsRequests::new(Arc::clone(&storage)));
     let engine = QueryEngine::open(
         Arc::clone(&recorded) as Arc<dyn Storage>,
         QuerySettings::under(&scenario.dir()?.join("query")),
@@ -385,7 +385,7 @@ async fn a_large_cluster_pages_from_its_own_document_alone() -> anyhow::Result<(
         )
         .await?;
 
-    let recorded = Arc::new(RecordsGets::new(Arc::clone(&storage)));
+    let recorded = Arc::new(RecordsRequests::new(Arc::clone(&storage)));
     let engine = QueryEngine::open(
         Arc::clone(&recorded) as Arc<dyn Storage>,
         QuerySettings::under(&scenario.dir()?.join("query")),

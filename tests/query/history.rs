@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use afterglow_tests::faults::RecordsGets;
+use afterglow_tests::faults::RecordsRequests;
 use afterglow_tests::s3_storage;
 use afterglow_tests::scenario::{Scenario, query_params};
 use anyhow::{Context as _, ensure};
@@ -60,7 +60,7 @@ struct History {
     /// The store, as compaction writes it.
     storage: Arc<dyn Storage>,
     /// Every GET of the engine.
-    recorder: Arc<RecordsGets>,
+    recorder: Arc<RecordsRequests>,
     engine: QueryEngine,
     _cache: tempfile::TempDir,
 }
@@ -77,7 +77,7 @@ impl History {
         };
         let storage: Arc<dyn Storage> = Arc::new(storage);
         let (sessions, attempts) = three_days(Arc::clone(&storage)).await?;
-        let recorder = Arc::new(RecordsGets::new(Arc::clone(&storage)));
+        let recorder = Arc::new(RecordsRequests::new(Arc::clone(&storage)));
         let cache = tempfile::tempdir()?;
         let engine = QueryEngine::open(
             Arc::clone(&recorder) as Arc<dyn Storage>,
@@ -103,7 +103,7 @@ async fn ask(
 }
 
 /// Keys asked for that belong to `session`.
-fn gets_of(recorder: &RecordsGets, session: &str) -> Vec<String> {
+fn gets_of(recorder: &RecordsRequests, session: &str) -> Vec<String> {
     recorder
         .gets()
         .into_iter()

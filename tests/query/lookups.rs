@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use afterglow_tests::faults::RecordsGets;
+use afterglow_tests::faults::RecordsRequests;
 use afterglow_tests::folding_past;
 use afterglow_tests::scenario::Scenario;
 use anyhow::{Context as _, ensure};
@@ -87,7 +87,7 @@ async fn a_lookup_through_key_indexes_equals_a_lookup_by_scan() -> anyhow::Resul
     // Over storage that is not a local directory (as on Lambda, where files are downloaded
     // into the cache), a lookup of a task only deltas hold fetches its key indexes and the
     // deltas named, never the base.
-    let recorded = Arc::new(RecordsGets::new(Arc::clone(&storage)));
+    let recorded = Arc::new(RecordsRequests::new(Arc::clone(&storage)));
     // (A small session's files are all downloaded after a lookup, to be held in memory.)
     let remote = QueryEngine::open(
         Arc::clone(&recorded) as Arc<dyn Storage>,

@@ -6,7 +6,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use async_trait::async_trait;
 use bytes::Bytes;
 use serde::Serialize;
-use shared::storage::{ETag, ObjectKey, ObjectMeta, PutMode, Storage, StorageError, StoredObject};
+use shared::storage::{
+    ETag, MAX_KEYS_PER_DELETE, ObjectKey, ObjectMeta, PutMode, Storage, StorageError, StoredObject,
+};
 
 /// Request counters of one phase.
 #[derive(Debug, Default)]
@@ -98,6 +100,12 @@ impl Storage for CountingStorage {
     async fn delete(&self, key: &ObjectKey) -> Result<(), StorageError> {
         self.counters.deletes.fetch_add(1, Ordering::Relaxed);
         self.inner.delete(key).await
+    }
+
+    async fn delete_all(&self, keys: &[ObjectKey]) -> Result<(), StorageError> {
+        let requests = keys.len().div_ceil(MAX_KEYS_PER_DELETE) as u64;
+        self.counters.deletes.fetch_add(requests, Ordering::Relaxed);
+        self.inner.delete_all(keys).await
     }
 
     fn location(&self) -> String {

@@ -285,6 +285,10 @@ impl Storage for Copied {
         self.0.delete(key).await
     }
 
+    async fn delete_all(&self, keys: &[ObjectKey]) -> Result<(), StorageError> {
+        self.0.delete_all(keys).await
+    }
+
     fn location(&self) -> String {
         self.0.location()
     }

@@ -408,10 +408,8 @@ impl Compactor {
 
     /// Deletes files written for a change that [`Commit::Lost`]: no manifest names them.
     pub(super) async fn delete_unreferenced(&self, written: &[ObjectKey]) {
-        for key in written {
-            if let Err(err) = self.storage.delete(key).await {
-                tracing::warn!(key = %key, error = %err, "could not delete an unreferenced file");
-            }
+        if let Err(err) = self.storage.delete_all(written).await {
+            tracing::warn!(error = %err, "could not delete the unreferenced files");
         }
     }
 
@@ -419,11 +417,16 @@ impl Compactor {
     /// whose grace period ended (and, with no grace period, the files `next` replaced).
     pub(super) async fn delete_expired(&self, next: &Manifest, previous: &Manifest) {
         let still: BTreeSet<&ObjectKey> = next.keys().collect();
-        for key in previous.keys().filter(|key| !still.contains(key)) {
+        let gone: Vec<ObjectKey> = previous
+            .keys()
+            .filter(|key| !still.contains(key))
+            .cloned()
+            .collect();
+        for key in &gone {
             self.cache.forget(key).await;
-            if let Err(err) = self.storage.delete(key).await {
-                tracing::warn!(error = %err, "could not delete a retired file; it stays harmless");
-            }
+        }
+        if let Err(err) = self.storage.delete_all(&gone).await {
+            tracing::warn!(error = %err, "could not delete the retired files; they stay harmless");
         }
     }
 }

@@ -24,7 +24,7 @@ use std::time::Duration;
 use super::schedule::quiet::QuietCheck;
 use super::{CompactError, Compactor};
 use crate::keys::{self, ClusterName, SessionName};
-use crate::storage::{Storage, StorageError};
+use crate::storage::{ObjectKey, Storage};
 use crate::tables::manifest::Commit;
 use crate::tables::{catalog, manifest};
 
@@ -124,14 +124,12 @@ async fn delete_logs(
     cluster: &ClusterName,
     session: &SessionName,
 ) -> Result<usize, CompactError> {
-    let listed = storage
+    let listed: Vec<ObjectKey> = storage
         .list(&keys::session_logs_prefix(cluster, session))
-        .await?;
-    for meta in &listed {
-        match storage.delete(&meta.key).await {
-            Ok(()) | Err(StorageError::NotFound { .. }) => {}
-            Err(err) => return Err(err.into()),
-        }
-    }
+        .await?
+        .into_iter()
+        .map(|meta| meta.key)
+        .collect();
+    storage.delete_all(&listed).await?;
     Ok(listed.len())
 }

@@ -22,7 +22,7 @@ impl Compactor {
         let key = keys::manifest_key(cluster, session)?;
         let current = manifest::load(storage, &key).await?.manifest;
         let now = SystemTime::now();
-        let mut collected = 0;
+        let mut orphans = Vec::new();
         for table in Table::all() {
             for meta in storage.list(&table_prefix(table, cluster, session)).await? {
                 // A file the store dates in the future (clock trouble) is left alone.
@@ -30,11 +30,12 @@ impl Compactor {
                     .duration_since(meta.modified)
                     .is_ok_and(|age| age >= self.settings.orphan_age);
                 if old && !current.names(&meta.key) {
-                    storage.delete(&meta.key).await?;
-                    collected += 1;
+                    orphans.push(meta.key);
                 }
             }
         }
+        storage.delete_all(&orphans).await?;
+        let collected = orphans.len();
         if collected > 0 {
             tracing::info!(collected, %session, "orphan table files deleted");
         }

@@ -47,7 +47,7 @@ impl Compactor {
     /// Deletes every table file, manifest and catalog document (raw objects stay), for
     /// `rebuild`. Returns how many objects were deleted.
     pub async fn drop_tables(&self) -> Result<usize, CompactError> {
-        let mut objects = self.storage.list(TABLES_PREFIX).await?;
+        let objects = self.storage.list(TABLES_PREFIX).await?;
         // Manifests first, so no reader is ever pointed at a deleted file. The catalog last,
         // and its list of clusters after the rest of it: a writer lists a cluster only when it
         // finds no document for it, and starts a list from the single document when it finds
@@ -65,10 +65,15 @@ impl Compactor {
                 1
             }
         };
-        objects.sort_by_key(|meta| rank(&meta.key));
+        let mut ranked: [Vec<ObjectKey>; 4] = Default::default();
         let count = objects.len();
         for meta in objects {
-            self.storage.delete(&meta.key).await?;
+            if let Some(keys) = ranked.get_mut(rank(&meta.key)) {
+                keys.push(meta.key);
+            }
+        }
+        for keys in &ranked {
+            self.storage.delete_all(keys).await?;
         }
         Ok(count)
     }

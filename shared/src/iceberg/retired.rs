@@ -146,21 +146,21 @@ pub async fn delete_retired(
         if retired.retired_at_ms > cutoff {
             continue;
         }
-        for key in &retired.keys {
-            if key.as_str().starts_with(&own) {
-                storage.delete(key).await?;
-                deleted += 1;
-            }
-        }
+        let mut files: Vec<ObjectKey> = retired
+            .keys
+            .iter()
+            .filter(|key| key.as_str().starts_with(&own))
+            .cloned()
+            .collect();
         for folder in &retired.folders {
             if !(folder.starts_with(&own_deletes) && folder.ends_with('/')) {
                 continue;
             }
-            for file in storage.list(folder).await? {
-                storage.delete(&file.key).await?;
-                deleted += 1;
-            }
+            files.extend(storage.list(folder).await?.into_iter().map(|file| file.key));
         }
+        // The files before their record: a sweep that stops between finds the record again.
+        storage.delete_all(&files).await?;
+        deleted += files.len();
         storage.delete(&meta.key).await?;
     }
     if deleted > 0 {

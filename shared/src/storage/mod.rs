@@ -128,6 +128,9 @@ pub(crate) fn past_the_end(range: &Range<u64>, size: u64) -> String {
     )
 }
 
+/// Most keys one [`Storage::delete_all`] request deletes: S3's limit for a batch delete.
+pub const MAX_KEYS_PER_DELETE: usize = 1000;
+
 /// A flat store of objects addressed by [`ObjectKey`].
 ///
 /// Contract, for every implementation:
@@ -191,6 +194,17 @@ pub trait Storage: Send + Sync + fmt::Debug {
 
     /// Deletes an object; a missing one is not an error.
     async fn delete(&self, key: &ObjectKey) -> Result<(), StorageError>;
+
+    /// Deletes every object of `keys` (missing ones are not an error) in as few requests as
+    /// the backend allows: a session's thousands of log objects, or a fold's retired files,
+    /// go in a few requests rather than one each. On an error some may be deleted. This
+    /// default deletes them one at a time; backends with a batch delete use it.
+    async fn delete_all(&self, keys: &[ObjectKey]) -> Result<(), StorageError> {
+        for key in keys {
+            self.delete(key).await?;
+        }
+        Ok(())
+    }
 
     /// Where the objects live, for people (`s3://bucket/prefix`, a directory path).
     fn location(&self) -> String;

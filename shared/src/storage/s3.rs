@@ -12,9 +12,12 @@ use aws_sdk_s3::Client;
 use aws_sdk_s3::config::http::HttpResponse;
 use aws_sdk_s3::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::primitives::{ByteStream, Length};
+use aws_sdk_s3::types::{Delete, ObjectIdentifier};
 use bytes::Bytes;
 
-use super::{ETag, ObjectKey, ObjectMeta, PutMode, Storage, StorageError, StoredObject};
+use super::{
+    ETag, MAX_KEYS_PER_DELETE, ObjectKey, ObjectMeta, PutMode, Storage, StorageError, StoredObject,
+};
 
 /// Where and how to reach the bucket.
 #[derive(Clone, Debug)]
@@ -300,6 +303,52 @@ impl Storage for S3Storage {
             .send()
             .await
             .map_err(|err| StorageError::backend(key, describe(err)))?;
+        Ok(())
+    }
+
+    #[tracing::instrument(name = "s3.delete_all", skip_all, fields(keys = keys.len()))]
+    async fn delete_all(&self, keys: &[ObjectKey]) -> Result<(), StorageError> {
+        for batch in keys.chunks(MAX_KEYS_PER_DELETE) {
+            let Some(first) = batch.first() else {
+                continue;
+            };
+            let objects = batch
+                .iter()
+                .map(|key| {
+                    ObjectIdentifier::builder()
+                        .key(self.full_key(key.as_str()))
+                        .build()
+                        .map_err(|err| StorageError::backend(key, err))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            let delete = Delete::builder()
+                .set_objects(Some(objects))
+                .quiet(true)
+                .build()
+                .map_err(|err| StorageError::backend(first, err))?;
+            let answer = self
+                .client
+                .delete_objects()
+                .bucket(&self.bucket)
+                .delete(delete)
+                .send()
+                .await
+                .map_err(|err| StorageError::backend(first, describe(err)))?;
+            // S3 answers 200 with a list of the keys it could not delete (a missing key is
+            // deleted, not an error).
+            if let Some(failed) = answer.errors().first() {
+                return Err(StorageError::backend(
+                    failed.key().unwrap_or("a key of the batch"),
+                    format!(
+                        "S3 error {}: {} ({} of {} keys not deleted)",
+                        failed.code().unwrap_or("unknown"),
+                        failed.message().unwrap_or("no message"),
+                        answer.errors().len(),
+                        batch.len()
+                    ),
+                ));
+            }
+        }
         Ok(())
     }
 

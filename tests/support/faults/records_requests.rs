@@ -4,19 +4,24 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use shared::storage::{ETag, ObjectKey, ObjectMeta, PutMode, Storage, StorageError, StoredObject};
+use shared::storage::{
+    ETag, MAX_KEYS_PER_DELETE, ObjectKey, ObjectMeta, PutMode, Storage, StorageError, StoredObject,
+};
 
-/// Storage that records the keys it is asked to get and, unlike a local directory, never lets
-/// readers use its files in place: the query cache downloads them, as from S3.
+/// Storage that records the reads, listings and deletes it is asked for and, unlike a local
+/// directory, never lets readers use its files in place: the query cache downloads them, as
+/// from S3.
 #[derive(Debug)]
-pub struct RecordsGets {
+pub struct RecordsRequests {
     inner: Arc<dyn Storage>,
     gets: std::sync::Mutex<Vec<String>>,
     ranges: std::sync::Mutex<Vec<(String, Range<u64>)>>,
     lists: AtomicUsize,
+    deletes: AtomicUsize,
+    batch_deletes: AtomicUsize,
 }
 
-impl RecordsGets {
+impl RecordsRequests {
     /// Wraps `inner`, recording from now on.
     pub fn new(inner: Arc<dyn Storage>) -> Self {
         Self {
@@ -24,6 +29,8 @@ impl RecordsGets {
             gets: std::sync::Mutex::new(Vec::new()),
             ranges: std::sync::Mutex::new(Vec::new()),
             lists: AtomicUsize::new(0),
+            deletes: AtomicUsize::new(0),
+            batch_deletes: AtomicUsize::new(0),
         }
     }
 
@@ -47,10 +54,21 @@ impl RecordsGets {
     pub fn lists(&self) -> usize {
         self.lists.load(Ordering::SeqCst)
     }
+
+    /// Objects deleted one at a time so far.
+    pub fn deletes(&self) -> usize {
+        self.deletes.load(Ordering::SeqCst)
+    }
+
+    /// Batch delete requests so far, as S3 would take them (at most
+    /// [`MAX_KEYS_PER_DELETE`] keys each).
+    pub fn batch_deletes(&self) -> usize {
+        self.batch_deletes.load(Ordering::SeqCst)
+    }
 }
 
 #[async_trait]
-impl Storage for RecordsGets {
+impl Storage for RecordsRequests {
     async fn put(&self, key: &ObjectKey, body: Bytes, mode: PutMode) -> Result<ETag, StorageError> {
         self.inner.put(key, body, mode).await
     }
@@ -75,7 +93,14 @@ impl Storage for RecordsGets {
     }
 
     async fn delete(&self, key: &ObjectKey) -> Result<(), StorageError> {
+        self.deletes.fetch_add(1, Ordering::SeqCst);
         self.inner.delete(key).await
+    }
+
+    async fn delete_all(&self, keys: &[ObjectKey]) -> Result<(), StorageError> {
+        self.batch_deletes
+            .fetch_add(keys.len().div_ceil(MAX_KEYS_PER_DELETE), Ordering::SeqCst);
+        self.inner.delete_all(keys).await
     }
 
     fn location(&self) -> String {
