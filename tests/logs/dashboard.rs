@@ -11,9 +11,7 @@ use super::{log_file, put, serving};
 
 /// The captured cluster's files and answers.
 fn captured(path: &str) -> anyhow::Result<Vec<u8>> {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("fixtures/ray-2.60/events")
-        .join(path);
+    let path = afterglow_tests::fixtures_dir().join("events").join(path);
     std::fs::read(&path).with_context(|| path.display().to_string())
 }
 
@@ -21,12 +19,14 @@ fn captured(path: &str) -> anyhow::Result<Vec<u8>> {
 async fn head_of_a_session() -> anyhow::Result<(afterglow_tests::Served, String, String)> {
     let run = afterglow_tests::FixtureRun::named("basic-workload")?;
     let served = serving(&afterglow_tests::bodies(&run)?).await?;
-    let clusters = get_json(&served, "/api/clusters?cluster=logs").await?;
+    let clusters = served.ok("/api/clusters?cluster=logs").await?;
     let session = clusters["clusters"][0]["sessions"][0]["session_name"]
         .as_str()
         .context("a session")?
         .to_owned();
-    let nodes = get_json(&served, &format!("/ray/logs/{session}/api/v0/nodes")).await?;
+    let nodes = served
+        .ok(&format!("/ray/logs/{session}/api/v0/nodes"))
+        .await?;
     let head = nodes["data"]["result"]["result"]
         .as_array()
         .into_iter()
@@ -38,23 +38,12 @@ async fn head_of_a_session() -> anyhow::Result<(afterglow_tests::Served, String,
     Ok((served, session, head))
 }
 
-async fn get_json(
-    served: &afterglow_tests::Served,
-    path: &str,
-) -> anyhow::Result<serde_json::Value> {
-    let response = reqwest::get(format!("{}{path}", served.server.url)).await?;
-    let status = response.status();
-    let text = response.text().await?;
-    ensure!(status.is_success(), "{path}: {status} {text}");
-    Ok(serde_json::from_str(&text)?)
-}
-
 #[tokio::test]
 async fn the_overview_lists_the_events_the_nodes_shipped_as_ray_did() -> anyhow::Result<()> {
     let (served, session, head) = head_of_a_session().await?;
     let events = format!("/ray/logs/{session}/events");
     ensure!(
-        get_json(&served, &events).await?
+        served.ok(&events).await?
             == serde_json::json!({"result": true, "msg": "All events fetched.",
                 "data": {"events": {}}}),
         "no event shipped: none answered, as a live Ray without events answers"
@@ -82,10 +71,10 @@ async fn the_overview_lists_the_events_the_nodes_shipped_as_ray_did() -> anyhow:
     put(&*served.storage, &shipped("raylet.out")?, 0, line).await?;
 
     let rays: serde_json::Value = serde_json::from_slice(&captured("events.json")?)?;
-    let ours = get_json(&served, &events).await?;
+    let ours = served.ok(&events).await?;
     ensure!(ours == rays, "ours {ours}\nRay's {rays}");
     let rays: serde_json::Value = serde_json::from_slice(&captured("events_job.json")?)?;
-    let ours = get_json(&served, &format!("{events}?job_id=01000000")).await?;
+    let ours = served.ok(&format!("{events}?job_id=01000000")).await?;
     ensure!(ours == rays, "ours {ours}\nRay's {rays}");
     Ok(())
 }
@@ -94,7 +83,7 @@ async fn the_overview_lists_the_events_the_nodes_shipped_as_ray_did() -> anyhow:
 async fn the_cluster_page_shows_the_versions_the_head_recorded() -> anyhow::Result<()> {
     let (served, session, head) = head_of_a_session().await?;
     let metadata = format!("/ray/logs/{session}/api/v0/cluster_metadata");
-    let unknown = get_json(&served, &metadata).await?;
+    let unknown = served.ok(&metadata).await?;
     ensure!(
         unknown["data"]["pythonVersion"] == "",
         "nothing recorded: no Python version, {unknown}"
@@ -112,13 +101,11 @@ async fn the_cluster_page_shows_the_versions_the_head_recorded() -> anyhow::Resu
     ensure!(response.status().is_success(), "{}", response.text().await?);
 
     let rays: serde_json::Value = serde_json::from_slice(&rays)?;
-    let ours = get_json(&served, &metadata).await?;
+    let ours = served.ok(&metadata).await?;
     ensure!(ours == rays, "ours {ours}\nRay's {rays}");
-    let listed = get_json(
-        &served,
-        &format!("/ray/logs/{session}/api/v0/logs?node_id={head}"),
-    )
-    .await?;
+    let listed = served
+        .ok(&format!("/ray/logs/{session}/api/v0/logs?node_id={head}"))
+        .await?;
     ensure!(
         !listed.to_string().contains(CLUSTER_METADATA_FILE),
         "Ray's node lists no such file: {listed}"

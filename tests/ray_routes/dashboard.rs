@@ -51,17 +51,19 @@ const RAYLET_PROCESS: &str =
 async fn the_dashboards_routes_answer_the_shapes_the_live_dashboard_did() -> anyhow::Result<()> {
     let run = FixtureRun::named("basic-workload")?;
     let served = serve_runs(std::slice::from_ref(&run), None).await?;
-    let (_, actors) = get(&served, "/ray/basic-workload/api/v0/actors?limit=1").await?;
+    let (_, actors) = served
+        .get("/ray/basic-workload/api/v0/actors?limit=1")
+        .await?;
     let actor = actors["data"]["result"]["result"][0]["actor_id"]
         .as_str()
         .context("an actor")?
         .to_owned();
-    let (_, nodes) = get(&served, "/ray/basic-workload/api/v0/nodes").await?;
+    let (_, nodes) = served.get("/ray/basic-workload/api/v0/nodes").await?;
     let node = nodes["data"]["result"]["result"][0]["node_id"]
         .as_str()
         .context("a node")?
         .to_owned();
-    let (_, jobs) = get(&served, "/ray/basic-workload/api/jobs/").await?;
+    let (_, jobs) = served.get("/ray/basic-workload/api/jobs/").await?;
     let job = jobs[0]["job_id"].as_str().context("a job")?.to_owned();
     // Route → the live answer captured from Ray 2.60 and the fields of it we may lack (live
     // statistics a history does not have).
@@ -168,7 +170,9 @@ async fn the_dashboards_routes_answer_the_shapes_the_live_dashboard_did() -> any
     ];
     let mut problems = Vec::new();
     for (route, file, may_lack) in &routes {
-        let (status, ours) = get(&served, &format!("/ray/basic-workload/latest/{route}")).await?;
+        let (status, ours) = served
+            .get(&format!("/ray/basic-workload/latest/{route}"))
+            .await?;
         if status != 200 {
             problems.push(format!("{route}: {status} {ours}"));
             continue;
@@ -209,7 +213,9 @@ async fn the_dashboards_routes_answer_the_shapes_the_live_dashboard_did() -> any
 
     // The overview's cards split the status text at "Node status" and "Resources" (Ray's
     // AutoscalerStatusCards.tsx); each shows what Ray's own `ray list nodes` said.
-    let (_, status) = get(&served, "/ray/basic-workload/api/cluster_status?format=1").await?;
+    let (_, status) = served
+        .get("/ray/basic-workload/api/cluster_status?format=1")
+        .await?;
     let text = status["data"]["clusterStatus"]
         .as_str()
         .context("clusterStatus")?;
@@ -240,7 +246,7 @@ async fn the_dashboards_routes_answer_the_shapes_the_live_dashboard_did() -> any
 async fn downloads_are_named_as_ray_names_them() -> anyhow::Result<()> {
     let run = FixtureRun::named("basic-workload")?;
     let served = serve_runs(std::slice::from_ref(&run), None).await?;
-    let (_, jobs) = get(&served, "/ray/basic-workload/api/jobs/").await?;
+    let (_, jobs) = served.get("/ray/basic-workload/api/jobs/").await?;
     let job = jobs[0]["job_id"].as_str().context("a job")?.to_owned();
     let disposition = |path: String| {
         let url = format!("{}{path}", served.server.url);
@@ -295,7 +301,9 @@ async fn prometheus_is_answered_as_a_cluster_without_it_answers() -> anyhow::Res
     // The live cluster had no Prometheus: its dashboard then tells the user to set one up, where
     // a healthy answer had it frame Grafana's "DISABLED" host.
     let live = captured("GET__api_prometheus_health.500.json")?;
-    let (status, ours) = get(&served, "/ray/basic-workload/latest/api/prometheus_health").await?;
+    let (status, ours) = served
+        .get("/ray/basic-workload/latest/api/prometheus_health")
+        .await?;
     ensure!(status == 500, "{status} {ours}");
     ensure!(
         ours["result"] == live["result"] && ours["msg"] == live["msg"],
@@ -324,20 +332,23 @@ async fn with_grafana_the_metrics_pages_frame_it_over_the_session() -> anyhow::R
         Ok(settings)
     })
     .await?;
-    let (status, listed) = get(&served, "/api/clusters?cluster=basic-workload").await?;
+    let (status, listed) = served.get("/api/clusters?cluster=basic-workload").await?;
     ensure!(status == 200, "{status} {listed}");
     let session = &listed["clusters"][0]["sessions"][0];
     let name = session["session_name"].as_str().context("session_name")?;
     let (first, last) = (&session["first_ms"], &session["last_ms"]);
     ensure!(first.is_i64() && last.is_i64(), "{session}");
 
-    let (status, prometheus) =
-        get(&served, "/ray/basic-workload/latest/api/prometheus_health").await?;
+    let (status, prometheus) = served
+        .get("/ray/basic-workload/latest/api/prometheus_health")
+        .await?;
     ensure!(
         status == 200 && prometheus["result"] == true,
         "{status} {prometheus}"
     );
-    let (status, grafana) = get(&served, "/ray/basic-workload/latest/api/grafana_health").await?;
+    let (status, grafana) = served
+        .get("/ray/basic-workload/latest/api/grafana_health")
+        .await?;
     ensure!(
         status == 200 && grafana["result"] == true,
         "{status} {grafana}"

@@ -11,7 +11,7 @@ async fn ray_list_jobs_names_the_drivers_node_where_ray_does() -> anyhow::Result
     let mut drivers = 0;
     for run in runs.iter().filter(|run| run.name != LOSSY_RUN) {
         let path = format!("/ray/{}/latest/api/v0/jobs?limit=100&detail=True", run.name);
-        let (status, body) = get(&served, &path).await?;
+        let (status, body) = served.get(&path).await?;
         ensure!(status == 200, "{path}: {body}");
         let ours = list_result(&body)?["result"]
             .as_array()

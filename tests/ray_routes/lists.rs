@@ -120,7 +120,7 @@ async fn filters_select_what_rays_filters_select() -> anyhow::Result<()> {
     ];
     for (filter, expected) in cases {
         let path = format!("/ray/basic-workload/latest/api/v0/tasks?limit=10000&{filter}");
-        let (status, body) = get(&served, &path).await?;
+        let (status, body) = served.get(&path).await?;
         ensure!(status == 200, "{path}: {body}");
         let result = list_result(&body)?;
         ensure!(
@@ -136,7 +136,9 @@ async fn filters_select_what_rays_filters_select() -> anyhow::Result<()> {
         );
     }
     // `limit` cuts the rows, not the counts; without `detail` only Ray's default columns.
-    let (_, body) = get(&served, "/ray/basic-workload/api/v0/tasks?limit=3").await?;
+    let (_, body) = served
+        .get("/ray/basic-workload/api/v0/tasks?limit=3")
+        .await?;
     let result = list_result(&body)?;
     ensure!(result["result"].as_array().map(Vec::len) == Some(3));
     ensure!(result["num_filtered"] == json!(truth.len()), "{result:?}");
@@ -148,11 +150,9 @@ async fn filters_select_what_rays_filters_select() -> anyhow::Result<()> {
     // A limit below the row count reads up to the task id where the first rows end (found by
     // a sort of that column alone) and gives the first rows of the whole list, in its order:
     // with retried tasks, whose attempts straddle the bound when it falls on them.
-    let (_, body) = get(
-        &served,
-        "/ray/basic-workload/api/v0/tasks?limit=10000&detail=True",
-    )
-    .await?;
+    let (_, body) = served
+        .get("/ray/basic-workload/api/v0/tasks?limit=10000&detail=True")
+        .await?;
     let all = list_result(&body)?["result"]
         .as_array()
         .context("rows")?
@@ -165,7 +165,7 @@ async fn filters_select_what_rays_filters_select() -> anyhow::Result<()> {
     limits.extend(retried.iter().flat_map(|&index| [index, index + 1]));
     for limit in limits {
         let path = format!("/ray/basic-workload/api/v0/tasks?limit={limit}&detail=True");
-        let (status, body) = get(&served, &path).await?;
+        let (status, body) = served.get(&path).await?;
         ensure!(status == 200, "{path}: {body}");
         let result = list_result(&body)?;
         let rows = result["result"].as_array().context("rows")?;
@@ -184,7 +184,7 @@ async fn bad_requests_get_rays_error_shape_and_what_is_not_a_route_is_left_to_ra
     let run = FixtureRun::named("basic-workload")?;
     let served = serve_runs(std::slice::from_ref(&run), None).await?;
     let session = {
-        let (_, body) = get(&served, "/api/clusters").await?;
+        let (_, body) = served.get("/api/clusters").await?;
         body["clusters"][0]["sessions"][0]["session_name"]
             .as_str()
             .context("session")?
@@ -239,18 +239,22 @@ async fn bad_requests_get_rays_error_shape_and_what_is_not_a_route_is_left_to_ra
             "has no session `session_1999-01-01_00-00-00_0_0`",
         ),
     ] {
-        let (got, body) = get(&served, &path).await?;
+        let (got, body) = served.get(&path).await?;
         ensure!(got == status, "{path}: {got} {body}");
         ray_error(got, &body, words)?;
     }
     // The session by name and by `latest` (or by nothing) are the same history.
-    let named = get(
-        &served,
-        &format!("/ray/basic-workload/{session}/api/v0/tasks?limit=5"),
-    )
-    .await?;
-    let latest = get(&served, "/ray/basic-workload/latest/api/v0/tasks?limit=5").await?;
-    let bare = get(&served, "/ray/basic-workload/api/v0/tasks?limit=5").await?;
+    let named = served
+        .get(&format!(
+            "/ray/basic-workload/{session}/api/v0/tasks?limit=5"
+        ))
+        .await?;
+    let latest = served
+        .get("/ray/basic-workload/latest/api/v0/tasks?limit=5")
+        .await?;
+    let bare = served
+        .get("/ray/basic-workload/api/v0/tasks?limit=5")
+        .await?;
     ensure!(named.0 == 200 && named == latest && latest == bare);
     // Ray's UI files and unknown paths: a bare 404, so Ray's dashboard serves its own.
     for path in [
@@ -259,7 +263,9 @@ async fn bad_requests_get_rays_error_shape_and_what_is_not_a_route_is_left_to_ra
         "/favicon.ico",
         "/api/v0/nope",
     ] {
-        let (status, body) = get(&served, &format!("/ray/basic-workload/latest{path}")).await?;
+        let (status, body) = served
+            .get(&format!("/ray/basic-workload/latest{path}"))
+            .await?;
         ensure!(status == 404 && body.is_null(), "{path}: {status} {body}");
     }
     // The dashboard's page of a cluster or session that is not stored: not a 404, after which

@@ -33,14 +33,6 @@ async fn serve_runs(runs: &[FixtureRun], response_bytes: Option<usize>) -> anyho
     .await
 }
 
-/// `GET` under the server, any status; the body as JSON (null when it is not JSON).
-async fn get(served: &Served, path: &str) -> anyhow::Result<(u16, Json)> {
-    let response = reqwest::get(format!("{}{path}", served.server.url)).await?;
-    let status = response.status().as_u16();
-    let text = response.text().await?;
-    Ok((status, serde_json::from_str(&text).unwrap_or(Json::Null)))
-}
-
 /// Ray's list envelope's inner result, checked to be Ray's `ListApiResponse`.
 fn list_result(body: &Json) -> anyhow::Result<&serde_json::Map<String, Json>> {
     ensure!(

@@ -103,7 +103,7 @@ fn check_masked(
 
 /// The rows of one of Ray's list routes.
 async fn ray_rows(served: &Served, path: &str) -> anyhow::Result<Vec<Json>> {
-    let (status, body) = get(served, path).await?;
+    let (status, body) = served.get(path).await?;
     ensure!(status == 200, "{path}: {status} {body}");
     Ok(list_result(&body)?["result"]
         .as_array()
@@ -192,7 +192,7 @@ async fn runtime_env_secrets_are_masked_in_every_answer_as_rays_dashboard_masks_
             &format!("{base}/api/v0/jobs?limit=10000&detail=True"),
         )
         .await?;
-        let (status, job_page) = get(&served, &format!("{base}/api/jobs/")).await?;
+        let (status, job_page) = served.get(&format!("{base}/api/jobs/")).await?;
         ensure!(status == 200, "{base}/api/jobs/: {status} {job_page}");
         let job_page = job_page.as_array().context("api/jobs/")?.clone();
         // Our routes: each task of Ray's list, one by one (the page's detail), and the lists.

@@ -247,6 +247,27 @@ pub struct Served {
     _data: Option<tempfile::TempDir>,
 }
 
+impl Served {
+    /// `GET path` (with its query): the status and the JSON body (`null` when it is not JSON).
+    /// Unlike [`api::Api`], nothing is checked against `openapi.yaml`: Ray's routes are Ray's.
+    pub async fn get(&self, path: &str) -> anyhow::Result<(u16, serde_json::Value)> {
+        let response = reqwest::get(format!("{}{path}", self.server.url)).await?;
+        let status = response.status().as_u16();
+        let text = response.text().await?;
+        Ok((
+            status,
+            serde_json::from_str(&text).unwrap_or(serde_json::Value::Null),
+        ))
+    }
+
+    /// [`Served::get`], insisting on a 2xx answer.
+    pub async fn ok(&self, path: &str) -> anyhow::Result<serde_json::Value> {
+        let (status, body) = self.get(path).await?;
+        anyhow::ensure!((200..300).contains(&status), "{path}: {status} {body}");
+        Ok(body)
+    }
+}
+
 /// `serve` over `storage` with settings changed by `configure`, every fixture run posted to it
 /// (one cluster per run) and compacted.
 pub async fn serve_runs(
