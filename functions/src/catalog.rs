@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
 use lambda_runtime::{Error, LambdaEvent};
-use shared::iceberg::{GlueCatalog, SyncRequest, publish};
+use shared::iceberg::{GlueCatalog, Reads, SyncRequest, publish};
 use shared::storage::Storage;
 use shared::tables::published::{PublishedTable, published_tables};
 use tracing::Instrument as _;
@@ -54,6 +54,8 @@ pub async fn handle(
                 &function.storage,
                 Some(&function.catalog),
                 &every,
+                // The sweep reads every manifest: it makes up what a lagging catalog hid.
+                Reads::Every,
                 now_ms()?,
             )
             .await?;
@@ -97,6 +99,7 @@ pub async fn handle(
             &function.storage,
             Some(&function.catalog),
             &tables,
+            Reads::Changed,
             now_ms()?,
         )
         .await?;

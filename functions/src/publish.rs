@@ -5,7 +5,7 @@
 
 use anyhow::Context as _;
 use shared::config::Config;
-use shared::iceberg::{GlueCatalog, Pointed, metadata_location, publish};
+use shared::iceberg::{GlueCatalog, Pointed, Reads, metadata_location, publish};
 use shared::tables::published::published_tables;
 
 use crate::maintenance::StoreArgs;
@@ -35,9 +35,15 @@ pub async fn run(args: PublishArgs, config: Config) -> anyhow::Result<()> {
         Some(database) => Some(GlueCatalog::connect(database).await),
         None => None,
     };
-    let outcomes = publish(&storage, catalog.as_ref(), &published_tables(), now_ms)
-        .await
-        .context("cannot publish the tables as Iceberg")?;
+    let outcomes = publish(
+        &storage,
+        catalog.as_ref(),
+        &published_tables(),
+        Reads::Every,
+        now_ms,
+    )
+    .await
+    .context("cannot publish the tables as Iceberg")?;
     let mut failed = Vec::new();
     for (table, outcome) in outcomes {
         let cataloged = match outcome {

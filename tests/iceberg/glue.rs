@@ -22,7 +22,7 @@ use anyhow::{Context as _, ensure};
 use aws_sdk_sqs::types::MessageSystemAttributeName;
 use bytes::Bytes;
 use shared::compact::schedule::batch::BatchLimits;
-use shared::iceberg::{GlueCatalog, SyncQueue, TableMetadata, publish};
+use shared::iceberg::{GlueCatalog, Reads, SyncQueue, TableMetadata, publish};
 use shared::keys;
 use shared::storage::{PutMode, Storage};
 use shared::tables::published::published_tables;
@@ -249,6 +249,7 @@ async fn glue_catalog_tables_read_what_afterglow_answers() -> anyhow::Result<()>
                         &rival_storage,
                         Some(&catalog),
                         &published_tables(),
+                        Reads::Every,
                         now_ms()?,
                     )
                     .await?

@@ -1,8 +1,9 @@
 //! A captured Ray run compacted one raw object at a time into two clusters (a base and deltas
 //! whose deletion vectors supersede earlier rows), beside a synthetic streaming session
 //! compacted the same way, published as Iceberg after the first cluster and the synthetic one,
-//! after the second (the others' manifests carried forward), after all are folded (that sync
-//! first cut short before its commit and then retried), and after all expire: PyIceberg 0.12
+//! after the second (as a sync requested after a commit: the others' manifests carried forward
+//! without being read), after all are folded (that sync first cut short before its commit, then
+//! retried as a requested sync, which finds the folds in the catalog), and after all expire: PyIceberg 0.12
 //! and DuckDB's `iceberg_scan` (`tests/iceberg/read.py`) read exactly the rows `afterglow sql`
 //! answers, each attempt once (and the captured run's as Ray lists it), every time (nothing, once
 //! expired, while the snapshot from before the expiry still reads whole, until the grace period
@@ -11,13 +12,16 @@
 
 use std::sync::Arc;
 
-use afterglow_tests::faults::{Refuses, SweepsBetweenListAndRead};
+use afterglow_tests::faults::{RecordsRequests, Refuses, SweepsBetweenListAndRead};
 use afterglow_tests::scenario::Scenario;
 use afterglow_tests::{FixtureRun, keeping_deltas};
 use anyhow::{Context as _, ensure};
-use shared::iceberg::{Published, RETIRED_FILE_GRACE, TableMetadata, delete_retired, sync_tables};
+use shared::iceberg::{
+    Published, RETIRED_FILE_GRACE, Reads, TableMetadata, delete_retired, publish, sync_tables,
+};
 use shared::keys;
 use shared::storage::Storage;
+use shared::tables::published::published_tables;
 
 use super::readers::{
     Found, TABLES, readers_agree, readers_python, rows_read_at, statistics_bound_every_file,
@@ -48,6 +52,23 @@ fn outcome<'a>(published: &'a [Published], table: &str) -> anyhow::Result<&'a Pu
         .iter()
         .find(|outcome| outcome.table == table)
         .with_context(|| format!("{table} was not synced: {published:?}"))
+}
+
+/// Publishes every table as a sync requested after a commit does: reading only the manifests
+/// the catalog shows moved since the tables published them.
+async fn publish_changed(
+    storage: &Arc<dyn Storage>,
+    now_ms: i64,
+) -> anyhow::Result<Vec<Published>> {
+    publish(storage, None, &published_tables(), Reads::Changed, now_ms)
+        .await?
+        .into_iter()
+        .map(|(table, outcome)| {
+            outcome
+                .map(|cataloged| cataloged.published)
+                .with_context(|| format!("publishing {table}"))
+        })
+        .collect()
 }
 
 fn version_of(published: &[Published], table: &str) -> Option<u64> {
@@ -140,11 +161,26 @@ async fn iceberg_readers_read_what_afterglow_answers(
     );
 
     compact_one_by_one(&compactor, &scenario, second).await?;
-    let both = sync_tables(&storage, now_ms + 2).await?;
+    // As a sync requested after those commits: only the manifest that moved is read.
+    let recorder = Arc::new(RecordsRequests::new(Arc::clone(&storage)));
+    let watched: Arc<dyn Storage> = recorder.clone();
+    let both = publish_changed(&watched, now_ms + 2).await?;
     let attempts = outcome(&both, "task_attempts")?;
     ensure!(
         attempts.version == Some(2) && attempts.changed == 1 && attempts.sessions == 3,
         "the second cluster's session alone is written: {attempts:?}"
+    );
+    let manifests_read: Vec<String> = recorder
+        .gets()
+        .into_iter()
+        .filter(|key| key.starts_with(keys::MANIFESTS_PREFIX))
+        .collect();
+    ensure!(
+        manifests_read.len() == 1
+            && manifests_read
+                .iter()
+                .all(|key| key.contains(&format!("cluster={second}/"))),
+        "the unchanged sessions' manifests were read too: {manifests_read:?}"
     );
     readers_agree(
         &python,
@@ -179,7 +215,9 @@ async fn iceberg_readers_read_what_afterglow_answers(
     )
     .await?;
     refusing.clear();
-    let folded = sync_tables(&refusing_storage, now_ms + 4).await?;
+    // The folds moved the manifests without new statistics: the catalog shows them moved all
+    // the same, so a sync requested afterwards publishes them.
+    let folded = publish_changed(&refusing_storage, now_ms + 4).await?;
     let attempts = outcome(&folded, "task_attempts")?;
     ensure!(
         attempts.version == Some(3) && attempts.changed == 3,
@@ -284,3 +322,42 @@ async fn session_files(storage: &dyn Storage) -> anyhow::Result<usize> {
 }
 
 afterglow_tests::for_each_backend!(iceberg_readers_read_what_afterglow_answers);
+
+/// A fold whose catalog note is refused (the manifest lands, the catalog entry lags it): a
+/// sync requested afterwards reads what the catalog says, and misses the fold; the catalog
+/// function's sweep reads every manifest and publishes it, within the grace the fold's inputs
+/// are kept for.
+#[tokio::test]
+async fn the_sweep_publishes_what_a_lagging_catalog_hid() -> anyhow::Result<()> {
+    let run = FixtureRun::named("basic-workload")?;
+    let scenario = Scenario::local()?.with_raw(&run, "lagging").await?;
+    let storage = scenario.storage();
+    let (compactor, _scratch) = scenario.compactor(keeping_deltas())?;
+    compact_one_by_one(&compactor, &scenario, "lagging").await?;
+    let now_ms = i64::try_from(afterglow_tests::now_ms()?)?;
+    let first = sync_tables(&storage, now_ms).await?;
+    ensure!(version_of(&first, "task_attempts") == Some(1), "{first:?}");
+
+    let refusing = Arc::new(Refuses::writes_under(
+        Arc::clone(&storage),
+        keys::CATALOG_PREFIX,
+    ));
+    let (folding, _scratch) = afterglow_tests::compactor_over(&refusing, keeping_deltas())?;
+    ensure!(folding.fold().await? == 1, "the session was not folded");
+    ensure!(
+        refusing.refused() > 0,
+        "the catalog took the fold's note: nothing lags"
+    );
+    let requested = publish_changed(&storage, now_ms + 1).await?;
+    ensure!(
+        version_of(&requested, "task_attempts").is_none(),
+        "a requested sync published a fold the catalog does not show: {requested:?}"
+    );
+    let swept = sync_tables(&storage, now_ms + 2).await?;
+    ensure!(
+        version_of(&swept, "task_attempts") == Some(2)
+            && operation(&*storage, "task_attempts", 2).await? == "replace",
+        "the sweep did not publish the fold: {swept:?}"
+    );
+    Ok(())
+}

@@ -70,7 +70,7 @@ impl Compactor {
                         &self.storage,
                         cluster,
                         session,
-                        &next.stats,
+                        &next.catalog_stats(),
                         batch.oldest_raw_ms,
                     )
                     .await?;

@@ -29,6 +29,7 @@ mod position_deletes;
 mod publish;
 mod retired;
 mod schema;
+mod sessions;
 mod sync;
 mod sync_queue;
 
@@ -37,6 +38,7 @@ pub use self::metadata::{PRODUCER_KEY, RETIRED_FILE_GRACE, SNAPSHOT_RETENTION_MS
 pub use self::publish::{Cataloged, publish};
 pub use self::retired::delete_retired;
 pub use self::schema::TableSchema;
+pub use self::sessions::Reads;
 pub use self::sync::{Published, sync_table, sync_tables};
 pub use self::sync_queue::{SyncQueue, SyncRequest};
 

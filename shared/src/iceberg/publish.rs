@@ -8,7 +8,8 @@ use std::sync::Arc;
 use super::IcebergError;
 use super::glue::{GlueCatalog, Pointed};
 use super::retired::delete_retired;
-use super::sync::{Published, load_sessions, sync_with};
+use super::sessions::{Reads, Sessions};
+use super::sync::{Published, sync_with};
 use crate::storage::Storage;
 use crate::tables::published::PublishedTable;
 
@@ -24,14 +25,15 @@ pub struct Cataloged {
 /// Publishes each of `tables`, one after the other. Each table's outcome is its own: one that
 /// fails (another writer's snapshot, a catalog out of reach) leaves the others published, and
 /// is made up by the next publish. A table the catalog shows committed by another writer is
-/// not synced at all.
+/// not synced at all. `reads` says which sessions' manifests are read ([`Reads`]).
 pub async fn publish(
     storage: &Arc<dyn Storage>,
     catalog: Option<&GlueCatalog>,
     tables: &[PublishedTable],
+    reads: Reads,
     now_ms: i64,
 ) -> Result<Vec<(&'static str, Result<Cataloged, IcebergError>)>, IcebergError> {
-    let sessions = load_sessions(storage).await?;
+    let sessions = Sessions::list(storage, reads).await?;
     let mut outcomes = Vec::with_capacity(tables.len());
     for table in tables {
         let outcome = async {

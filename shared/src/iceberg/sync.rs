@@ -1,6 +1,7 @@
 //! The snapshot producer: one published table's Iceberg metadata made to reflect our manifests.
 //!
-//! A sync reads the catalog and every session's manifest, and the current snapshot's manifest
+//! A sync reads the catalog, the manifests of the sessions that may have moved (every one, or
+//! those the catalog says moved: [`super::sessions`]), and the current snapshot's manifest
 //! list, which names each published session's manifests by the version of our manifest they
 //! reflect ([`keys::iceberg_manifest_versions`]). A session whose manifest moved on gets new
 //! manifests (its data files, and one position-delete file per data file with superseded
@@ -23,10 +24,10 @@ use super::metadata::{PRODUCER_KEY, Snapshot, TableMetadata};
 use super::position_deletes;
 use super::retired::{self, retired_by};
 use super::schema::TableSchema;
+use super::sessions::{Reads, Session, Sessions, Standing};
 use crate::keys::{self, ClusterName, IcebergManifest, SessionName};
 use crate::storage::{ObjectKey, PutMode, Storage, StorageError};
-use crate::tables::catalog;
-use crate::tables::manifest::{self, DataFile, Manifest};
+use crate::tables::manifest::{self, DataFile};
 use crate::tables::published::{PublishedTable, Source, published_tables};
 
 /// Commits that lose a race before a sync gives up.
@@ -57,28 +58,6 @@ pub struct Published {
     pub deferred: Vec<String>,
 }
 
-/// A session as our manifest has it now.
-pub(super) struct Session {
-    cluster: ClusterName,
-    session: SessionName,
-    manifest: Manifest,
-}
-
-impl Session {
-    fn partition(&self) -> Partition {
-        Partition {
-            cluster: self.cluster.as_str().to_owned(),
-            session: self.session.as_str().to_owned(),
-        }
-    }
-
-    /// The manifest's version, and that of the compaction run that last changed its rows.
-    fn versions(&self) -> (u64, u64) {
-        let sequence = self.manifest.sequence;
-        (sequence, self.manifest.stats.sequence.unwrap_or(sequence))
-    }
-}
-
 /// What the current snapshot publishes of one session.
 pub(super) struct PublishedSession {
     /// The versions of our manifest its manifests reflect (as [`Session::versions`]).
@@ -87,12 +66,12 @@ pub(super) struct PublishedSession {
     pub(super) manifests: Vec<ListedManifest>,
 }
 
-/// Syncs every published table, in order.
+/// Syncs every published table, in order, reading every session's manifest.
 pub async fn sync_tables(
     storage: &Arc<dyn Storage>,
     now_ms: i64,
 ) -> Result<Vec<Published>, IcebergError> {
-    let sessions = load_sessions(storage).await?;
+    let sessions = Sessions::list(storage, Reads::Every).await?;
     let mut published = Vec::new();
     for table in published_tables() {
         published.push(sync_with(storage, &table, &sessions, now_ms).await?);
@@ -106,17 +85,16 @@ pub async fn sync_table(
     table: &PublishedTable,
     now_ms: i64,
 ) -> Result<Published, IcebergError> {
-    let sessions = load_sessions(storage).await?;
+    let sessions = Sessions::list(storage, Reads::Every).await?;
     sync_with(storage, table, &sessions, now_ms).await
 }
 
-/// Makes `table`'s Iceberg metadata reflect `sessions` (every session, as [`load_sessions`]
-/// read them).
+/// Makes `table`'s Iceberg metadata reflect `sessions` (every session the catalog lists).
 #[tracing::instrument(name = "iceberg_sync", skip_all, fields(table = table.name))]
 pub(super) async fn sync_with(
     storage: &Arc<dyn Storage>,
     table: &PublishedTable,
-    sessions: &[Session],
+    sessions: &Sessions,
     now_ms: i64,
 ) -> Result<Published, IcebergError> {
     let schema = TableSchema::of(table)?;
@@ -145,7 +123,19 @@ pub(super) async fn sync_with(
         let mut fresh: Vec<(Partition, Vec<ListedManifest>)> = Vec::new();
         let mut changes = Changes::default();
         let mut seen = BTreeSet::new();
-        for session in sessions {
+        for standing in sessions.against(storage, table, &published).await? {
+            let session = match standing {
+                Standing::Read(session) => session,
+                Standing::Current(partition) => {
+                    if let Some(before) = published.get(&partition) {
+                        listed.extend(before.manifests.iter().cloned());
+                        outcome.sessions += usize::from(!before.manifests.is_empty());
+                    }
+                    seen.insert(partition);
+                    continue;
+                }
+            };
+            let session = &*session;
             let partition = session.partition();
             seen.insert(partition.clone());
             let before = published.get(&partition);
@@ -334,34 +324,6 @@ impl Changes {
             _ => "overwrite",
         }
     }
-}
-
-/// Every session of every cluster, with its manifest.
-pub(super) async fn load_sessions(
-    storage: &Arc<dyn Storage>,
-) -> Result<Vec<Session>, IcebergError> {
-    let catalog = catalog::load(storage).await?;
-    let mut named = Vec::new();
-    for (cluster, listed) in &catalog.clusters {
-        let Ok(cluster) = ClusterName::new(cluster) else {
-            continue;
-        };
-        for session in listed.keys() {
-            if let Ok(session) = SessionName::new(session) {
-                named.push((cluster.clone(), session));
-            }
-        }
-    }
-    let manifests = manifest::load_each(storage, &named).await?;
-    Ok(named
-        .into_iter()
-        .zip(manifests)
-        .map(|((cluster, session), manifest)| Session {
-            cluster,
-            session,
-            manifest,
-        })
-        .collect())
 }
 
 /// True when a session's manifest still names files of `table` (a session missing from the

@@ -264,6 +264,12 @@ fn newest_of(known: &SessionStats, recorded: &SessionStats) -> SessionStats {
     newest.include_span(recorded.first_ms, recorded.last_ms);
     newest.include_created(recorded.first_created_ms, recorded.last_created_ms);
     newest.sequence = known.sequence.max(recorded.sequence);
+    newest.manifest_sequence = known.manifest_sequence.max(recorded.manifest_sequence);
+    // A session's entity tables only gain rows (an expiry forgets the session whole).
+    newest.entity_tables = match (&known.entity_tables, &recorded.entity_tables) {
+        (Some(known), Some(recorded)) => Some(known.union(recorded).cloned().collect()),
+        (known, recorded) => known.clone().or_else(|| recorded.clone()),
+    };
     newest
 }
 
@@ -322,6 +328,28 @@ pub async fn forget(
             document.raw_from = None;
         }
         true
+    })
+    .await
+}
+
+/// Records that the manifest of `(cluster, session)` is at `manifest_sequence` now (a tidy
+/// moved it without changing the session's statistics), if the cluster's document lists the
+/// session: one that expiry removed stays removed.
+#[tracing::instrument(name = "catalog.note_manifest", skip(storage), fields(cluster = %cluster, session = %session))]
+pub async fn note_manifest(
+    storage: &Arc<dyn Storage>,
+    cluster: &ClusterName,
+    session: &SessionName,
+    manifest_sequence: u64,
+) -> Result<(), ManifestError> {
+    update(storage, cluster, |document| {
+        match document.sessions.get_mut(session.as_str()) {
+            Some(stats) if stats.manifest_sequence < Some(manifest_sequence) => {
+                stats.manifest_sequence = Some(manifest_sequence);
+                true
+            }
+            _ => false,
+        }
     })
     .await
 }

@@ -7,6 +7,7 @@
 use crate::compact::schedule::quiet::QuietCheck;
 use crate::compact::{CompactError, Compactor, now_ms};
 use crate::keys::{self, ClusterName, SessionName};
+use crate::tables::catalog;
 use crate::tables::manifest::{self, Commit, Manifest, VersionedManifest};
 
 /// What a quiet check did.
@@ -99,6 +100,14 @@ impl Compactor {
             manifest::commit(&*self.storage, &key, &next, current.etag.as_ref(), &written).await?;
         match commit {
             Commit::Landed => {
+                // The catalog follows, so that the next sync reads the session again. One that
+                // lags is made up by the catalog function's sweep, which reads every manifest
+                // (`iceberg::sessions`).
+                if let Err(err) =
+                    catalog::note_manifest(&self.storage, cluster, session, next.sequence).await
+                {
+                    tracing::warn!(error = %err, "the catalog does not show the tidied manifest");
+                }
                 self.delete_expired(&next, &current.manifest).await;
                 tracing::info!(folded, deleted, "tidied a session");
                 Ok(Tidied {

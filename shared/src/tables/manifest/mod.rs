@@ -75,6 +75,16 @@ pub struct Manifest {
 }
 
 impl Manifest {
+    /// What the catalog records of the session this manifest holds: its statistics, with the
+    /// manifest's sequence and the entity tables it has rows in.
+    pub fn catalog_stats(&self) -> SessionStats {
+        SessionStats {
+            manifest_sequence: Some(self.sequence),
+            entity_tables: Some(self.entities.keys().cloned().collect()),
+            ..self.stats.clone()
+        }
+    }
+
     /// The version after this one, as a compaction run writes it.
     pub fn next_run(&self) -> Self {
         Self {

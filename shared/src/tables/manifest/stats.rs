@@ -1,6 +1,8 @@
 //! What a session holds, as its manifest and the catalog keep it: attempts, and the spans of
 //! its event and creation times.
 
+use std::collections::BTreeSet;
+
 use serde::{Deserialize, Serialize};
 
 /// What a session holds, kept current by compaction for readers that list sessions.
@@ -26,6 +28,18 @@ pub struct SessionStats {
     /// recorded by a build that did not keep it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sequence: Option<u64>,
+    /// The catalog's record of the manifest's own sequence, which every commit moves (a
+    /// tidy's and a fold's too): a reader that has published the session at it knows the
+    /// manifest has not moved since without reading it (see `iceberg::sessions`). Only the
+    /// catalog keeps it (a manifest has its sequence); `None` there when recorded by a build
+    /// that did not keep it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub manifest_sequence: Option<u64>,
+    /// The catalog's record of the entity tables (`jobs`, `actors`, …) the session has rows
+    /// in: a sync of a table the session has none in need not read its manifest. Only the
+    /// catalog keeps it, as [`Self::manifest_sequence`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entity_tables: Option<BTreeSet<String>>,
 }
 
 impl SessionStats {
