@@ -5,6 +5,7 @@
 //! id in its custom fields (`global` without one), the same event id once, every key
 //! camel-cased (`rest_response`'s `to_google_style`).
 
+use futures_util::{StreamExt as _, stream};
 use serde_json::{Map, Value as Json, json};
 
 use super::logs::place;
@@ -19,6 +20,9 @@ use crate::tables::entities::EntityKind;
 /// Ray's `RAY_DASHBOARD_MAX_EVENTS_TO_CACHE`: the newest events kept per job (and of no job),
 /// and so the most lines read from the end of each file.
 const EVENTS_PER_JOB: usize = 10_000;
+
+/// Nodes whose event files are read at a time.
+const NODES_AT_ONCE: usize = 8;
 
 /// Whether a shipped file holds cluster events: the names Ray's event writers give their files
 /// (`event_{SOURCE}.log`, rotated as `event_{SOURCE}.{n}.log`).
@@ -42,40 +46,50 @@ pub(super) async fn events(
 }
 
 /// The session's shipped event files, node by node, each file's last [`EVENTS_PER_JOB`] lines,
-/// at most the response size in all (the nodes are read one after another, each with what the
-/// ones before left).
+/// at most the response size in all. [`NODES_AT_ONCE`] nodes are read at a time, each up to the
+/// response size, and taken in order until it is spent: a cluster of hundreds of nodes costs
+/// its index reads side by side, and at most that many responses' bytes are held at once.
 async fn event_lines(engine: &QueryEngine, scope: &Scope) -> Result<Vec<u8>, QueryError> {
     let (cluster, session) = place(scope)?;
     let nodes = records(engine, scope, EntityKind::Nodes).await?.nodes;
-    let mut left = engine.settings.response_bytes;
-    let mut lines = Vec::new();
-    for node in nodes.values() {
-        let Ok(node_id) = NodeId::new(&node.id) else {
-            continue;
-        };
+    let limit = engine.settings.response_bytes;
+    let storage = &**engine.storage();
+    // Owned ids: a stream of futures over borrowed records is not `Send` for every lifetime.
+    let node_ids: Vec<NodeId> = nodes
+        .values()
+        .filter_map(|node| NodeId::new(&node.id).ok())
+        .collect();
+    let reads = node_ids.into_iter().map(|node_id| {
         let node = NodeLogs {
             cluster: cluster.clone(),
             session: session.clone(),
             node_id,
         };
-        let tails = read_tails(
-            &**engine.storage(),
-            &node,
-            holds_events,
-            EVENTS_PER_JOB,
-            left,
-        )
-        .await
-        .map_err(|err| QueryError::Internal(format!("reading the cluster events: {err}")))?;
-        for (_, tail) in tails {
-            left = left.saturating_sub(tail.bytes.len());
-            lines.extend_from_slice(&tail.bytes);
+        async move { read_tails(storage, &node, holds_events, EVENTS_PER_JOB, limit).await }
+    });
+    let mut tails = stream::iter(reads).buffered(NODES_AT_ONCE);
+    let mut left = limit;
+    let mut lines = Vec::new();
+    while left > 0
+        && let Some(node_tails) = tails.next().await
+    {
+        let node_tails = node_tails
+            .map_err(|err| QueryError::Internal(format!("reading the cluster events: {err}")))?;
+        for (_, tail) in node_tails {
+            let taken = tail.bytes.len().min(left);
+            // A tail past what is left loses its oldest lines, as each node's read does.
+            let bytes = tail
+                .bytes
+                .get(tail.bytes.len() - taken..)
+                .unwrap_or_default();
+            left -= taken;
+            lines.extend_from_slice(bytes);
             if !lines.ends_with(b"\n") {
                 lines.push(b'\n');
             }
-        }
-        if left == 0 {
-            break;
+            if left == 0 {
+                break;
+            }
         }
     }
     Ok(lines)
