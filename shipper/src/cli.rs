@@ -470,3 +470,76 @@ pub async fn run_cli(args: ShipLogsArgs) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+    use super::*;
+
+    /// A dashboard on 127.0.0.1 that answers every request with `response` (a whole HTTP/1.1
+    /// answer, head and body); its URL.
+    async fn dashboard_answering(response: &'static [u8]) -> anyhow::Result<String> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let address = listener.local_addr()?;
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let mut request = [0_u8; 4096];
+                // One read takes a GET's head; the answer does not depend on it.
+                let _ = stream.read(&mut request).await;
+                let _ = stream.write_all(response).await;
+                let _ = stream.shutdown().await;
+            }
+        });
+        Ok(format!("http://{address}/"))
+    }
+
+    fn watch(dashboard: &str) -> anyhow::Result<SubmissionWatch> {
+        SubmissionWatch::new(dashboard, "http://127.0.0.1:9/v1/logs/c")?
+            .context("a dashboard is given")
+    }
+
+    /// Ray's answers are read only up to the bound: one that declares more is refused before
+    /// its body is read, and one that does not say (chunked) is refused once it passes the
+    /// bound. One within it is read whole, and a dashboard that is not there is no error (a
+    /// node other than the head).
+    #[tokio::test]
+    async fn the_dashboards_answers_are_read_only_up_to_a_bound() -> anyhow::Result<()> {
+        let url = |base: &str| url::Url::parse(base).map_err(anyhow::Error::from);
+        let declared = dashboard_answering(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\nConnection: close\r\n\r\n0123456789",
+        )
+        .await?;
+        let refused = watch(&declared)?
+            .read(&url(&declared)?, 10, "the test")
+            .await;
+        assert_eq!(
+            refused,
+            Err("the test answered more than 10 bytes".to_owned())
+        );
+
+        let chunked = dashboard_answering(
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n\
+              8\r\n01234567\r\n8\r\n89abcdef\r\n0\r\n\r\n",
+        )
+        .await?;
+        let refused = watch(&chunked)?.read(&url(&chunked)?, 10, "the test").await;
+        assert_eq!(
+            refused,
+            Err("the test answered more than 10 bytes".to_owned())
+        );
+        let whole = watch(&chunked)?.read(&url(&chunked)?, 16, "the test").await;
+        assert_eq!(whole, Ok(Some(b"0123456789abcdef".to_vec())));
+
+        // A port nothing listens on: bound and released at once.
+        let closed = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await?
+            .local_addr()?;
+        let absent = format!("http://{closed}/");
+        assert_eq!(
+            watch(&absent)?.read(&url(&absent)?, 10, "the test").await,
+            Ok(None)
+        );
+        Ok(())
+    }
+}
