@@ -245,6 +245,35 @@ async fn delete_all_removes_every_key_past_one_batch(
     Ok(())
 }
 
+/// A read that takes at most so many bytes: an object of that size is read whole, a larger
+/// one is refused with its size, and a missing one is not found.
+async fn get_within_refuses_a_larger_object(storage: Arc<dyn Storage>) -> anyhow::Result<()> {
+    let object = key("logs/index")?;
+    storage
+        .put(&object, Bytes::from(vec![b'i'; 1000]), PutMode::Overwrite)
+        .await?;
+    let whole = storage.get_within(&object, 1000).await?;
+    ensure!(whole.body.len() == 1000, "{} bytes read", whole.body.len());
+    let refused = storage.get_within(&object, 999).await;
+    ensure!(
+        matches!(
+            refused,
+            Err(StorageError::TooLarge {
+                bytes: 1000,
+                limit: 999,
+                ..
+            })
+        ),
+        "expected TooLarge, got {refused:?}"
+    );
+    let missing = storage.get_within(&key("logs/none")?, 999).await;
+    ensure!(
+        matches!(missing, Err(StorageError::NotFound { .. })),
+        "expected NotFound, got {missing:?}"
+    );
+    Ok(())
+}
+
 async fn overwrite_replaces_atomically(storage: Arc<dyn Storage>) -> anyhow::Result<()> {
     let object = key("state/current")?;
     let big_a = vec![b'a'; 2_000_000];
@@ -354,6 +383,7 @@ afterglow_tests::for_each_backend!(
     list_returns_keys_under_a_prefix_in_order,
     delete_removes_and_is_idempotent,
     delete_all_removes_every_key_past_one_batch,
+    get_within_refuses_a_larger_object,
     overwrite_replaces_atomically,
     put_file_stores_the_file_and_keeps_the_contract,
 );

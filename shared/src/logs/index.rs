@@ -22,7 +22,7 @@ use crate::storage::{ETag, ObjectKey, PutMode, Storage, StorageError};
 pub const EXTENT_BYTES: u64 = 1024 * 1024;
 
 /// Largest index read: a node's index holds a few extents per file.
-const MAX_INDEX_BYTES: usize = 64 * 1024 * 1024;
+const MAX_INDEX_BYTES: u64 = 64 * 1024 * 1024;
 
 /// Bytes `start..end` of a file, stored as the gzip member at `at..at + size` of a segment.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -110,17 +110,18 @@ pub struct LoadedIndex {
 /// Reads `node`'s index; an empty one when the node never shipped.
 pub async fn load(storage: &dyn Storage, node: &NodeLogs) -> Result<LoadedIndex, LogError> {
     let key = node.index_key()?;
-    let object = match storage.get(&key).await {
+    let object = match storage.get_within(&key, MAX_INDEX_BYTES).await {
         Ok(object) => object,
         Err(StorageError::NotFound { .. }) => return Ok(LoadedIndex::default()),
+        // Refused by its size, before it was read.
+        Err(StorageError::TooLarge { bytes, .. }) => {
+            return Err(LogError::BadIndex {
+                key,
+                reason: format!("{bytes} bytes, over {MAX_INDEX_BYTES}"),
+            });
+        }
         Err(err) => return Err(err.into()),
     };
-    if object.body.len() > MAX_INDEX_BYTES {
-        return Err(LogError::BadIndex {
-            key,
-            reason: format!("{} bytes, over {MAX_INDEX_BYTES}", object.body.len()),
-        });
-    }
     let index = serde_json::from_slice(&object.body).map_err(|err| LogError::BadIndex {
         key,
         reason: err.to_string(),

@@ -16,7 +16,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 
 use super::{
-    ETag, ObjectKey, ObjectMeta, PutMode, Storage, StorageError, StoredObject, past_the_end,
+    ETag, ObjectKey, ObjectMeta, PutMode, Storage, StorageError, StoredObject, past_the_end, within,
 };
 
 const STAGING_DIR: &str = "~staging";
@@ -179,7 +179,9 @@ fn commit_staged(
     outcome.map(|metadata| (etag_of(&metadata), metadata.len()))
 }
 
-fn get_blocking(root: &Path, key: &ObjectKey) -> Result<StoredObject, StorageError> {
+/// The object at `key`, if it is at most `limit` bytes: a larger one is refused by its size,
+/// before its bytes are read.
+fn get_blocking(root: &Path, key: &ObjectKey, limit: u64) -> Result<StoredObject, StorageError> {
     let not_found_or_backend = |err: io::Error| {
         if err.kind() == io::ErrorKind::NotFound {
             StorageError::NotFound { key: key.clone() }
@@ -194,6 +196,7 @@ fn get_blocking(root: &Path, key: &ObjectKey) -> Result<StoredObject, StorageErr
     if metadata.is_dir() {
         return Err(StorageError::NotFound { key: key.clone() });
     }
+    within(key, metadata.len(), limit)?;
     let mut body = Vec::with_capacity(usize::try_from(metadata.len()).unwrap_or(0));
     io::Read::read_to_end(&mut file, &mut body).map_err(not_found_or_backend)?;
     Ok(StoredObject {
@@ -313,8 +316,19 @@ impl Storage for LocalDirStorage {
     #[tracing::instrument(name = "local.get", skip(self), fields(key = %key))]
     async fn get(&self, key: &ObjectKey) -> Result<StoredObject, StorageError> {
         let key = key.clone();
-        self.blocking(key.clone().as_str(), move |root| get_blocking(root, &key))
-            .await
+        self.blocking(key.clone().as_str(), move |root| {
+            get_blocking(root, &key, u64::MAX)
+        })
+        .await
+    }
+
+    #[tracing::instrument(name = "local.get_within", skip(self), fields(key = %key))]
+    async fn get_within(&self, key: &ObjectKey, limit: u64) -> Result<StoredObject, StorageError> {
+        let key = key.clone();
+        self.blocking(key.clone().as_str(), move |root| {
+            get_blocking(root, &key, limit)
+        })
+        .await
     }
 
     #[tracing::instrument(name = "local.get_range", skip(self), fields(key = %key))]

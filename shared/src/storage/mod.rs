@@ -97,6 +97,16 @@ pub enum StorageError {
         /// The key written.
         key: ObjectKey,
     },
+    /// An object larger than its reader takes ([`Storage::get_within`]).
+    #[error("the object at {key} is {bytes} bytes, more than the {limit} its reader takes")]
+    TooLarge {
+        /// The key read.
+        key: ObjectKey,
+        /// Its size.
+        bytes: u64,
+        /// The most the read takes.
+        limit: u64,
+    },
     /// The backend failed (network, permissions, disk). Nothing is known to be written.
     #[error("storage failed at {key}: {source}")]
     Backend {
@@ -130,6 +140,18 @@ pub(crate) fn past_the_end(range: &Range<u64>, size: u64) -> String {
 
 /// Most keys one [`Storage::delete_all`] request deletes: S3's limit for a batch delete.
 pub const MAX_KEYS_PER_DELETE: usize = 1000;
+
+/// `Ok` when an object of `bytes` is at most `limit`, else [`StorageError::TooLarge`].
+pub(crate) fn within(key: &ObjectKey, bytes: u64, limit: u64) -> Result<(), StorageError> {
+    if bytes > limit {
+        return Err(StorageError::TooLarge {
+            key: key.clone(),
+            bytes,
+            limit,
+        });
+    }
+    Ok(())
+}
 
 /// A flat store of objects addressed by [`ObjectKey`].
 ///
@@ -169,6 +191,15 @@ pub trait Storage: Send + Sync + fmt::Debug {
 
     /// Reads a whole object. [`StorageError::NotFound`] if absent.
     async fn get(&self, key: &ObjectKey) -> Result<StoredObject, StorageError>;
+
+    /// Reads a whole object of at most `limit` bytes, as [`Storage::get`] does; a larger one
+    /// is [`StorageError::TooLarge`]. This default reads it and then checks; backends refuse it
+    /// by its size before reading its body.
+    async fn get_within(&self, key: &ObjectKey, limit: u64) -> Result<StoredObject, StorageError> {
+        let object = self.get(key).await?;
+        within(key, object.body.len() as u64, limit)?;
+        Ok(object)
+    }
 
     /// Reads the bytes `range` of an object (a Parquet file's footer, without the file).
     /// [`StorageError::NotFound`] if absent; a range that runs past the object's end is

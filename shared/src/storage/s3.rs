@@ -17,6 +17,7 @@ use bytes::Bytes;
 
 use super::{
     ETag, MAX_KEYS_PER_DELETE, ObjectKey, ObjectMeta, PutMode, Storage, StorageError, StoredObject,
+    within,
 };
 
 /// Where and how to reach the bucket.
@@ -75,6 +76,26 @@ impl S3Storage {
             bucket: settings.bucket,
             prefix: settings.prefix.trim_matches('/').to_owned(),
         }
+    }
+
+    /// The answer to a GET of `key`, its body not yet read.
+    async fn get_object(
+        &self,
+        key: &ObjectKey,
+    ) -> Result<aws_sdk_s3::operation::get_object::GetObjectOutput, StorageError> {
+        self.client
+            .get_object()
+            .bucket(&self.bucket)
+            .key(self.full_key(key.as_str()))
+            .send()
+            .await
+            .map_err(|err| {
+                if status_of(&err) == Some(404) {
+                    StorageError::NotFound { key: key.clone() }
+                } else {
+                    StorageError::backend(key, describe(err))
+                }
+            })
     }
 
     fn full_key(&self, key: &str) -> String {
@@ -187,22 +208,26 @@ impl Storage for S3Storage {
 
     #[tracing::instrument(name = "s3.get", skip(self), fields(bucket = %self.bucket, key = %key))]
     async fn get(&self, key: &ObjectKey) -> Result<StoredObject, StorageError> {
-        let output = self
-            .client
-            .get_object()
-            .bucket(&self.bucket)
-            .key(self.full_key(key.as_str()))
-            .send()
-            .await
-            .map_err(|err| {
-                if status_of(&err) == Some(404) {
-                    StorageError::NotFound { key: key.clone() }
-                } else {
-                    StorageError::backend(key, describe(err))
-                }
-            })?;
+        let output = self.get_object(key).await?;
         let etag = ETag::new(output.e_tag.clone().unwrap_or_default());
         let body = collected(key, output.body).await?;
+        Ok(StoredObject { body, etag })
+    }
+
+    #[tracing::instrument(name = "s3.get_within", skip(self), fields(bucket = %self.bucket, key = %key))]
+    async fn get_within(&self, key: &ObjectKey, limit: u64) -> Result<StoredObject, StorageError> {
+        let output = self.get_object(key).await?;
+        // The declared length first: a body past the limit is never read (dropping it closes
+        // the connection).
+        if let Some(length) = output
+            .content_length()
+            .and_then(|length| u64::try_from(length).ok())
+        {
+            within(key, length, limit)?;
+        }
+        let etag = ETag::new(output.e_tag.clone().unwrap_or_default());
+        let body = collected(key, output.body).await?;
+        within(key, body.len() as u64, limit)?;
         Ok(StoredObject { body, etag })
     }
 
