@@ -199,7 +199,7 @@ impl Sessions {
 }
 
 /// A session's partition of the published tables.
-pub(super) fn partition(cluster: &ClusterName, session: &SessionName) -> Partition {
+fn partition(cluster: &ClusterName, session: &SessionName) -> Partition {
     Partition {
         cluster: cluster.as_str().to_owned(),
         session: session.as_str().to_owned(),
