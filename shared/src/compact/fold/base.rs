@@ -72,9 +72,9 @@ impl Compactor {
             deletes,
         };
         // The new base's rollup is summed from the rollups that add up to the files it
-        // replaces. Those are an optimization: any that cannot be fetched only means the base
-        // is counted.
-        let replaced = match table.rollups() {
+        // replaces. Those are an optimization: any that cannot be fetched (or that do not keep
+        // apart what this build's rollups do) only means the base is counted.
+        let replaced = match table.dated_rollups() {
             Some(keys) if table.has_deletion_vectors() => {
                 match self.fetch_keys(keys.into_iter()).await {
                     Ok(replaced) => Some(replaced),

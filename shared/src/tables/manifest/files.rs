@@ -96,7 +96,7 @@ impl DataFile {
     fn rollup_span(&self) -> Option<usize> {
         match self.rollup_format? {
             2 => Some(1),
-            crate::tables::rollup::FORMAT => self
+            3..=crate::tables::rollup::FORMAT => self
                 .rollup_covers
                 .and_then(|covers| usize::try_from(covers).ok())
                 .filter(|covers| *covers >= 1),
@@ -147,7 +147,7 @@ impl TableFiles {
     /// rollup in an older format, or no key index), which is written again once so that every
     /// session ends up read the fast way.
     pub fn needs_fold(&self) -> bool {
-        let current_base = self.has_rollups() && self.has_key_indexes();
+        let current_base = self.dated_rollups().is_some() && self.has_key_indexes();
         !self.deltas.is_empty() || (!self.base.is_empty() && !current_base)
     }
 
@@ -177,6 +177,16 @@ impl TableFiles {
         Some(keys)
     }
 
+    /// [`TableFiles::rollups`] when every one keeps apart the attempts with a creation time
+    /// (format [`crate::tables::rollup::DATED`]), as a time range reads them and as a fold sums
+    /// them.
+    pub fn dated_rollups(&self) -> Option<Vec<&ObjectKey>> {
+        let dated = self
+            .all()
+            .all(|file| file.rollup_format == Some(crate::tables::rollup::DATED));
+        self.rollups().filter(|_| dated)
+    }
+
     /// The rollups that count every delta once, oldest first: the newest delta's, then the
     /// rollup of the newest delta it does not cover, and so on. `None` when a delta has no
     /// rollup this build reads.
@@ -184,7 +194,7 @@ impl TableFiles {
         Some(
             self.delta_rollup_spans()?
                 .into_iter()
-                .map(|(key, _)| key)
+                .filter_map(|(delta, _)| delta.current_rollup())
                 .collect(),
         )
     }
@@ -194,15 +204,19 @@ impl TableFiles {
     /// each counts no more deltas than those gathered before it. As with a binary counter's
     /// carries, a delta's cells are rewritten only when the span they are in doubles, so a
     /// run rewrites few cells and a read sums one rollup per bit of the number of deltas.
-    /// None to add in (and only itself) when a delta has no rollup this build reads.
+    /// None to add in (and only itself) when a delta has no rollup this build reads; only
+    /// rollups of the format this build writes are added in.
     pub fn rollups_to_add_in(&self) -> (Vec<&ObjectKey>, usize) {
         let spans = self.delta_rollup_spans().unwrap_or_default();
         let mut covers = 1;
         let mut keys = Vec::new();
-        for (key, span) in spans.into_iter().rev() {
-            if span > covers {
+        for (delta, span) in spans.into_iter().rev() {
+            let key = delta
+                .current_rollup()
+                .filter(|_| delta.rollup_format == Some(crate::tables::rollup::FORMAT));
+            let Some(key) = key.filter(|_| span <= covers) else {
                 break;
-            }
+            };
             covers += span;
             keys.push(key);
         }
@@ -213,7 +227,7 @@ impl TableFiles {
     /// [`TableFiles::delta_rollups`], each with how many deltas it counts. `None` also when
     /// a rollup's span is unknown or reaches past the first delta (the deltas before it were
     /// folded into the base, which would count them twice).
-    fn delta_rollup_spans(&self) -> Option<Vec<(&ObjectKey, usize)>> {
+    fn delta_rollup_spans(&self) -> Option<Vec<(&DataFile, usize)>> {
         if self
             .deltas
             .iter()
@@ -227,7 +241,8 @@ impl TableFiles {
             let delta = self.deltas.get(newest)?;
             let span = delta.rollup_span()?;
             uncovered = uncovered.checked_sub(span)?;
-            spans.push((delta.current_rollup()?, span));
+            delta.current_rollup()?;
+            spans.push((delta, span));
         }
         spans.reverse();
         Some(spans)
@@ -351,5 +366,50 @@ mod tests {
         let mut newer = table;
         newer.deltas[4].rollup_format = Some(rollup::FORMAT + 1);
         assert!(newer.rollups().is_none());
+    }
+
+    #[test]
+    fn a_range_and_a_fold_read_rollups_only_when_every_one_keeps_dates_apart() {
+        let base = DataFile {
+            rollup_covers: None,
+            ..delta("base", Some(rollup::DATED), None)
+        };
+        let table = TableFiles {
+            base: vec![base.clone()],
+            deltas: vec![
+                delta("1", Some(3), Some(1)),
+                delta("2", Some(rollup::DATED), Some(1)),
+            ],
+        };
+        assert!(table.rollups().is_some());
+        assert!(table.dated_rollups().is_none());
+        // A new delta adds in the dated rollup before it, and stops at the format-3 one.
+        let (added, covers) = table.rollups_to_add_in();
+        assert_eq!(
+            (names(&added), covers),
+            (vec!["rollup-2.parquet".to_owned()], 2)
+        );
+        let mut dated = table;
+        dated.deltas[0].rollup_format = Some(rollup::DATED);
+        assert_eq!(
+            names(&dated.dated_rollups().expect("dated rollups")),
+            [
+                "rollup-base.parquet",
+                "rollup-1.parquet",
+                "rollup-2.parquet"
+            ]
+        );
+        assert_eq!(dated.rollups_to_add_in().1, 3);
+        // A base whose rollup does not keep dates apart is folded once, to write one that does.
+        let indexed = |format| TableFiles {
+            base: vec![DataFile {
+                key_index: Some(ObjectKey::new("tables/t/index.parquet").expect("a key")),
+                rollup_format: Some(format),
+                ..base.clone()
+            }],
+            deltas: Vec::new(),
+        };
+        assert!(indexed(3).needs_fold());
+        assert!(!indexed(rollup::DATED).needs_fold());
     }
 }

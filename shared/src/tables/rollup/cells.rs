@@ -30,7 +30,7 @@ use crate::tables::parquet::{ArrowRows, Layout, ParquetFile};
 /// The columns of a rollup row as they are counted (DuckDB types), in the file's order. The
 /// [`HOLDERS`] are counted as integers and written as `DOUBLE`, the type DuckDB's `count_if`
 /// (a `HUGEINT`) was written as, so files of either build read alike.
-const COUNTED: [(&str, &str); 20] = [
+const COUNTED: [(&str, &str); 21] = [
     ("grouping", "VARCHAR"),
     ("group_key", "VARCHAR"),
     ("job_id", "VARCHAR"),
@@ -39,6 +39,7 @@ const COUNTED: [(&str, &str); 20] = [
     ("complete", "BOOLEAN"),
     ("error_type", "VARCHAR"),
     ("retried", "BOOLEAN"),
+    ("dated", "BOOLEAN"),
     ("rounded", "BIGINT"),
     ("sign", "INTEGER"),
     ("n", "BIGINT"),
@@ -512,6 +513,9 @@ struct CellKey {
     complete: Option<bool>,
     error_type: Option<u32>,
     retried: Option<bool>,
+    /// Whether the rows have a creation time; `None` in rollups of formats that did not keep
+    /// it apart.
+    dated: Option<bool>,
     rounded: Option<i64>,
     sign: Option<i32>,
 }
@@ -743,6 +747,8 @@ impl Cells {
         let (kind, error_type) = (text(TEXTS[TYPE])?, text(TEXTS[ERROR_TYPE])?);
         let complete = flags(column(batch, "complete")?)?;
         let retried = flags(column(batch, "retried")?)?;
+        // Rollups of formats before `dated` have no such column.
+        let dated = batch.column_by_name("dated").map(flags).transpose()?;
         let sign = integers::<Int32Type>(column(batch, "sign")?, "INTEGER")?;
         let big_ints = |name: &str| integers::<Int64Type>(column(batch, name)?, "BIGINT");
         let (rounded, n) = (big_ints("rounded")?, big_ints("n")?);
@@ -777,6 +783,7 @@ impl Cells {
                 complete: value(complete, at),
                 error_type: self.text_id(ERROR_TYPE, error_type.get(at)),
                 retried: value(retried, at),
+                dated: dated.and_then(|dated| value(dated, at)),
                 rounded: value(rounded, at),
                 sign: value(sign, at),
             };
@@ -821,6 +828,7 @@ impl Cells {
             complete: row.complete,
             error_type: row.texts[ERROR_TYPE],
             retried: row.retried,
+            dated: Some(row.created.is_some()),
             rounded,
             sign: row.sign,
         };
@@ -980,6 +988,7 @@ impl Cells {
             rows.boolean(key.complete)?;
             rows.text(cells.value(key.error_type))?;
             rows.boolean(key.retried)?;
+            rows.boolean(key.dated)?;
             rows.big_int(key.rounded)?;
             rows.integer(key.sign)?;
             rows.big_int(Some(cell.n))?;

@@ -4,7 +4,9 @@
 //! instead of every attempt.
 //!
 //! `complete` is whether the attempt's definition was exported (Ray's lists omit those that
-//! were not, and so do ours by default); `retried` whether it is a retry (attempt ≥ 1).
+//! were not, and so do ours by default); `retried` whether it is a retry (attempt ≥ 1); `dated`
+//! whether it has a creation time, which a time range selects by (an attempt without one is in
+//! no range), so a session created wholly within a range is counted by its rollups' dated rows.
 //!
 //! A delta's rollup also holds a *minus* row (`sign = -1`) for each stored version it supersedes,
 //! so the rollups of a session's live files add up to the counts of its newest rows, exactly: the
@@ -41,16 +43,21 @@ use super::newest::{read_parquet, rows_at};
 use super::task_attempts::file_rows;
 
 /// The format of the rollups this build writes: format 2's cells, a delta's rollup counting
-/// the deltas before it too ([`crate::tables::manifest::DataFile::rollup_covers`]). Builds that
-/// read format 2 alone would count those deltas twice, so they scan instead. A session with a
-/// file whose rollup has a format this build does not read (or none) is counted by scanning
-/// until its next base rewrites them all.
-pub const FORMAT: u32 = 3;
+/// the deltas before it too ([`crate::tables::manifest::DataFile::rollup_covers`]), and every
+/// cell keyed by `dated` as well. Builds that read format 2 alone would count those deltas
+/// twice, so they scan instead. A session with a file whose rollup has a format this build
+/// does not read (or none) is counted by scanning until its next base rewrites them all.
+pub const FORMAT: u32 = 4;
+
+/// The format that keeps apart, in format 3's cells, the rows with a creation time (`dated`).
+/// Only a session whose every rollup has it answers a time range from them; a rollup adds in
+/// or sums only rollups of its own format, so that none of its cells is of unknown `dated`.
+pub const DATED: u32 = 4;
 
 /// Whether this build reads rollups of `format`: format 2's are format 3's that count their
-/// own file alone.
+/// own file alone, and format 3's are [`DATED`]'s without `dated`.
 pub fn reads_format(format: u32) -> bool {
-    format == 2 || format == FORMAT
+    (2..=FORMAT).contains(&format)
 }
 
 /// The columns a rollup groups by with their durations, one grouping set each:
@@ -169,7 +176,7 @@ const ROLLED_UP: [&str; 14] = [
 
 /// What a rollup row counts: rows alike in these (`group_key` being the grouping's key and
 /// `rounded` its rounded measure).
-const CELL: [&str; 9] = [
+const CELL: [&str; 10] = [
     "group_key",
     "job_id",
     "state",
@@ -177,6 +184,7 @@ const CELL: [&str; 9] = [
     "complete",
     "error_type",
     "retried",
+    "dated",
     "rounded",
     "sign",
 ];
@@ -308,7 +316,8 @@ fn cells(source: &str, only: &[&str]) -> String {
 fn cell_rows(set: &GroupingSet, source: &str) -> String {
     format!(
         "(SELECT {key} AS group_key, job_id, state, type, complete, error_type, \
-             attempt_number >= 1 AS retried, {rounded} AS rounded, sign, \
+             attempt_number >= 1 AS retried, creation_time_ms IS NOT NULL AS dated, \
+             {rounded} AS rounded, sign, \
              {measure} AS measure, creation_time_ms, last_ms, error_message \
          FROM {source} WHERE {keep})",
         key = set.key_sql(),

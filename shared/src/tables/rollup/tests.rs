@@ -265,7 +265,7 @@ fn adds_in_earlier_rollups(threads: usize) -> Result<(), Box<dyn std::error::Err
     let split = count(&format!(
         "SELECT count(*) FROM read_parquet({}) p JOIN {whole} w
              USING (grouping, group_key, job_id, state, type, complete, error_type, retried,
-                    rounded, sign)
+                    dated, rounded, sign)
          WHERE p.n < w.n",
         path_literal(&dir.path().join("part-0.parquet"))
     ))?;
