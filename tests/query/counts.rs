@@ -412,6 +412,138 @@ async fn rollups_count_what_a_scan_counts() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Counts over a time range (summary, aggregates, insights) read the rollups of the sessions
+/// created wholly inside it, their dated rows alone (an attempt Ray reported no creation time
+/// for is in no range), and count the attempts of a session the range cuts through into the
+/// same rows: they equal a scan's answers. A range that cuts through every session it selects
+/// is scanned. A tenth of the tasks here have no creation time.
+#[tokio::test]
+async fn time_ranges_count_from_rollups_what_a_scan_counts() -> anyhow::Result<()> {
+    use shared::query::ApiRoute;
+
+    const CLUSTER: &str = "ranges";
+    const DAY_MS: i64 = 86_400_000;
+    const HOUR_MS: i64 = 3_600_000;
+    let scenario = Scenario::local()?;
+    let mut undated = 0;
+    for day in 0..2 {
+        let settings = synth::SynthSettings {
+            attempts: 3_000,
+            jobs: 2,
+            nodes: 3,
+            failure_rate: 0.1,
+            duplicate_rate: 0.05,
+            seed: 31 + day as u64,
+            start_ms: synth::START_MS + day * DAY_MS,
+            ..synth::SynthSettings::default()
+        };
+        scenario
+            .ingest_synthetic_edited(CLUSTER, settings, |events| {
+                undated += take_out_creation(events);
+            })
+            .await?;
+    }
+    ensure!(undated > 0, "no creation time taken out");
+    let (compactor, _scratch) = scenario.compactor(folding_past(3))?;
+    for batch in compactor.raw_keys().await?.chunks(4) {
+        compactor.compact(batch).await?;
+    }
+    let start = synth::START_MS;
+    let range = |since: i64, until: Option<i64>| {
+        let mut params = vec![("since_ms".to_owned(), since.to_string())];
+        params.extend(until.map(|until| ("until_ms".to_owned(), until.to_string())));
+        params
+    };
+    // Both sessions whole; the first whole and the second cut; the second whole, open-ended;
+    // and the first cut, which has nothing to read from rollups.
+    let by_rollups = [
+        range(start - HOUR_MS, Some(start + 2 * DAY_MS)),
+        range(start - HOUR_MS, Some(start + DAY_MS + 1_000)),
+        range(start + DAY_MS - HOUR_MS, None),
+    ];
+    let cut = range(start + 1_000, Some(start + DAY_MS / 2));
+    let mut requests: Vec<(ApiRoute, Vec<(String, String)>)> = Vec::new();
+    for range in by_rollups.iter().chain([&cut]) {
+        let with = |extra: &[(&str, &str)]| -> Vec<(String, String)> {
+            let mut params = range.clone();
+            params.extend(
+                extra
+                    .iter()
+                    .map(|(key, value)| ((*key).to_owned(), (*value).to_owned())),
+            );
+            params
+        };
+        requests.push((ApiRoute::Summary, with(&[])));
+        requests.push((ApiRoute::Summary, with(&[("state", "FAILED")])));
+        requests.push((ApiRoute::Summary, with(&[("include_incomplete", "true")])));
+        requests.push((ApiRoute::Insights, with(&[])));
+        for by in ["name", "error_type", "node_id"] {
+            requests.push((ApiRoute::Aggregates, with(&[("by", by), ("limit", "1000")])));
+        }
+    }
+    let per_range = requests.len() / 4;
+    let engine = scenario.engine("query")?;
+    let mut answers = Vec::new();
+    for (route, params) in &requests {
+        answers.push(engine.answer(route, params).await?);
+    }
+    ensure!(
+        engine.rollup_answers() == (3 * per_range) as u64,
+        "{} of the {} requests over ranges with whole sessions answered from rollups",
+        engine.rollup_answers(),
+        3 * per_range
+    );
+    let total = |answer: &Json| answer["total"].as_u64().unwrap_or(0);
+    let everything = engine.answer(&ApiRoute::Summary, &[]).await?;
+    let (both, mixed, cut_total) = (
+        total(&answers[0]),
+        total(&answers[per_range]),
+        total(&answers[3 * per_range]),
+    );
+    ensure!(
+        both < total(&everything) && cut_total > 0 && cut_total < mixed && mixed < both,
+        "every attempt {}, both sessions {both}, the first and part of the second {mixed}, \
+         part of the first {cut_total}",
+        total(&everything)
+    );
+    forget_rollups(&scenario).await?;
+    let scanning = scenario.engine("query-scan")?;
+    for ((route, params), answer) in requests.iter().zip(&answers) {
+        let scanned = scanning.answer(route, params).await?;
+        ensure!(
+            &scanned == answer,
+            "{route:?} {params:?}: from rollups\n{answer}\nscanned\n{scanned}"
+        );
+    }
+    ensure!(scanning.rollup_answers() == 0, "rollups read after all");
+    Ok(())
+}
+
+/// Takes the `PENDING_ARGS_AVAIL` transition out of the lifecycle events of a tenth of the
+/// tasks (by their id), so that those attempts have no creation time. Returns how many.
+fn take_out_creation(events: &mut [Json]) -> usize {
+    let mut taken = 0;
+    for event in events {
+        let Some(lifecycle) = event.get_mut("taskLifecycleEvent") else {
+            continue;
+        };
+        let chosen = lifecycle["taskId"]
+            .as_str()
+            .is_some_and(|id| id.bytes().map(u32::from).sum::<u32>() % 10 == 0);
+        if let (true, Some(transitions)) = (
+            chosen,
+            lifecycle
+                .get_mut("stateTransitions")
+                .and_then(Json::as_array_mut),
+        ) {
+            let before = transitions.len();
+            transitions.retain(|transition| transition["state"] != "PENDING_ARGS_AVAIL");
+            taken += before - transitions.len();
+        }
+    }
+    taken
+}
+
 /// Rewrites every manifest with its rollups' format unknown, so reads count by scanning.
 async fn forget_rollups(scenario: &Scenario) -> anyhow::Result<()> {
     scenario

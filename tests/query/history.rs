@@ -112,7 +112,8 @@ fn gets_of(recorder: &RecordsRequests, session: &str) -> Vec<String> {
 }
 
 /// A time range on creation reads the sessions whose attempts were created in it and no
-/// other: not even their manifests are fetched.
+/// other: not even their manifests are fetched. A session created wholly inside it is counted
+/// by its rollups, one the range cuts through by its attempts.
 #[tokio::test]
 async fn a_time_range_reads_only_the_sessions_created_in_it() -> anyhow::Result<()> {
     let Some(history) = History::stored("time range", |settings| settings).await? else {
@@ -130,9 +131,14 @@ async fn a_time_range_reads_only_the_sessions_created_in_it() -> anyhow::Result<
         in_range["total"].as_u64() == Some(history.attempts[1]),
         "the middle day's session alone: {in_range}"
     );
+    // Created wholly inside the range, the session is counted by its rollups alone.
+    let read = gets_of(&history.recorder, &history.sessions[1]);
     ensure!(
-        !gets_of(&history.recorder, &history.sessions[1]).is_empty(),
-        "the session in range is read"
+        read.iter().any(|key| key.contains("/rollup-"))
+            && !read
+                .iter()
+                .any(|key| key.contains("/base-") || key.contains("/delta-")),
+        "the session in range is read by its rollups alone: {read:?}"
     );
     for outside in [&history.sessions[0], &history.sessions[2]] {
         let read = gets_of(&history.recorder, outside);
@@ -150,6 +156,50 @@ async fn a_time_range_reads_only_the_sessions_created_in_it() -> anyhow::Result<
     ensure!(
         in_range["by_state"] == session_alone["by_state"],
         "{in_range} != {session_alone}"
+    );
+    // A range that begins inside the middle session copies that session's attempts (to count
+    // those created in it) and the newest session's rollups, and no attempts of the newest.
+    let newest_gets = gets_of(&history.recorder, &history.sessions[2]).len();
+    let middle = shared::tables::manifest::load(
+        &*history.storage,
+        &shared::keys::manifest_key(
+            &ClusterName::new(CLUSTER)?,
+            &shared::keys::SessionName::new(&history.sessions[1])?,
+        )?,
+    )
+    .await?
+    .manifest
+    .stats;
+    let (first, last) = (middle.first_created_ms, middle.last_created_ms);
+    let since = first
+        .zip(last)
+        .map(|(first, last)| first + (last - first) / 2 + 1)
+        .context("the middle session's creation times")?
+        .to_string();
+    let cut = ask(
+        &history.engine,
+        ApiRoute::Summary,
+        &[("cluster", CLUSTER), ("since_ms", &since)],
+    )
+    .await?;
+    let newest = &gets_of(&history.recorder, &history.sessions[2])[newest_gets..];
+    ensure!(
+        newest.iter().any(|key| key.contains("/rollup-"))
+            && !newest
+                .iter()
+                .any(|key| key.contains("/base-") || key.contains("/delta-")),
+        "the newest session is read by its rollups alone: {newest:?}"
+    );
+    ensure!(
+        gets_of(&history.recorder, &history.sessions[1])
+            .iter()
+            .any(|key| key.contains("/base-") || key.contains("/delta-")),
+        "the session the range cuts through is scanned"
+    );
+    let cut_total = cut["total"].as_u64().context("a total")?;
+    ensure!(
+        cut_total > history.attempts[2] && cut_total < history.attempts[1] + history.attempts[2],
+        "part of the middle session and the newest: {cut}"
     );
     let page = ask(
         &history.engine,

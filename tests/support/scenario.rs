@@ -34,6 +34,9 @@ pub struct Scenario {
     dir: Option<tempfile::TempDir>,
 }
 
+/// A change to one body's events before it is sent.
+type EditEvents<'a> = &'a mut dyn FnMut(&mut Vec<serde_json::Value>);
+
 impl Scenario {
     /// An empty store in a fresh temporary folder (the store under its `data/`).
     pub fn local() -> anyhow::Result<Self> {
@@ -104,13 +107,42 @@ impl Scenario {
         cluster: &str,
         settings: synth::SynthSettings,
     ) -> anyhow::Result<synth::Truth> {
+        self.ingest_generated(cluster, settings, None).await
+    }
+
+    /// [`Scenario::ingest_synthetic`], each body's events changed by `edit` before it is sent
+    /// (the generator's truth then no longer holds where they were).
+    pub async fn ingest_synthetic_edited(
+        &self,
+        cluster: &str,
+        settings: synth::SynthSettings,
+        mut edit: impl FnMut(&mut Vec<serde_json::Value>),
+    ) -> anyhow::Result<synth::Truth> {
+        self.ingest_generated(cluster, settings, Some(&mut edit))
+            .await
+    }
+
+    /// The bodies `settings` generates, edited by `edit` if there is one, ingested for
+    /// `cluster`.
+    async fn ingest_generated(
+        &self,
+        cluster: &str,
+        settings: synth::SynthSettings,
+        mut edit: Option<EditEvents<'_>>,
+    ) -> anyhow::Result<synth::Truth> {
         use shared::ingest::{IngestAccess, IngestLimits, Ingestor};
 
         let ingestor = Ingestor::new(self.storage(), IngestAccess::Open, IngestLimits::default());
         let cluster = shared::keys::ClusterName::new(cluster)?;
         let mut generator = synth::Generator::new(settings);
         for body in generator.by_ref() {
-            ingestor.ingest(&cluster, &body?.json).await?;
+            let mut json = body?.json;
+            if let Some(edit) = edit.as_mut() {
+                let mut events: Vec<serde_json::Value> = serde_json::from_slice(&json)?;
+                edit(&mut events);
+                json = serde_json::to_vec(&events)?;
+            }
+            ingestor.ingest(&cluster, &json).await?;
         }
         Ok(generator.truth().clone())
     }

@@ -24,7 +24,7 @@ pub(crate) async fn attempts_relation(
 }
 
 /// The newest rows of the `task_attempts` files in `snapshot`.
-fn newest_of(snapshot: &Snapshot) -> Option<Relation> {
+pub(crate) fn newest_of(snapshot: &Snapshot) -> Option<Relation> {
     let files = snapshot.task_attempts.files();
     if let Some(read) = SupersededRead::of(&files) {
         return Some(Relation::over_superseded_read(read, snapshot.pins.clone()));

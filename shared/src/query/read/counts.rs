@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
-use super::attempts::filtered_relation;
+use super::attempts::{filtered_relation, newest_of};
 use super::json::query_as;
 use super::params::TaskFilter;
 use super::rollups::{self, Extremes, extremes, known, rows_of};
@@ -54,6 +54,14 @@ pub(crate) async fn counted_reading(
                 },
             )
             .await?;
+        let created = filter.scope.created;
+        let ranged = !created.is_unbounded();
+        // In a range, the sessions not counted by their rollups are scanned into the same
+        // rows; when none is, the attempts answer as they are.
+        let scanned = ranged.then(|| newest_of(&snapshot)).flatten();
+        if ranged && snapshot.rollups.as_ref().is_some_and(Vec::is_empty) {
+            return Ok(scanned.map(Counted::Attempts));
+        }
         if let Some(paths) = snapshot
             .rollups
             .as_deref()
@@ -69,6 +77,16 @@ pub(crate) async fn counted_reading(
                 .run(move |connection| Ok(connection.prepare(&bound).map(drop)?))
                 .await
             {
+                Ok(()) if ranged => {
+                    return Ok(Relation::rollups_within(
+                        Some(rollups),
+                        scanned.as_ref(),
+                        created,
+                        reads,
+                        snapshot.pins.clone(),
+                    )
+                    .map(Counted::Rollups));
+                }
                 Ok(()) => {
                     return Ok(Some(Counted::Rollups(Relation::over_files(
                         rollups,

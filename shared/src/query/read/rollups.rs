@@ -1,5 +1,8 @@
 //! Rollups (see [`crate::tables::rollup`]) read instead of the attempts, for the filters they
-//! keep apart: scope, job, state, type, and whether the definition was exported.
+//! keep apart: scope, job, state, type, and whether the definition was exported. Within a time
+//! range, a session created wholly inside it is counted by its rollups' dated rows, and the
+//! others by the same rows computed from their attempts created in it
+//! ([`super::sql::Relation::rollups_within`]).
 //!
 //! Counts add up exactly, and so do the extremes (shortest and longest duration, first and last
 //! time) while a newest row still holds them; when none does ([`known`] says so), the reader
@@ -15,7 +18,7 @@ use crate::tables::rollup::GROUPINGS;
 /// if there is one.
 pub(crate) fn answer(filter: &TaskFilter, grouping: Option<&str>) -> bool {
     let TaskFilter {
-        scope,
+        scope: _,
         job_id: _,
         states: _,
         task_type: _,
@@ -43,7 +46,6 @@ pub(crate) fn answer(filter: &TaskFilter, grouping: Option<&str>) -> bool {
         && worker_id.is_none()
         && actor_id.is_none()
         && parent_task_id.is_none()
-        && scope.created.is_unbounded()
         && search.is_none()
         && error_fingerprint.is_none()
         && min_attempt.is_none()

@@ -36,7 +36,10 @@ pub struct Snapshot {
     pub task_attempts: LocalFiles,
     /// The rollups that add up to the counts of every `task_attempts` file in scope
     /// ([`crate::tables::manifest::TableFiles::rollups`]), when asked for and every file has
-    /// one (see [`crate::tables::rollup`]); `None` to count by scanning.
+    /// one (see [`crate::tables::rollup`]); `None` to count by scanning. Within a time range,
+    /// only the sessions created wholly inside it are counted by their rollups (their dated
+    /// rows, [`crate::tables::manifest::TableFiles::dated_rollups`]), and the attempts of the
+    /// others are in [`Self::task_attempts`].
     pub rollups: Option<Vec<PathBuf>>,
     /// The key index of every `task_attempts` file in scope, session by session and within
     /// one in manifest order (base files, then deltas oldest first), when asked for and every
@@ -150,6 +153,10 @@ pub async fn snapshot(
     // The data file of each key index asked for, by (session ordinal, position).
     let mut data_keys: BTreeMap<(usize, usize), (ObjectKey, u64)> = BTreeMap::new();
     let mut to_copy: u64 = 0;
+    // Whether each session's attempts are read (by its ordinal), and whether each in a range
+    // read by rollups is counted by them.
+    let mut scanned = vec![needs.attempts; sessions.len()];
+    let mut by_rollups = vec![needs.rollups; sessions.len()];
     for rollup in &in_cluster_rollups {
         if storage.local_path(&rollup.key).is_none() {
             to_copy = to_copy.saturating_add(rollup.bytes);
@@ -172,12 +179,24 @@ pub async fn snapshot(
             plan.push((slot, keys.len()));
             keys.push(key.clone());
         };
-        if needs.rollups {
+        if needs.rollups && scope.created.is_unbounded() {
             for key in table.rollups().unwrap_or_default() {
                 add(Slot::Rollup, key);
             }
+        } else if needs.rollups {
+            // The manifest's own statistics, which the catalog's may lag.
+            let within = manifest
+                .stats
+                .created_within(scope.created.since_ms, scope.created.until_ms);
+            match table.dated_rollups().filter(|_| within) {
+                Some(keys) => keys.into_iter().for_each(|key| add(Slot::Rollup, key)),
+                None => {
+                    by_rollups[ordinal] = false;
+                    scanned[ordinal] = true;
+                }
+            }
         }
-        if needs.attempts {
+        if scanned[ordinal] {
             for (position, file) in table.base.iter().enumerate() {
                 add(Slot::Base { ordinal, position }, &file.key);
             }
@@ -279,8 +298,10 @@ pub async fn snapshot(
     }
     let every_delta_has_one = sessions
         .iter()
-        .all(|session| session.manifest.task_attempts.has_deletion_vectors());
-    if needs.attempts && vectors_complete && every_delta_has_one {
+        .zip(&scanned)
+        .filter(|(_, scanned)| **scanned)
+        .all(|(session, _)| session.manifest.task_attempts.has_deletion_vectors());
+    if scanned.contains(&true) && vectors_complete && every_delta_has_one {
         let bases = snapshot.task_attempts.base.len();
         snapshot.task_attempts.deletes = Some(
             vectors
@@ -302,7 +323,9 @@ pub async fn snapshot(
     // known spans, and all are here.
     let every_file_has_one = sessions
         .iter()
-        .all(|session| session.manifest.task_attempts.rollups().is_some());
+        .zip(&by_rollups)
+        .filter(|(_, by_rollups)| **by_rollups)
+        .all(|(session, _)| session.manifest.task_attempts.rollups().is_some());
     if needs.rollups && rollups_complete && every_file_has_one {
         snapshot.rollups = Some(rollups);
     }

@@ -6,9 +6,9 @@
 
 use duckdb::types::Value;
 
-use super::params::TaskFilter;
+use super::params::{Created, TaskFilter};
 use super::snapshot::Pins;
-use crate::tables::report_times;
+use crate::tables::{report_times, rollup};
 
 /// A SQL fragment and the values its `?` placeholders bind, in order.
 #[derive(Clone, Debug, Default)]
@@ -52,6 +52,45 @@ impl Relation {
             parts: Some(read),
             _pins: pins,
         }
+    }
+
+    /// Rollup rows for the time range `created`: the dated rows of `stored` (the rollups of the
+    /// sessions created wholly inside it, as [`read_parquet`] reads them), and the rows the
+    /// rollups of `attempts` (the newest attempts of the other sessions) would hold for the
+    /// grouping sets `only` if they counted only the attempts created in it. `None` when
+    /// there is neither.
+    pub fn rollups_within(
+        stored: Option<String>,
+        attempts: Option<&Relation>,
+        created: Created,
+        only: &[&str],
+        pins: Option<Pins>,
+    ) -> Option<Self> {
+        let mut parts: Vec<String> = stored
+            .map(|stored| format!("(SELECT * FROM {stored} WHERE dated)"))
+            .into_iter()
+            .collect();
+        if let Some(attempts) = attempts {
+            let mut range = vec!["creation_time_ms IS NOT NULL".to_owned()];
+            if let Some(since) = created.since_ms {
+                range.push(format!("creation_time_ms >= {since}"));
+            }
+            if let Some(until) = created.until_ms {
+                range.push(format!("creation_time_ms < {until}"));
+            }
+            parts.push(format!(
+                "(WITH source AS (SELECT {source}, 1 AS sign FROM {rows} WHERE {range}) {cells})",
+                source = rollup::SOURCE,
+                rows = attempts.text,
+                range = range.join(" AND "),
+                cells = rollup::newest_cells("source", only),
+            ));
+        }
+        (!parts.is_empty()).then(|| Self {
+            text: format!("({})", parts.join(" UNION ALL BY NAME ")),
+            parts: None,
+            _pins: pins,
+        })
     }
 
     /// For a query that wants the first `limit` rows in some order, the way to skip the join:

@@ -57,6 +57,15 @@ impl SessionStats {
         since.is_none_or(|since| last >= since) && until.is_none_or(|until| first < until)
     }
 
+    /// True when every attempt with a creation time was created in `[since, until)` (either
+    /// end open); false when that is unknown.
+    pub fn created_within(&self, since: Option<i64>, until: Option<i64>) -> bool {
+        let (Some(first), Some(last)) = (self.first_created_ms, self.last_created_ms) else {
+            return false;
+        };
+        since.is_none_or(|since| first >= since) && until.is_none_or(|until| last < until)
+    }
+
     /// Widens the time span to include `first..=last`.
     pub fn include_span(&mut self, first: Option<i64>, last: Option<i64>) {
         self.first_ms = widen(self.first_ms, first, i64::min);
