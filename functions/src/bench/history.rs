@@ -134,7 +134,7 @@ pub(super) async fn run(args: &BenchArgs, sessions: usize) -> anyhow::Result<()>
     }
     let copied: Arc<dyn Storage> = Arc::new(Copied(Arc::clone(&storage) as Arc<dyn Storage>));
     let first_answer_ms = first_answer(&copied, work.path(), clusters).await?;
-    let probes = query_phase(&copied, work.path(), clusters, args.repeat).await?;
+    let probes = query_phase(&copied, work.path(), sessions, clusters, args.repeat).await?;
     let report = HistoryReport {
         sessions,
         clusters,
@@ -200,14 +200,32 @@ async fn first_answer(
 async fn query_phase(
     copied: &Arc<dyn Storage>,
     work: &Path,
+    sessions: usize,
     clusters: usize,
     repeat: usize,
 ) -> anyhow::Result<Vec<ProbeTimes>> {
     let cluster = cluster_of(0, clusters);
+    // Time ranges from 100 ms into the session `share` percent of the way through the
+    // history, so that the range cuts through that session and holds every later one whole.
+    let since = |share: usize| {
+        let offset = i64::try_from(sessions * share / 100).unwrap_or(0);
+        (synth::START_MS + offset * SESSION_GAP_MS + 100).to_string()
+    };
+    let (newest_half, newest_tenth) = (since(50), since(90));
     let mut probes = Vec::new();
-    for (scope, scope_params) in [
-        ("cluster-wide", vec![("cluster", cluster.as_str())]),
-        ("fleet-wide", vec![]),
+    for (scope, scope_params, table) in [
+        ("cluster-wide", vec![("cluster", cluster.as_str())], true),
+        ("fleet-wide", vec![], true),
+        (
+            "cluster-wide, newest half",
+            vec![("cluster", cluster.as_str()), ("since_ms", &newest_half)],
+            false,
+        ),
+        (
+            "fleet-wide, newest tenth",
+            vec![("since_ms", &newest_tenth)],
+            false,
+        ),
     ] {
         for (route_name, route, params) in [
             ("summary", ApiRoute::Summary, vec![]),
@@ -222,6 +240,9 @@ async fn query_phase(
                 vec![("limit", "100")],
             ),
         ] {
+            if route == ApiRoute::Tasks && !table {
+                continue;
+            }
             let params: Vec<(String, String)> = scope_params
                 .iter()
                 .chain(&params)

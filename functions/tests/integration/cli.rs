@@ -98,7 +98,8 @@ fn bench_over_the_history_reports_what_each_read_copied() -> anyhow::Result<()> 
         "{report}"
     );
     let probes = report["probes"].as_array().context("probes")?;
-    ensure!(probes.len() == 6, "{report}");
+    // Three routes cluster-wide and fleet-wide, and the counts over two time ranges.
+    ensure!(probes.len() == 10, "{report}");
     for probe in probes {
         ensure!(
             probe["refused"].is_null()
