@@ -386,7 +386,7 @@ pub async fn rebuild(args: RebuildArgs, config: Config) -> anyhow::Result<()> {
             .context("refusing to rebuild (--force rebuilds anyway)")?;
     }
     let deleted = compactor.drop_tables().await?;
-    println!("deleted {deleted} table objects");
+    println!("dropped {deleted} table objects (the manifests emptied, the rest deleted)");
     let keys = compactor.raw_keys().await?;
     let queue = function_queue(&args.store, &config).await;
     compact_keys(&compactor, &keys, &args.runs, AfterRuns::Fold, queue).await

@@ -1,13 +1,20 @@
 //! What `afterglow rebuild` needs of compaction: the check that no raw history is gone, every
-//! raw object's key, and dropping every table file and manifest before compacting again.
+//! raw object's key, and dropping every table file (and emptying every manifest) before
+//! compacting again.
 
 use std::collections::BTreeMap;
+
+use futures_util::{StreamExt as _, TryStreamExt as _};
 
 use super::{CompactError, Compactor};
 use crate::keys::{self, CATALOG_PREFIX, MANIFESTS_PREFIX, SINGLE_CATALOG_KEY, TABLES_PREFIX};
 use crate::raw;
 use crate::storage::ObjectKey;
 use crate::tables::catalog;
+use crate::tables::manifest;
+
+/// Manifests emptied at once: a history holds thousands.
+const MANIFESTS_AT_ONCE: usize = 64;
 
 impl Compactor {
     /// Checks that `rebuild` would lose nothing: for every cluster, the oldest raw object ever
@@ -44,14 +51,15 @@ impl Compactor {
         Ok(raw::list::list_keys(&*self.storage).await?)
     }
 
-    /// Deletes every table file, manifest and catalog document (raw objects stay), for
-    /// `rebuild`. Returns how many objects were deleted.
+    /// Empties every session's manifest ([`manifest::Manifest::dropped`]) and deletes every
+    /// table file and catalog document (raw objects stay), for `rebuild`. Returns how many
+    /// objects were deleted or emptied.
     pub async fn drop_tables(&self) -> Result<usize, CompactError> {
         let objects = self.storage.list(TABLES_PREFIX).await?;
-        // Manifests first, so no reader is ever pointed at a deleted file. The catalog last,
-        // and its list of clusters after the rest of it: a writer lists a cluster only when it
-        // finds no document for it, and starts a list from the single document when it finds
-        // none, so neither may outlive the list.
+        // Manifests first (emptied), so no reader is ever pointed at a deleted file. The
+        // catalog last, and its list of clusters after the rest of it: a writer lists a cluster
+        // only when it finds no document for it, and starts a list from the single document
+        // when it finds none, so neither may outlive the list.
         let list = keys::cluster_list_key()?;
         let rank = |key: &ObjectKey| {
             let key_text = key.as_str();
@@ -72,9 +80,28 @@ impl Compactor {
                 keys.push(meta.key);
             }
         }
-        for keys in &ranked {
+        let [manifests, rest @ ..] = &ranked;
+        futures_util::stream::iter(manifests.iter().map(|key| self.empty_manifest(key)))
+            .buffer_unordered(MANIFESTS_AT_ONCE)
+            .try_collect::<()>()
+            .await?;
+        for keys in rest {
             self.storage.delete_all(keys).await?;
         }
         Ok(count)
+    }
+
+    /// Writes the manifest at `key` as [`manifest::Manifest::dropped`], unless a commit changed
+    /// it since it was read (a compaction running beside the rebuild: an error).
+    async fn empty_manifest(&self, key: &ObjectKey) -> Result<(), CompactError> {
+        let current = manifest::load(&*self.storage, key).await?;
+        manifest::store(
+            &*self.storage,
+            key,
+            &current.manifest.dropped(),
+            current.etag.as_ref(),
+        )
+        .await?;
+        Ok(())
     }
 }

@@ -154,6 +154,17 @@ impl Manifest {
         }
     }
 
+    /// The session's manifest once `rebuild` has dropped its tables: the next version, with no
+    /// file at all (a rebuild deletes them at once). It keeps the session's sequence, so that
+    /// compacting the session again continues past every version published before: Iceberg
+    /// never takes a session back to an older version of its manifest.
+    pub fn dropped(&self) -> Self {
+        Self {
+            sequence: self.sequence.saturating_add(1),
+            ..Self::empty()
+        }
+    }
+
     /// Every file this manifest names, live or retired.
     pub fn keys(&self) -> impl Iterator<Item = &ObjectKey> {
         self.task_attempts
