@@ -33,7 +33,7 @@ fn main() -> ExitCode {
         .log_filter
         .as_deref()
         .unwrap_or(if quiet { "warn" } else { "info" });
-    afterglow::telemetry::init(filter, lambda.is_some());
+    afterglow::telemetry::init(filter, config.log_spans, lambda.is_some());
 
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

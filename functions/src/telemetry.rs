@@ -1,6 +1,7 @@
 //! Tracing setup: readable lines on a terminal, JSON lines on Lambda (CloudWatch parses them).
 
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::fmt::format::FmtSpan;
 
 /// Targets never logged below debug, whatever `AFTERGLOW_LOG` asks: lambda_runtime logs a whole
 /// invocation payload at TRACE when it cannot parse one, and an API Gateway event carries the
@@ -17,11 +18,14 @@ pub fn filter(directive: &str) -> (EnvFilter, Option<tracing_subscriber::filter:
 }
 
 /// Installs the global subscriber. `filter` is an `EnvFilter` directive; a bad one falls back
-/// to `info` with a warning rather than failing startup.
-pub fn init(directive: &str, json: bool) {
+/// to `info` with a warning rather than failing startup. With `spans`, each span is also
+/// logged as it closes, with its busy and idle time.
+pub fn init(directive: &str, spans: bool, json: bool) {
     let (filter, bad_filter) = filter(directive);
+    let span_events = if spans { FmtSpan::CLOSE } else { FmtSpan::NONE };
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_span_events(span_events)
         .with_writer(std::io::stderr);
     let installed = if json {
         builder.json().without_time().try_init()

@@ -19,7 +19,8 @@
 //! | `AFTERGLOW_FOLD_QUIET_SECONDS` | a session no compaction has changed for this long is tidied: its deltas folded into one base, its replaced files deleted (1–900) | `300` |
 //! | `AFTERGLOW_COMPACT_QUEUE_URL` | the compact function's own SQS queue, where it queues each session's quiet check (delayed by the quiet period); required by the compact function, and where `rebuild` and `compact` over the bucket queue the checks still to come of the sessions they committed | unset |
 //! | `AFTERGLOW_GRAFANA_URL` | a Grafana dashboard (e.g. `https://grafana.example.com/d/rayDefaultDashboard`, Ray's default): the page links node and worker ids to it, with `var-SessionName`, `var-NodeId` or `var-WorkerId` and the attempt's time range; Ray's dashboard over the history frames its server on the Metrics and Serve pages, over the session's time range | unset: no links, and Ray's Metrics page says to set up Prometheus and Grafana |
-//! | `AFTERGLOW_LOG` | log filter (`info`, `afterglow=debug`, …) | `info` (`warn` for `generate` and `bench`) |
+//! | `AFTERGLOW_LOG` | log filter (`info`, `afterglow=debug`, …) | `info` (`warn` for `compact`, `rebuild`, `generate`, `bench`) |
+//! | `AFTERGLOW_LOG_SPANS` | `true`: also log each span the filter lets through as it closes, with its busy and idle time (where a request or a run spends its time) | `false` |
 //! | `AWS_LAMBDA_RUNTIME_API`, `_HANDLER` | set by Lambda: run as the function named by `_HANDLER` | unset: CLI |
 //! | `AWS_LAMBDA_FUNCTION_MEMORY_SIZE` | set by Lambda: sizes DuckDB's memory limit and threads | unset |
 //!
@@ -135,6 +136,8 @@ pub struct Config {
     pub glue_database: Option<String>,
     /// Log filter directive (`AFTERGLOW_LOG`), when set.
     pub log_filter: Option<String>,
+    /// Whether spans are logged as they close, with their times (`AFTERGLOW_LOG_SPANS`).
+    pub log_spans: bool,
     /// `Some` when running inside AWS Lambda.
     pub lambda: Option<LambdaFunction>,
 }
@@ -311,6 +314,7 @@ impl Config {
             ingest_limits,
             tables_retention,
             log_filter: get("AFTERGLOW_LOG"),
+            log_spans: parse_bool("AFTERGLOW_LOG_SPANS", get("AFTERGLOW_LOG_SPANS"), false)?,
             lambda,
         })
     }

@@ -113,6 +113,44 @@ fn bench_over_the_history_reports_what_each_read_copied() -> anyhow::Result<()> 
     Ok(())
 }
 
+/// `AFTERGLOW_LOG_SPANS=true` logs each span the filter lets through as it closes, with its
+/// times; without it no span is logged, and a value that is not a flag is named in the error.
+#[test]
+fn spans_are_logged_with_their_times_when_asked() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let sql = |spans: &str| {
+        afterglow()?
+            .args(["sql", "SELECT 1 AS one", "--data-dir"])
+            .arg(dir.path())
+            .env("AFTERGLOW_LOG", "info")
+            .env("AFTERGLOW_LOG_SPANS", spans)
+            .output()
+            .map_err(anyhow::Error::from)
+    };
+    let logged = |output: &std::process::Output| {
+        let text = String::from_utf8_lossy(&output.stderr);
+        text.lines()
+            .any(|line| line.contains("ad_hoc_sql") && line.contains("time.busy"))
+    };
+    let with = sql("true")?;
+    ensure!(
+        with.status.success() && logged(&with),
+        "{}",
+        String::from_utf8_lossy(&with.stderr)
+    );
+    let without = sql("false")?;
+    ensure!(
+        without.status.success() && !logged(&without),
+        "{}",
+        String::from_utf8_lossy(&without.stderr)
+    );
+    let bad = sql("lots")?;
+    ensure!(bad.status.code() == Some(2));
+    let text = String::from_utf8(bad.stderr)?;
+    ensure!(text.contains("AFTERGLOW_LOG_SPANS=lots"), "{text}");
+    Ok(())
+}
+
 #[test]
 fn a_bad_variable_is_named_in_the_error() -> anyhow::Result<()> {
     let output = afterglow()?
