@@ -78,14 +78,13 @@ pub(crate) async fn counted_reading(
                 .await
             {
                 Ok(()) if ranged => {
-                    return Ok(Relation::rollups_within(
-                        Some(rollups),
+                    return Ok(Some(Counted::Rollups(Relation::rollups_within(
+                        rollups,
                         scanned.as_ref(),
                         created,
                         reads,
                         snapshot.pins.clone(),
-                    )
-                    .map(Counted::Rollups));
+                    ))));
                 }
                 Ok(()) => {
                     return Ok(Some(Counted::Rollups(Relation::over_files(

@@ -57,19 +57,15 @@ impl Relation {
     /// Rollup rows for the time range `created`: the dated rows of `stored` (the rollups of the
     /// sessions created wholly inside it, as [`read_parquet`] reads them), and the rows the
     /// rollups of `attempts` (the newest attempts of the other sessions) would hold for the
-    /// grouping sets `only` if they counted only the attempts created in it. `None` when
-    /// there is neither.
+    /// grouping sets `only` if they counted only the attempts created in it.
     pub fn rollups_within(
-        stored: Option<String>,
+        stored: String,
         attempts: Option<&Relation>,
         created: Created,
         only: &[&str],
         pins: Option<Pins>,
-    ) -> Option<Self> {
-        let mut parts: Vec<String> = stored
-            .map(|stored| format!("(SELECT * FROM {stored} WHERE dated)"))
-            .into_iter()
-            .collect();
+    ) -> Self {
+        let mut parts = vec![format!("(SELECT * FROM {stored} WHERE dated)")];
         if let Some(attempts) = attempts {
             let mut range = vec!["creation_time_ms IS NOT NULL".to_owned()];
             if let Some(since) = created.since_ms {
@@ -86,11 +82,11 @@ impl Relation {
                 cells = rollup::newest_cells("source", only),
             ));
         }
-        (!parts.is_empty()).then(|| Self {
+        Self {
             text: format!("({})", parts.join(" UNION ALL BY NAME ")),
             parts: None,
             _pins: pins,
-        })
+        }
     }
 
     /// For a query that wants the first `limit` rows in some order, the way to skip the join:

@@ -181,9 +181,10 @@ impl TableFiles {
     /// (format [`crate::tables::rollup::DATED`]), as a time range reads them and as a fold sums
     /// them.
     pub fn dated_rollups(&self) -> Option<Vec<&ObjectKey>> {
-        let dated = self
-            .all()
-            .all(|file| file.rollup_format == Some(crate::tables::rollup::DATED));
+        let dated = self.all().all(|file| {
+            file.rollup_format
+                .is_some_and(|format| format >= crate::tables::rollup::DATED)
+        });
         self.rollups().filter(|_| dated)
     }
 
@@ -241,7 +242,6 @@ impl TableFiles {
             let delta = self.deltas.get(newest)?;
             let span = delta.rollup_span()?;
             uncovered = uncovered.checked_sub(span)?;
-            delta.current_rollup()?;
             spans.push((delta, span));
         }
         spans.reverse();
