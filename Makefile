@@ -3,7 +3,7 @@
 # stripped, checked `bootstrap` there. AFTERGLOW_ARCH=arm64 for the arm64 Architecture.
 AFTERGLOW_ARCH ?= x86_64
 
-FUNCTIONS := IngestFunction LogIngestFunction CompactFunction QueryFunction CatalogFunction
+FUNCTIONS := IngestFunction LogIngestFunction LogStoreFunction CompactFunction QueryFunction CatalogFunction
 
 $(addprefix build-,$(FUNCTIONS)):
 	infra/build-lambda $(AFTERGLOW_ARCH) "$(ARTIFACTS_DIR)"

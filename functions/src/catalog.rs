@@ -7,12 +7,14 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
+use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use lambda_runtime::{Error, LambdaEvent};
 use shared::iceberg::{GlueCatalog, Reads, SyncRequest, publish};
 use shared::storage::Storage;
 use shared::tables::published::{PublishedTable, published_tables};
 use tracing::Instrument as _;
+
+use crate::redelivery::failure;
 
 /// What the catalog-sync function holds between invocations.
 #[derive(Debug)]
@@ -21,13 +23,6 @@ pub struct CatalogFunction {
     pub storage: Arc<dyn Storage>,
     /// The Glue database the tables are pointed at.
     pub catalog: GlueCatalog,
-}
-
-fn failure(message_id: &str) -> BatchItemFailure {
-    // The type is non-exhaustive: build it field by field.
-    let mut failure = BatchItemFailure::default();
-    message_id.clone_into(&mut failure.item_identifier);
-    failure
 }
 
 /// Milliseconds since the epoch.

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_lambda_events::event::s3::{S3Event, S3EventRecord};
-use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
+use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use lambda_runtime::{Context, Error, LambdaEvent};
 use shared::compact::Compactor;
 use shared::compact::notification::raw_key_from_notification;
@@ -20,6 +20,8 @@ use shared::compact::schedule::quiet::QuietCheck;
 use shared::iceberg::SyncQueue;
 use shared::storage::ObjectKey;
 use tracing::Instrument as _;
+
+use crate::redelivery::failure;
 
 /// The raw key a record names, with its notified size; `None` (logged) for other keys.
 fn object_of(record: &S3EventRecord, prefix: &str) -> Option<(ObjectKey, u64)> {
@@ -60,13 +62,6 @@ fn objects_of_message(body: &str, prefix: &str) -> Result<Vec<(ObjectKey, u64)>,
     let event: S3Event =
         serde_json::from_value(value).map_err(|err| format!("body is not an S3 event: {err}"))?;
     Ok(objects_of(&event, prefix))
-}
-
-fn failure(message_id: &str) -> BatchItemFailure {
-    // The type is non-exhaustive: build it field by field.
-    let mut failure = BatchItemFailure::default();
-    message_id.clone_into(&mut failure.item_identifier);
-    failure
 }
 
 /// The invocation's deadline as an instant; `None` when there is no usable one. Lambda sends

@@ -128,7 +128,8 @@ pub struct LogQuery {
 }
 
 /// Authorizes first, then checks whose logs they are, then reads the body up to the limit and
-/// stores its pieces. Answers 200, with what became of each piece, only once they are durable.
+/// stores or queues its pieces. Answers 200, with what became of each piece, only once they are
+/// durable.
 pub async fn post_logs(
     State(state): State<Arc<AppState>>,
     Path(cluster): Path<String>,
@@ -184,6 +185,11 @@ pub async fn post_logs(
             Some(PieceOutcome::Stored { stored, end }) => (
                 StatusCode::OK,
                 Json(serde_json::json!({"stored": stored, "end": end})),
+            )
+                .into_response(),
+            Some(PieceOutcome::Queued { end }) => (
+                StatusCode::ACCEPTED,
+                Json(serde_json::json!({"queued": true, "end": end})),
             )
                 .into_response(),
             Some(PieceOutcome::Refused { reason }) => {
@@ -250,7 +256,9 @@ fn log_error_response(err: &LogError) -> Response {
         LogError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
         LogError::OffsetOverflow { .. } => StatusCode::BAD_REQUEST,
         LogError::Conflict { .. } => StatusCode::CONFLICT,
-        LogError::Storage(_) | LogError::Contended { .. } => StatusCode::SERVICE_UNAVAILABLE,
+        LogError::Storage(_) | LogError::Contended { .. } | LogError::Queue(_) => {
+            StatusCode::SERVICE_UNAVAILABLE
+        }
         LogError::Unreadable { .. }
         | LogError::BadIndex { .. }
         | LogError::Key(_)

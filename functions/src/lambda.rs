@@ -1,7 +1,7 @@
 //! The Lambda entry point: `_HANDLER` names the function; each runs the shared router (HTTP
 //! functions behind API Gateway's HTTP API, payload v2; ingest also behind the firewalled REST
 //! API, payload v1, whose stage the template keeps out of the path) or its event handler
-//! (compact, catalog).
+//! (compact, log-store, catalog).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,6 +15,7 @@ use shared::compact::{CompactSettings, Compactor};
 use shared::config::{Config, ConfigError, LambdaFunction};
 use shared::iceberg::{GlueCatalog, RETIRED_FILE_GRACE, SyncQueue};
 use shared::ingest::{IngestAccess, Ingestor};
+use shared::logs::queue::sqs::SqsLogQueue;
 use shared::query::{QueryEngine, QuerySettings};
 use shared::storage::{S3Storage, Storage};
 
@@ -37,12 +38,16 @@ pub async fn run(function: LambdaFunction, config: Config) -> anyhow::Result<()>
                 .await
                 .context("cannot read the ingest secret")?;
             let storage = S3Storage::connect(config.lambda_s3(Some(INGEST_S3_TIMEOUT))?).await;
+            let mut ingestor = Ingestor::new(
+                Arc::new(storage),
+                IngestAccess::Keys(Arc::new(keys)),
+                config.ingest_limits,
+            );
+            if let Some(url) = config.log_queue_url.clone() {
+                ingestor = ingestor.with_log_queue(Arc::new(SqsLogQueue::connect(url).await));
+            }
             let state = Arc::new(AppState {
-                ingestor: Some(Ingestor::new(
-                    Arc::new(storage),
-                    IngestAccess::Keys(Arc::new(keys)),
-                    config.ingest_limits,
-                )),
+                ingestor: Some(ingestor),
                 // On AWS, S3 notifications reach the compact function through SQS.
                 compaction: None,
                 query: None,
@@ -103,6 +108,17 @@ pub async fn run(function: LambdaFunction, config: Config) -> anyhow::Result<()>
             .await
             .map_err(|err| anyhow::anyhow!(err))
             .context("the compact function stopped")
+        }
+        LambdaFunction::LogStore => {
+            let storage: Arc<dyn Storage> =
+                Arc::new(S3Storage::connect(config.lambda_s3(None)?).await);
+            let storage = &storage;
+            lambda_runtime::run(lambda_runtime::service_fn(move |event| {
+                crate::log_store::handle(storage, event)
+            }))
+            .await
+            .map_err(|err| anyhow::anyhow!(err))
+            .context("the log store function stopped")
         }
         LambdaFunction::Catalog => {
             let database = config.glue_database.clone().ok_or(ConfigError::Missing {

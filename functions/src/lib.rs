@@ -8,7 +8,9 @@
 //! - [`http`]: the one axum router that `serve` and API Gateway both drive; [`state`]: what
 //!   its handlers share.
 //! - [`ingest`]: `POST /v1/events/{cluster}` and `/v1/logs/{cluster}` onto `shared::ingest`.
+//! - [`log_store`]: queued log requests (SQS) onto `shared::logs::queue`.
 //! - [`page`]: the dashboard page at `/`.
+//! - [`redelivery`]: the SQS-fed functions' answer for a message to deliver again.
 //! - [`query`]: `GET /api/...` onto `shared::query`.
 //! - [`serve`]: the embedded default: every function on a local directory.
 //! - [`setup`]: configuration into parts (the store, a compactor, the ingest secrets).
@@ -31,12 +33,14 @@ pub mod generate;
 pub mod http;
 pub mod ingest;
 pub mod lambda;
+pub mod log_store;
 pub mod maintenance;
 pub mod page;
 pub mod progress;
 pub mod proxy;
 pub mod publish;
 pub mod query;
+pub mod redelivery;
 pub mod serve;
 pub mod setup;
 pub use ::ship_logs::cli as ship_logs;

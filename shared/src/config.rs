@@ -66,6 +66,8 @@ pub enum LambdaFunction {
     Compact,
     /// `query`: API Gateway → the dashboard API.
     Query,
+    /// `log-store`: queued log requests (via SQS) → log segments and node indexes.
+    LogStore,
     /// `catalog`: sync requests (via SQS FIFO) and a scheduled sweep → the published tables'
     /// Iceberg metadata and the Glue Data Catalog.
     Catalog,
@@ -73,13 +75,15 @@ pub enum LambdaFunction {
 
 impl LambdaFunction {
     /// Every `_HANDLER` value this build serves.
-    pub const ALL: &'static [&'static str] = &["ingest", "compact", "query", "catalog"];
+    pub const ALL: &'static [&'static str] =
+        &["ingest", "compact", "query", "log-store", "catalog"];
 
     fn parse(value: &str) -> Result<Self, ConfigError> {
         match value {
             "ingest" => Ok(Self::Ingest),
             "compact" => Ok(Self::Compact),
             "query" => Ok(Self::Query),
+            "log-store" => Ok(Self::LogStore),
             "catalog" => Ok(Self::Catalog),
             other => Err(ConfigError::Invalid {
                 variable: "_HANDLER",
@@ -128,6 +132,9 @@ pub struct Config {
     /// The compact function's queue, for quiet checks (the compact function requires it;
     /// `rebuild` and `compact` over the bucket queue theirs there too).
     pub compact_queue_url: Option<String>,
+    /// The log queue: the log ingest function queues log requests there for the log store
+    /// function (see `logs::queue`); unset, ingest stores each request itself.
+    pub log_queue_url: Option<String>,
     /// The catalog-sync function's FIFO queue: the compact function asks it to publish the
     /// tables after each commit; unset, it asks nothing (the Iceberg catalog is off).
     pub catalog_queue_url: Option<String>,
@@ -306,6 +313,7 @@ impl Config {
             grafana_url,
             fold_quiet,
             compact_queue_url: get("AFTERGLOW_COMPACT_QUEUE_URL"),
+            log_queue_url: get("AFTERGLOW_LOG_QUEUE_URL"),
             catalog_queue_url: get("AFTERGLOW_CATALOG_QUEUE_URL"),
             glue_database: get("AFTERGLOW_GLUE_DATABASE"),
             ingest_secret,

@@ -21,6 +21,8 @@ use serde_json::value::RawValue;
 use crate::auth::ingest::IngestKeys;
 use crate::event::{BatchError, RayEvent, split_batch};
 use crate::keys::{ClusterName, NodeLogs};
+use crate::logs::queue::LogQueue;
+use crate::logs::queue::route::queue_or_store;
 use crate::logs::store::{LogError, PieceOutcome, ReadPiece, put_pieces};
 use crate::raw::write::{self, WriteError};
 use crate::storage::{ObjectKey, Storage};
@@ -159,6 +161,8 @@ pub struct Ingestor {
     access: IngestAccess,
     limits: IngestLimits,
     admission: Arc<SessionAdmission>,
+    /// Where log requests go when they need not be stored at once (AWS); `None` stores each.
+    log_queue: Option<Arc<dyn LogQueue>>,
 }
 
 impl Ingestor {
@@ -172,7 +176,15 @@ impl Ingestor {
                 limits.new_sessions_per_minute,
                 REMEMBERED_SESSIONS,
             )),
+            log_queue: None,
         }
+    }
+
+    /// The same ingestor, queueing log requests on `queue` ([`crate::logs::queue`]).
+    #[must_use]
+    pub fn with_log_queue(mut self, queue: Arc<dyn LogQueue>) -> Self {
+        self.log_queue = Some(queue);
+        self
     }
 
     /// The limits in force.
@@ -266,15 +278,25 @@ impl Ingestor {
         })
     }
 
-    /// Stores an authorized request's pieces of a node's log files (`POST /v1/logs/{cluster}`),
-    /// returning only once they are durable; see [`put_pieces`] for re-sends and rewritten
-    /// files.
+    /// Stores or queues an authorized request's pieces of a node's log files
+    /// (`POST /v1/logs/{cluster}`), returning only once they are durable; see [`put_pieces`]
+    /// for re-sends and rewritten files, and [`queue_or_store`] for which are queued.
     pub async fn ingest_log_pieces(
         &self,
         node: &NodeLogs,
         pieces: &[ReadPiece<'_>],
     ) -> Result<Vec<PieceOutcome>, LogError> {
-        put_pieces(&*self.storage, node, pieces).await
+        match &self.log_queue {
+            Some(queue) => {
+                let sent_ms = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |since| {
+                        u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+                    });
+                queue_or_store(&*self.storage, &**queue, node, pieces, sent_ms).await
+            }
+            None => put_pieces(&*self.storage, node, pieces).await,
+        }
     }
 }
 

@@ -220,6 +220,13 @@ pub enum PieceOutcome {
         /// The offset just past the piece: where the shipper continues.
         end: u64,
     },
+    /// Durable in the endpoint's queue, stored within its batch window (a minute): the shipper
+    /// continues at `end` as for a stored piece. Only a piece that overlaps no stored bytes is
+    /// queued; its overlaps with other queued pieces are checked when they are stored.
+    Queued {
+        /// The offset just past the piece: where the shipper continues.
+        end: u64,
+    },
     /// Refused for good: its bytes differ from the ones stored at the same offsets (the file
     /// was rewritten under the same name). What preceded the difference is stored.
     Refused {

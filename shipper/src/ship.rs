@@ -416,6 +416,10 @@ impl<'a> Batch<'a> {
                     report.pieces += 1;
                     report.bytes += stored as u64;
                 }
+                PieceOutcome::Queued { end } => {
+                    report.pieces += 1;
+                    report.bytes += end.saturating_sub(piece.offset);
+                }
                 PieceOutcome::Refused { reason } => {
                     tracing::error!(session = %self.session, file = %piece.file, %reason, "the endpoint refused this file; it is not sent again");
                     if let Some(followed) = state.files.get_mut(&piece.file) {
@@ -440,7 +444,9 @@ fn matching(sent: &[Sent], answer: BodyAnswer) -> Result<BodyAnswer, String> {
     }
     for (piece, answered) in sent.iter().zip(&answer.pieces) {
         let ends_right = match answered.outcome {
-            PieceOutcome::Stored { end, .. } => end == piece.offset + piece.len,
+            PieceOutcome::Stored { end, .. } | PieceOutcome::Queued { end } => {
+                end == piece.offset + piece.len
+            }
             PieceOutcome::Refused { .. } => true,
         };
         if answered.file != piece.file || answered.offset != piece.offset || !ends_right {

@@ -20,14 +20,16 @@ What each part stands in for:
   batch past its byte cap sends back; the relay receives them from there and delivers them in
   its batches like the notifications. So do the checks `afterglow rebuild` queues when it is
   run over the bucket as an operator runs it (`run_cli`, with the stack's outputs).
-* moto's server is Secrets Manager (the ingest secret) and SQS (the compact queue).
+* `LogRelay` is the log queue's event source mapping: the ingest function queues log requests
+  on a real queue (moto's SQS), and the relay receives them and invokes the log store function
+  with SQS batches, redelivering what it reports failed, as Lambda's poller would.
+* moto's server is Secrets Manager (the ingest secret) and SQS (the compact and log queues).
 """
 import hashlib
 import hmac
 import json
 import os
 import shutil
-import socket
 import subprocess
 import threading
 import time
@@ -41,6 +43,7 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from lambda_emulator import Emulator
+from ports import free_port
 
 TEMPLATE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "template.yaml")
 
@@ -127,16 +130,6 @@ FUNCTION = "_"
 LITERAL_ENV = SETTINGS["literal_env"]
 # The REST API's stage, as the template names it (the firewalled ingest endpoint's path).
 INGEST_STAGE = "ingest"
-
-
-def free_port(below=55000):
-    """A free port on 127.0.0.1; SeaweedFS derives gRPC ports as port + 10000."""
-    while True:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        if port < below:
-            return port
 
 
 def wait_until(ready, what, timeout, process=None, log_path=None):
@@ -466,6 +459,84 @@ class NotificationRelay(threading.Thread):
             self.stopping.wait(1.0)  # MaximumBatchingWindowInSeconds, shortened
 
 
+class LogRelay(threading.Thread):
+    """The log queue → the log store function, as Lambda's event source mapping (see the module
+    doc): every second, what the queue holds is one batch."""
+
+    def __init__(self, sqs, queue_url, invoke_url, log):
+        super().__init__(daemon=True)
+        self.sqs, self.queue_url, self.invoke_url, self.log = sqs, queue_url, invoke_url, log
+        self.queue = []  # (body, receive count)
+        self.busy = threading.Event()
+        self.stopping = threading.Event()
+        self.counts = {"messages": 0, "invocations": 0, "redelivered": 0, "dead_lettered": 0}
+
+    def received(self):
+        while True:
+            answer = self.sqs.receive_message(QueueUrl=self.queue_url, MaxNumberOfMessages=10)
+            messages = answer.get("Messages", [])
+            if not messages:
+                return
+            for message in messages:
+                self.sqs.delete_message(QueueUrl=self.queue_url,
+                                        ReceiptHandle=message["ReceiptHandle"])
+                yield message["Body"]
+
+    def deliver(self):
+        batch, self.queue = self.queue, []
+        event = {"Records": [sqs_message(body, count) for body, count in batch]}
+        request = urllib.request.Request(self.invoke_url, data=json.dumps(event).encode(),
+                                         method="POST",
+                                         headers={"content-type": "application/json"})
+        self.counts["invocations"] += 1
+        try:
+            with urllib.request.urlopen(request, timeout=120) as response:
+                answer = json.load(response)
+            failed = {item["itemIdentifier"] for item in answer["batchItemFailures"]}
+        except (urllib.error.URLError, ConnectionError, OSError, ValueError, KeyError,
+                TypeError) as err:
+            self.log(f"log store invocation failed ({err}); the batch will be redelivered")
+            failed = {record["messageId"] for record in event["Records"]}
+        for record, (body, count) in zip(event["Records"], batch):
+            if record["messageId"] not in failed:
+                continue
+            if count >= MAX_RECEIVES:
+                self.counts["dead_lettered"] += 1
+                self.log(f"log message dead-lettered after {count} receives: {body[:200]}")
+            else:
+                self.counts["redelivered"] += 1
+                self.queue.append((body, count + 1))
+
+    def run(self):
+        while not self.stopping.is_set():
+            self.busy.set()
+            try:
+                for body in self.received():
+                    self.queue.append((body, 1))
+                    self.counts["messages"] += 1
+                if self.queue:
+                    self.deliver()
+            except Exception as err:  # keep relaying: a receive error is retried
+                self.log(f"log relay: {err!r}")
+            self.busy.clear()
+            self.stopping.wait(1.0)  # MaximumBatchingWindowInSeconds, shortened
+
+    def wait_stored(self, timeout):
+        """Waits until the queue is empty and no batch is held or being stored; True if it
+        was within `timeout` seconds."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            attributes = self.sqs.get_queue_attributes(
+                QueueUrl=self.queue_url,
+                AttributeNames=["ApproximateNumberOfMessages",
+                                "ApproximateNumberOfMessagesNotVisible"])["Attributes"]
+            waiting = sum(int(attributes[name]) for name in attributes)
+            if waiting == 0 and not self.queue and not self.busy.is_set():
+                return True
+            time.sleep(0.5)
+        return False
+
+
 class LambdaStack:
     """The three functions, SeaweedFS and the relay. Like run.py's `Afterglow`, it offers
     `ingest_base` and `query_base` (what the stack's outputs give a customer), each cluster's
@@ -481,6 +552,7 @@ class LambdaStack:
         self.query_token = uuid.uuid4().hex
         self.functions = {}
         self.relay = None
+        self.log_relay = None
 
     def start(self):
         self.storage.start()
@@ -488,6 +560,7 @@ class LambdaStack:
         secret_arn = self.moto.create(f"afterglow-e2e/{uuid.uuid4().hex[:8]}",
                                       self.ingest_secret)
         queue_url = self.moto.create_queue(f"afterglow-e2e-{uuid.uuid4().hex[:8]}")
+        log_queue_url = self.moto.create_queue(f"afterglow-e2e-logs-{uuid.uuid4().hex[:8]}")
         tmp = os.path.join(self.work, "lambda-tmp")
         common = dict(self.storage.credentials, AFTERGLOW_BUCKET=self.storage.bucket,
                       AFTERGLOW_PREFIX=self.prefix, AWS_ENDPOINT_URL_S3=self.storage.endpoint,
@@ -501,7 +574,10 @@ class LambdaStack:
         self.cli_env = dict(common, **self.compact_env)
         per_function = {
             "ingest": {"AFTERGLOW_INGEST_SECRET_ARN": secret_arn,
-                       "AWS_ENDPOINT_URL_SECRETS_MANAGER": self.moto.endpoint},
+                       "AWS_ENDPOINT_URL_SECRETS_MANAGER": self.moto.endpoint,
+                       "AFTERGLOW_LOG_QUEUE_URL": log_queue_url,
+                       "AWS_ENDPOINT_URL_SQS": self.moto.endpoint},
+            "log-store": {},
             "compact": self.compact_env,
             "query": {"AFTERGLOW_QUERY_TOKEN": self.query_token},
         }
@@ -521,6 +597,9 @@ class LambdaStack:
                                        self.functions["compact"].invoke_url,
                                        (self.moto.sqs(), queue_url), self.log)
         self.relay.start()
+        self.log_relay = LogRelay(self.moto.sqs(), log_queue_url,
+                                  self.functions["log-store"].invoke_url, self.log)
+        self.log_relay.start()
 
     def check_firewalled_ingest(self):
         """The ingest function answers the REST API's events as the HTTP API's: the template's
@@ -543,9 +622,9 @@ class LambdaStack:
     def probe(self, handler):
         """True once the function answers through the emulator."""
         def ready():
-            if handler == "compact":
+            if handler in ("compact", "log-store"):
                 request = urllib.request.Request(
-                    self.functions["compact"].invoke_url, method="POST",
+                    self.functions[handler].invoke_url, method="POST",
                     data=json.dumps({"Records": []}).encode(),
                     headers={"content-type": "application/json"})
             elif handler == "ingest":
@@ -624,6 +703,9 @@ class LambdaStack:
         if self.relay:
             self.relay.stopping.set()
             self.relay.join(timeout=60)
+        if self.log_relay:
+            self.log_relay.stopping.set()
+            self.log_relay.join(timeout=60)
         for function in self.functions.values():
             function.stop()
         self.storage.stop()

@@ -7,11 +7,12 @@ One run of this script:
    15 s and Afterglow is restarted mid-run), or the three Lambda functions (the given
    binary, normally the built `bootstrap`, as a Lambda runtime under lambda_emulator.py)
    against SeaweedFS, with S3 notifications relayed to the compact function as SQS
-   batches (variant `lambda`; see lambda_stack.py);
+   batches, and log requests through the log queue to the log store function (variant
+   `lambda`; see lambda_stack.py);
 2. starts a single-node Ray head on 127.0.0.1 exporting every event type to the proxy, and runs
    `workload.py` as a driver;
-   `afterglow-ship-logs` (the shipper's own binary, without DuckDB) runs beside Ray and sends
-   its session logs through the same proxy; in the `serve` variant, once the workload is done,
+   `afterglow-ship-logs` (the shipper's own binary, without DuckDB, from the wheel tests/e2e/run
+   built and installed into Ray's virtualenv) runs beside Ray and sends its session logs through the same proxy; in the `serve` variant, once the workload is done,
    a synthetic session of 60 000 attempts is posted beside it, `afterglow publish` publishes
    the tables as Iceberg and a second driver reads them with `ray.data.read_iceberg` on the
    same cluster (read_iceberg.py), once while the synthetic session holds deltas and once
@@ -29,10 +30,10 @@ One run of this script:
 It prints one line per entity type (`tasks: N matched, M differ, K missing`) and exits 1 when
 anything differs or is missing. Usage (tests/e2e/run does the setup):
 
-    python run.py --afterglow target/release/afterglow --shipper target/release/afterglow-ship-logs \
+    python run.py --afterglow target/release/afterglow --shipper VENV/bin/afterglow-ship-logs \
         --variant serve|faults --tasks 2000
     python run.py --afterglow ~/.cache/afterglow/target/lambda/afterglow/bootstrap \
-        --shipper target/release/afterglow-ship-logs --variant lambda
+        --shipper VENV/bin/afterglow-ship-logs --variant lambda
 """
 import argparse
 import gzip
@@ -41,7 +42,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -50,6 +50,8 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+
+from ports import free_port
 
 # Ray's own masking of runtime-env secrets (this script runs in Ray's virtualenv).
 from ray.dashboard.runtime_env_redaction import redact_runtime_env, redact_state_rows
@@ -74,12 +76,6 @@ TASK_FIELDS = [
 
 def log(message):
     print(f"[e2e {time.strftime('%H:%M:%S')}] {message}", flush=True)
-
-
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 # Answers that came gzipped (every client in the test asks for gzip, as browsers and Ray's
@@ -1279,7 +1275,7 @@ def main():
     parser.add_argument("--afterglow", required=True,
                         help="the afterglow binary (for lambda: the Lambda bootstrap)")
     parser.add_argument("--shipper", required=True,
-                        help="the afterglow-ship-logs binary")
+                        help="the afterglow-ship-logs binary (tests/e2e/run: the wheel's)")
     parser.add_argument("--variant", choices=["serve", "faults", "lambda"], default="serve",
                         help="serve: `afterglow serve`; faults: the same with 503s and a "
                         "restart; lambda: the three functions as Lambda runtimes under "
@@ -1395,6 +1391,13 @@ def main():
             print(f"quiet checks: {deployment.relay.counts['quiet_checks']} delivered; "
                   f"sessions still holding deltas: {unfolded or 'none'}")
             problems += len(unfolded)
+            # The shipper's last requests are queued: the log store function stores them.
+            stored = deployment.log_relay.wait_stored(timeout=60)
+            counts = deployment.log_relay.counts
+            print(f"log queue: {counts['messages']} requests in {counts['invocations']} log "
+                  f"store batches, {counts['redelivered']} redelivered, "
+                  f"{counts['dead_lettered']} dead-lettered; all stored: {stored}")
+            problems += (not stored) + counts["dead_lettered"] + (counts["messages"] == 0)
         problems += compare(ray, api) + dashboard_problems + (shipped != 0)
         problems += compare_logs(api, printed_path, ray_logs)
         problems += compare_dashboard_records(api, ray["dashboard"])

@@ -2,6 +2,7 @@
 //!
 //! - `store`: pieces stored by index on both backends, re-sends and lost responses recognised
 //!   wherever they overlap, rewritten files refused, reads that never list;
+//! - `queue`: requests queued by ingest and stored a batch at a time, as on AWS;
 //! - `route`: `POST /v1/logs/{cluster}` checking what it is sent, and the shipper sending a Ray
 //!   session folder through `serve`;
 //! - `reads`: a task's output, a node's files and their tails, in our routes and Ray's;
@@ -11,6 +12,7 @@
 
 mod dashboard;
 mod inferred;
+mod queue;
 mod reads;
 mod route;
 mod store;

@@ -19,6 +19,7 @@ fn stored(outcome: &PieceOutcome) -> anyhow::Result<(usize, u64)> {
     match outcome {
         PieceOutcome::Stored { stored, end } => Ok((*stored, *end)),
         PieceOutcome::Refused { reason } => anyhow::bail!("refused: {reason}"),
+        PieceOutcome::Queued { .. } => anyhow::bail!("queued, where the store stores"),
     }
 }
 
@@ -76,12 +77,6 @@ async fn overlaps_are_checked_wherever_they_fall_and_only_new_bytes_stored(
     ensure!(stored(&put(&*storage, &file, 0, b"0123456789abc").await?)? == (0, 13));
     // Starting inside a stored extent, and running past two of them.
     ensure!(stored(&put(&*storage, &file, 5, b"56789abcdef").await?)? == (3, 16));
-    // The same name with other bytes (a file rewritten), the difference inside an extent and
-    // not at the piece's start: refused, and nothing changes.
-    let Some(at) = refusal(&put(&*storage, &file, 3, b"3456X89").await?) else {
-        anyhow::bail!("a rewrite was not refused");
-    };
-    ensure!(at.contains("bytes 7..10"), "{at}");
     // A gap at 16..20, then bytes stored after it.
     put(&*storage, &file, 20, b"WXYZ").await?;
     // Equal, then new bytes in the gap, then a difference: the new bytes before the
@@ -90,6 +85,12 @@ async fn overlaps_are_checked_wherever_they_fall_and_only_new_bytes_stored(
         refusal(&put(&*storage, &file, 14, b"efGHIJwXYZ!").await?).is_some(),
         "a difference after a gap was not refused"
     );
+    // The same name with other bytes (a file rewritten), the difference inside an extent and
+    // not at the piece's start: refused, and nothing changes.
+    let Some(at) = refusal(&put(&*storage, &file, 3, b"3456X89").await?) else {
+        anyhow::bail!("a rewrite was not refused");
+    };
+    ensure!(at.contains("bytes 7..10"), "{at}");
     let stored_now = read_range(&*storage, &file, 0, None, ALL).await?;
     ensure!(
         stored_now.bytes == b"0123456789abcdefGHIJWXYZ" && stored_now.complete,
@@ -102,7 +103,7 @@ async fn overlaps_are_checked_wherever_they_fall_and_only_new_bytes_stored(
 fn refusal(outcome: &PieceOutcome) -> Option<String> {
     match outcome {
         PieceOutcome::Refused { reason } => Some(reason.clone()),
-        PieceOutcome::Stored { .. } => None,
+        PieceOutcome::Stored { .. } | PieceOutcome::Queued { .. } => None,
     }
 }
 
@@ -252,7 +253,34 @@ async fn a_segment_an_age_rule_removed_is_a_gap_a_resend_fills(
     Ok(())
 }
 
+/// A file rewritten under the same name is refused where it first differs, and nothing of it
+/// past there is stored later either: the stored file never goes on with the other file's
+/// bytes.
+async fn a_rewritten_file_stores_nothing_past_its_difference(
+    storage: Arc<dyn Storage>,
+) -> anyhow::Result<()> {
+    let file = log_file("worker-r-01000000-3.out")?;
+    put(&*storage, &file, 0, b"one\ntwo\n").await?;
+    let rewritten = put(&*storage, &file, 0, b"one\nTWO\nthree\n").await?;
+    ensure!(
+        refusal(&rewritten).is_some_and(|reason| reason.contains("bytes 4..")),
+        "{rewritten:?}"
+    );
+    // The rewritten file's next bytes, sent as a shipper that lost its state would.
+    let next = put(&*storage, &file, 8, b"three\n").await?;
+    ensure!(
+        refusal(&next).is_some(),
+        "stored past the difference: {next:?}"
+    );
+    let resent = put(&*storage, &file, 0, b"one\n").await?;
+    ensure!(stored(&resent)? == (0, 4), "{resent:?}");
+    let whole = read_range(&*storage, &file, 0, None, ALL).await?;
+    ensure!(whole.bytes == b"one\ntwo\n" && whole.complete, "{whole:?}");
+    Ok(())
+}
+
 for_each_backend!(
+    a_rewritten_file_stores_nothing_past_its_difference,
     one_request_holds_many_files_and_they_list_by_name,
     pieces_tile_a_file_and_any_range_reads_back,
     overlaps_are_checked_wherever_they_fall_and_only_new_bytes_stored,

@@ -10,6 +10,7 @@ mod catalog;
 mod compaction;
 mod firewall;
 mod limits;
+mod log_queue;
 
 use std::path::Path;
 

@@ -96,6 +96,11 @@ pub struct LogIndex {
     /// Extents of each file.
     #[serde(default)]
     pub files: BTreeMap<String, Vec<Extent>>,
+    /// Files found rewritten under the same name, with the offset where the bytes sent first
+    /// differed from the stored ones: nothing of the file from there on is stored, so a file
+    /// never goes on with the bytes of the file that replaced it.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub rewritten: BTreeMap<String, u64>,
 }
 
 /// An index as read, with the version a replacement must find.

@@ -7,6 +7,7 @@
 
 pub mod index;
 pub mod markers;
+pub mod queue;
 pub mod read;
 pub use ship_logs::{frames, metadata, ship};
 pub mod store;

@@ -81,6 +81,9 @@ pub enum LogError {
         /// The node's prefix.
         node: String,
     },
+    /// The pieces could not be queued; the request should be retried.
+    #[error(transparent)]
+    Queue(#[from] super::queue::QueueError),
     /// Compression failed (out of memory; never the caller's fault).
     #[error("could not compress the log bytes: {0}")]
     Encode(#[source] std::io::Error),
@@ -134,18 +137,32 @@ pub async fn put_pieces(
         };
         // A fresh id per request: nothing else writes this key.
         let key = node.segment_key(written.segment)?;
-        storage
-            .put(&key, Bytes::from(written.body), PutMode::Overwrite)
-            .await?;
+        let has_segment = !written.body.is_empty();
+        if has_segment {
+            storage
+                .put(&key, Bytes::from(written.body), PutMode::Overwrite)
+                .await?;
+        }
         let landed = index::commit(storage, node, &written.index, loaded.version.as_ref()).await?
             // Refused because this very write landed and its response was lost (the SDK's
-            // retry then finds the new version): the index names the segment.
-            || names_segment(&index::load(storage, node).await?.index, written.segment);
+            // retry then finds the new version): the index names the segment, or (when only
+            // a rewrite was found) holds its mark.
+            || {
+                let now = index::load(storage, node).await?.index;
+                if has_segment {
+                    names_segment(&now, written.segment)
+                } else {
+                    marks_all(&now, &written.index)
+                }
+            };
         if landed {
             tracing::info!(segment = %key, new_bytes = written.new_bytes, "stored log pieces");
             return Ok(outcomes);
         }
         // Another request replaced the index first: this segment is named by none.
+        if !has_segment {
+            continue;
+        }
         if let Err(err) = storage.delete(&key).await {
             tracing::warn!(segment = %key, error = %err, "could not delete an unused log segment");
         }
@@ -202,6 +219,8 @@ struct Plan<'a> {
     gone: HashSet<(Ulid, u64)>,
     /// Bytes of the pieces stored by this request (not merges).
     new_bytes: usize,
+    /// Whether this request found a file rewritten that the index did not mark yet.
+    marked: bool,
 }
 
 impl<'a> Plan<'a> {
@@ -215,6 +234,7 @@ impl<'a> Plan<'a> {
             read: HashMap::new(),
             gone: HashSet::new(),
             new_bytes: 0,
+            marked: false,
         }
     }
 
@@ -338,33 +358,51 @@ impl<'a> Plan<'a> {
             }));
         };
         let name = piece.file.as_str();
-        let mut overlapping = self.overlapping(name, start, end);
+        // Of a file found rewritten, nothing from the first difference on is stored.
+        let mut conflict = None;
+        let checked_end = match self.index.rewritten.get(name) {
+            Some(&from) if end > from => {
+                let at = from.max(start);
+                conflict = Some(LogError::Conflict {
+                    file: format!("{}{}", self.node.prefix(), name),
+                    start: at,
+                    end,
+                });
+                at
+            }
+            _ => end,
+        };
+        let mut overlapping = self.overlapping(name, start, checked_end);
         if self.prefetch(&overlapping).await? {
-            overlapping = self.overlapping(name, start, end);
+            overlapping = self.overlapping(name, start, checked_end);
         }
         let mut cursor = start;
         let mut new_parts = Vec::new();
-        let mut conflict = None;
+        let mut differs = false;
         for extent in overlapping {
             if extent.start > cursor {
                 new_parts.push(cursor..extent.start);
             }
-            let (low, high) = (extent.start.max(start), extent.end.min(end));
+            let (low, high) = (extent.start.max(start), extent.end.min(checked_end));
             let stored = self.bytes_of(&extent).await?;
             let theirs = slice(&stored, low - extent.start, high - extent.start);
             let ours = slice(bytes, low - start, high - start);
             if theirs != ours {
+                let differs_at = low + first_difference(theirs, ours);
+                self.mark_rewritten(name, differs_at);
                 conflict = Some(LogError::Conflict {
                     file: format!("{}{}", self.node.prefix(), name),
-                    start: low + first_difference(theirs, ours),
+                    start: differs_at,
                     end: high,
                 });
+                differs = true;
                 break;
             }
             cursor = high;
         }
-        if conflict.is_none() && cursor < end {
-            new_parts.push(cursor..end);
+        // Bytes past a difference are not stored; bytes before a mark are, gaps included.
+        if !differs && cursor < checked_end {
+            new_parts.push(cursor..checked_end);
         }
         let mut stored = 0;
         for part in new_parts {
@@ -380,6 +418,19 @@ impl<'a> Plan<'a> {
             Some(err) => refused(err),
             None => PieceOutcome::Stored { stored, end },
         })
+    }
+
+    /// Marks `file` rewritten from `offset` (or from an earlier offset it is marked at).
+    fn mark_rewritten(&mut self, file: &str, offset: u64) {
+        let mark = self
+            .index
+            .rewritten
+            .entry(file.to_owned())
+            .or_insert(offset);
+        if offset <= *mark {
+            *mark = offset;
+            self.marked = true;
+        }
     }
 
     /// Plans `bytes` as new extents of `file` from `start`, at most [`EXTENT_BYTES`] each;
@@ -492,7 +543,7 @@ impl<'a> Plan<'a> {
             }
             index.files.insert(name, extents);
         }
-        Ok((!body.is_empty()).then_some(Written {
+        Ok((!body.is_empty() || self.marked).then_some(Written {
             segment: id,
             body,
             index,
@@ -508,6 +559,16 @@ fn names_segment(index: &LogIndex, segment: Ulid) -> bool {
         .values()
         .flatten()
         .any(|extent| extent.segment == segment)
+}
+
+/// Whether `index` marks every file `written` marks rewritten, at the same offset or earlier.
+fn marks_all(index: &LogIndex, written: &LogIndex) -> bool {
+    written.rewritten.iter().all(|(file, from)| {
+        index
+            .rewritten
+            .get(file)
+            .is_some_and(|marked| marked <= from)
+    })
 }
 
 /// The first run of `at_least` or more adjacent small extents of one level.

@@ -1,0 +1,223 @@
+//! Log requests through moto's SQS: queued by ingest, stored a batch at a time by the log store
+//! function, read back exactly; re-sends of stored bytes checked at once, rewrites inside one
+//! batch window refused where they differ, unreadable messages kept for the dead-letter queue.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use afterglow_tests::moto::Moto;
+use anyhow::{Context as _, ensure};
+use shared::ingest::{IngestAccess, IngestLimits, Ingestor};
+use shared::keys::{LogFileName, NodeLogs};
+use shared::logs::queue::sqs::SqsLogQueue;
+use shared::logs::read::{list_files, read_range};
+use shared::logs::store::{PieceOutcome, ReadPiece};
+use shared::storage::Storage;
+
+use super::{ALL, log_file};
+
+/// Every message on the queue: its id and body, received once (the receive hides them from
+/// other receivers for the queue's visibility timeout).
+async fn receive_all(moto: &Moto, queue_url: &str) -> anyhow::Result<Vec<(String, String)>> {
+    let mut received = Vec::new();
+    loop {
+        let answer = moto
+            .sqs()
+            .receive_message()
+            .queue_url(queue_url)
+            .max_number_of_messages(10)
+            .send()
+            .await
+            .context("ReceiveMessage")?;
+        let messages = answer.messages();
+        if messages.is_empty() {
+            return Ok(received);
+        }
+        for message in messages {
+            received.push((
+                message.message_id().context("no message id")?.to_owned(),
+                message.body().context("no body")?.to_owned(),
+            ));
+        }
+    }
+}
+
+/// Runs the log store function on `messages` as Lambda delivers them; returns the ids it asks
+/// to have delivered again.
+async fn log_store(
+    storage: &Arc<dyn Storage>,
+    messages: &[(String, String)],
+) -> anyhow::Result<Vec<String>> {
+    let records: Vec<serde_json::Value> = messages
+        .iter()
+        .map(|(id, body)| {
+            serde_json::json!({
+                "messageId": id, "eventSource": "aws:sqs", "body": body,
+                "attributes": {}, "messageAttributes": {}
+            })
+        })
+        .collect();
+    let event = serde_json::from_value(serde_json::json!({ "Records": records }))?;
+    let response = afterglow::log_store::handle(
+        storage,
+        lambda_runtime::LambdaEvent::new(event, lambda_runtime::Context::default()),
+    )
+    .await
+    .map_err(|err| anyhow::anyhow!("{err}"))?;
+    Ok(response
+        .batch_item_failures
+        .into_iter()
+        .map(|failure| failure.item_identifier)
+        .collect())
+}
+
+/// Sends one request of `pieces` through `ingestor`, a few milliseconds after the last, so the
+/// requests of a test are in the order sent.
+async fn send(
+    ingestor: &Ingestor,
+    node: &NodeLogs,
+    pieces: &[(&LogFileName, u64, &[u8])],
+) -> anyhow::Result<Vec<PieceOutcome>> {
+    tokio::time::sleep(Duration::from_millis(3)).await;
+    let pieces: Vec<ReadPiece<'_>> = pieces
+        .iter()
+        .map(|(file, offset, bytes)| ReadPiece {
+            file: (*file).clone(),
+            offset: *offset,
+            bytes,
+        })
+        .collect();
+    Ok(ingestor.ingest_log_pieces(node, &pieces).await?)
+}
+
+async fn read(
+    storage: &dyn Storage,
+    node: &NodeLogs,
+    file: &LogFileName,
+) -> anyhow::Result<Vec<u8>> {
+    let range = read_range(storage, &node.file(file.clone()), 0, None, ALL).await?;
+    ensure!(range.complete, "{range:?}");
+    Ok(range.bytes)
+}
+
+async fn requests_are_queued_and_stored_a_batch_at_a_time(
+    storage: Arc<dyn Storage>,
+) -> anyhow::Result<()> {
+    let Some(moto) = Moto::start("requests_are_queued_and_stored_a_batch_at_a_time").await? else {
+        return Ok(());
+    };
+    let queue_url = moto.create_queue("afterglow-logs").await?;
+    let ingestor = Ingestor::new(
+        Arc::clone(&storage),
+        IngestAccess::Open,
+        IngestLimits::default(),
+    )
+    .with_log_queue(Arc::new(SqsLogQueue::new(moto.sqs(), queue_url.clone())));
+    let node = log_file("worker-q-01000000-1.out")?.node();
+    let out = LogFileName::new("worker-q-01000000-1.out")?;
+    let err = LogFileName::new("worker-q-01000000-1.err")?;
+
+    // Three intervals of a shipper: every piece is queued, and nothing is stored yet.
+    let sent = [
+        send(
+            &ingestor,
+            &node,
+            &[(&out, 0, b"step 1\n"), (&err, 0, b"warn a\n")],
+        )
+        .await?,
+        send(&ingestor, &node, &[(&out, 7, b"step 2\n")]).await?,
+        send(
+            &ingestor,
+            &node,
+            &[(&out, 14, b"step 3\n"), (&err, 7, b"warn b\n")],
+        )
+        .await?,
+    ];
+    let queued = |end| PieceOutcome::Queued { end };
+    ensure!(
+        sent == [
+            vec![queued(7), queued(7)],
+            vec![queued(14)],
+            vec![queued(21), queued(14)]
+        ],
+        "{sent:?}"
+    );
+    ensure!(
+        list_files(&*storage, &node).await?.is_empty(),
+        "stored before the batch"
+    );
+
+    // The log store function stores the batch: one segment for the three requests.
+    let messages = receive_all(&moto, &queue_url).await?;
+    ensure!(messages.len() == 3, "{messages:?}");
+    let again = log_store(&storage, &messages).await?;
+    ensure!(again.is_empty(), "asked to redeliver {again:?}");
+    let segments = storage.list(&format!("{}segments/", node.prefix())).await?;
+    ensure!(segments.len() == 1, "one segment per batch: {segments:?}");
+    ensure!(read(&*storage, &node, &out).await? == b"step 1\nstep 2\nstep 3\n");
+    ensure!(read(&*storage, &node, &err).await? == b"warn a\nwarn b\n");
+
+    // A re-send of stored bytes is checked at once, not queued.
+    let resent = send(&ingestor, &node, &[(&out, 0, b"step 1\nstep 2\n")]).await?;
+    ensure!(
+        resent == [PieceOutcome::Stored { stored: 0, end: 14 }],
+        "{resent:?}"
+    );
+    ensure!(
+        receive_all(&moto, &queue_url).await?.is_empty(),
+        "a re-send was queued"
+    );
+
+    // Inside one batch window, a rewrite meets only queued bytes: it is queued too, and the
+    // log store keeps the first sent and refuses where the second differs. A message that is
+    // not one of ours is asked for again, for the dead-letter queue to keep.
+    send(&ingestor, &node, &[(&out, 21, b"step 4\n")]).await?;
+    send(&ingestor, &node, &[(&out, 21, b"other\n\n")]).await?;
+    moto.sqs()
+        .send_message()
+        .queue_url(&queue_url)
+        .message_body("not a log message")
+        .send()
+        .await?;
+    let messages = receive_all(&moto, &queue_url).await?;
+    ensure!(messages.len() == 3, "{messages:?}");
+    let garbage: Vec<String> = messages
+        .iter()
+        .filter(|(_, body)| body == "not a log message")
+        .map(|(id, _)| id.clone())
+        .collect();
+    let again = log_store(&storage, &messages).await?;
+    ensure!(
+        again == garbage,
+        "asked to redeliver {again:?}, not {garbage:?}"
+    );
+    ensure!(read(&*storage, &node, &out).await? == b"step 1\nstep 2\nstep 3\nstep 4\n");
+
+    // The rewrite is marked: the next piece of that file is refused at once, not queued, so the
+    // shipper stops sending it; the other file is queued as before.
+    let next = send(&ingestor, &node, &[(&out, 28, b"step 5\n")]).await?;
+    ensure!(
+        matches!(next.as_slice(), [PieceOutcome::Refused { .. }]),
+        "{next:?}"
+    );
+    let other = send(&ingestor, &node, &[(&err, 14, b"warn c\n")]).await?;
+    ensure!(other == [PieceOutcome::Queued { end: 21 }], "{other:?}");
+    ensure!(
+        receive_all(&moto, &queue_url).await?.len() == 1,
+        "not one request queued"
+    );
+
+    // A rewrite of stored bytes is refused at once too, and nothing of it queued.
+    let rewritten = send(&ingestor, &node, &[(&err, 0, b"WARN a\n")]).await?;
+    ensure!(
+        matches!(rewritten.as_slice(), [PieceOutcome::Refused { reason }] if reason.contains("bytes 0..")),
+        "{rewritten:?}"
+    );
+    ensure!(
+        receive_all(&moto, &queue_url).await?.is_empty(),
+        "a rewrite was queued"
+    );
+    Ok(())
+}
+
+afterglow_tests::for_each_backend!(requests_are_queued_and_stored_a_batch_at_a_time);
