@@ -217,26 +217,41 @@ pub(super) fn per_million_attempts(
 
 /// The log ingest function's memory size (MB), as the template sets it.
 const LOG_INGEST_MB: f64 = 256.0;
-/// Time a log request waits on one S3 request (not measured here: local disk stands in).
-const S3_REQUEST_MS: f64 = 20.0;
+/// The log store function's memory size (MB), as the template sets it.
+const LOG_STORE_MB: f64 = 512.0;
+/// Time a log request waits on one S3 or SQS request (not measured here: local disk and memory
+/// stand in).
+const AWS_REQUEST_MS: f64 = 20.0;
 /// Hours in a month, as AWS bills them.
 const HOURS_PER_MONTH: f64 = 730.0;
 
 /// What one node's log shipping measured, per node-hour.
 #[derive(Debug, Serialize)]
 pub(super) struct LogRates {
-    /// Requests (each one Lambda invocation).
+    /// Requests (each one invocation of the log ingest function).
     pub(super) requests: f64,
-    /// S3 PUTs.
-    pub(super) puts: f64,
-    /// S3 GETs, whole and ranged.
-    pub(super) gets: f64,
+    /// S3 PUTs of the log ingest function (requests stored at once).
+    pub(super) ingest_puts: f64,
+    /// S3 GETs of the log ingest function, whole and ranged.
+    pub(super) ingest_gets: f64,
+    /// Requests queued.
+    pub(super) queue_sends: f64,
+    /// The node's share of the log store function's batches (each one invocation).
+    pub(super) store_batches: f64,
+    /// S3 PUTs of the log store function.
+    pub(super) store_puts: f64,
+    /// S3 GETs of the log store function.
+    pub(super) store_gets: f64,
+    /// SQS requests: sends, and receives and deletes of ten messages each.
+    pub(super) sqs_requests: f64,
     /// Bytes the node's files grew by, all shipped.
     pub(super) bytes_shipped: f64,
     /// Bytes kept in storage for them.
     pub(super) bytes_stored: f64,
-    /// Median time the store spent on one request, on local disk (ms).
-    pub(super) store_ms_per_request: f64,
+    /// Median time ingest spent on one request, on local disk (ms).
+    pub(super) ingest_ms_per_request: f64,
+    /// Median time the log store spent on one batch, on local disk (ms).
+    pub(super) store_ms_per_batch: f64,
 }
 
 /// What an always-busy node's logs cost per month, and per GB shipped.
@@ -244,21 +259,29 @@ pub(super) struct LogRates {
 pub(super) struct LogCost {
     /// Requests per node-month.
     pub(super) requests_per_node_month: f64,
-    /// Billed time of one request: the store's time at the function's CPU share, and the S3
-    /// requests it waits on.
+    /// Billed time of one request: ingest's time at its CPU share, and the S3 and SQS requests
+    /// it waits on.
     pub(super) billed_ms_per_request: f64,
+    /// Billed time of one batch of the log store function, likewise (its S3 requests counted as
+    /// if waited on one after another).
+    pub(super) billed_ms_per_batch: f64,
     /// API Gateway and Lambda invocations.
     pub(super) usd_requests: f64,
     /// Lambda compute.
     pub(super) usd_compute: f64,
     /// S3 PUTs and GETs.
     pub(super) usd_s3_requests: f64,
+    /// SQS requests.
+    pub(super) usd_sqs_requests: f64,
     /// Keeping one month's logs for a month.
     pub(super) usd_storage: f64,
     /// All of it, per node-month.
     pub(super) usd_per_node_month: f64,
     /// All of it, per GB shipped.
     pub(super) usd_per_gb_shipped: f64,
+    /// What one more GB shipped adds when the requests are as many (bytes, not requests: the
+    /// cost of chattier files).
+    pub(super) usd_per_additional_gb: f64,
     /// What the numbers assume.
     pub(super) assumptions: &'static str,
 }
@@ -266,26 +289,47 @@ pub(super) struct LogCost {
 /// The cost of a node shipping at `rates` all month.
 pub(super) fn logs_per_node_month(rates: &LogRates) -> LogCost {
     let month = |per_hour: f64| per_hour * HOURS_PER_MONTH;
+    let per = |count: f64, of: f64| count / of.max(f64::MIN_POSITIVE);
     let requests = month(rates.requests);
-    let s3_per_request = (rates.puts + rates.gets) / rates.requests.max(f64::MIN_POSITIVE);
-    let billed_ms = rates.store_ms_per_request / (LOG_INGEST_MB / MB_PER_VCPU).min(1.0)
-        + S3_REQUEST_MS * s3_per_request;
-    let usd_requests = requests * (price::HTTP_API_REQUEST + price::LAMBDA_REQUEST);
-    let usd_compute =
-        requests * billed_ms / 1000.0 * LOG_INGEST_MB / 1024.0 * price::LAMBDA_GB_SECOND;
-    let usd_s3_requests = month(rates.puts) * price::S3_PUT + month(rates.gets) * price::S3_GET;
+    let batches = month(rates.store_batches);
+    let ingest_waits = per(
+        rates.ingest_puts + rates.ingest_gets + rates.queue_sends,
+        rates.requests,
+    );
+    let billed_ms = rates.ingest_ms_per_request / (LOG_INGEST_MB / MB_PER_VCPU).min(1.0)
+        + AWS_REQUEST_MS * ingest_waits;
+    let batch_waits = per(rates.store_puts + rates.store_gets, rates.store_batches);
+    let billed_ms_per_batch = rates.store_ms_per_batch / (LOG_STORE_MB / MB_PER_VCPU).min(1.0)
+        + AWS_REQUEST_MS * batch_waits;
+    let usd_requests = requests * (price::HTTP_API_REQUEST + price::LAMBDA_REQUEST)
+        + batches * price::LAMBDA_REQUEST;
+    let gb_seconds = |ms: f64, mb: f64| ms / 1000.0 * mb / 1024.0 * price::LAMBDA_GB_SECOND;
+    let usd_compute = requests * gb_seconds(billed_ms, LOG_INGEST_MB)
+        + batches * gb_seconds(billed_ms_per_batch, LOG_STORE_MB);
+    let usd_s3_requests = month(rates.ingest_puts + rates.store_puts) * price::S3_PUT
+        + month(rates.ingest_gets + rates.store_gets) * price::S3_GET;
+    let usd_sqs_requests = month(rates.sqs_requests) * price::SQS_REQUEST;
     let usd_storage = month(rates.bytes_stored) / 1e9 * price::S3_GB_MONTH;
-    let total = usd_requests + usd_compute + usd_s3_requests + usd_storage;
+    let total = usd_requests + usd_compute + usd_s3_requests + usd_sqs_requests + usd_storage;
     let gb_shipped = month(rates.bytes_shipped) / 1e9;
+    // A byte more costs its storage, and SQS's 64 KB units: a request's send, receive and
+    // delete each count one more unit per 64 KB, which ~0.4 of a byte stored per byte shipped
+    // and compression keep far apart; charged as if uncompressed.
+    let stored_per_shipped = per(rates.bytes_stored, rates.bytes_shipped);
+    let usd_per_additional_gb =
+        stored_per_shipped * price::S3_GB_MONTH + 3.0 * 1e9 / 65_536.0 * price::SQS_REQUEST;
     LogCost {
         requests_per_node_month: requests,
         billed_ms_per_request: billed_ms,
+        billed_ms_per_batch,
         usd_requests,
         usd_compute,
         usd_s3_requests,
+        usd_sqs_requests,
         usd_storage,
         usd_per_node_month: total,
-        usd_per_gb_shipped: total / gb_shipped.max(f64::MIN_POSITIVE),
-        assumptions: "us-east-1 on-demand, x86_64: HTTP API $1.00/M, Lambda $0.20/M + $0.0000166667/GB-s at 256 MB (memory/1769 MB of a vCPU), 20 ms waited per S3 request, S3 PUT $0.005/1000, GET $0.0004/1000, Standard $0.023/GB-month for a month; 730 hours a month",
+        usd_per_gb_shipped: per(total, gb_shipped),
+        usd_per_additional_gb,
+        assumptions: "us-east-1 on-demand, x86_64: HTTP API $1.00/M, Lambda $0.20/M + $0.0000166667/GB-s at 256 MB (log ingest) and 512 MB (log store; memory/1769 MB of a vCPU), 20 ms waited per S3 or SQS request, S3 PUT $0.005/1000, GET $0.0004/1000, Standard $0.023/GB-month for a month, SQS $0.40/M per 64 KB; 730 hours a month",
     }
 }

@@ -8,6 +8,7 @@
 //! requests, and what an always-busy node costs per month and per GB shipped.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -16,6 +17,9 @@ use async_trait::async_trait;
 use serde::Serialize;
 use shared::keys::{ClusterName, LogFileName, NodeId, NodeLogs, SessionName};
 use shared::logs::frames::{BodyAnswer, PieceAnswer, read_body};
+use shared::logs::queue::drain::{Received, store_batch};
+use shared::logs::queue::route::queue_or_store;
+use shared::logs::queue::{LogQueue, QueueError};
 use shared::logs::read::{read_range, read_tail};
 use shared::logs::ship::{LogBatch, LogSink, SendError, ShipSettings, Shipper};
 use shared::logs::store::{ReadPiece, put_pieces};
@@ -35,6 +39,10 @@ const TASK_LINES: u64 = 20;
 const TAIL_LINES: usize = 1_000;
 /// Most bytes a read may return (the query function's response limit).
 const READ_LIMIT: usize = 6 * 1024 * 1024;
+/// Most messages in one batch of Lambda's SQS source.
+const BATCH_MESSAGES: usize = 10_000;
+/// Most bytes of one batch: Lambda's payload limit.
+const BATCH_BYTES: usize = 6 * 1024 * 1024;
 /// The session every simulated node runs.
 const SESSION: &str = "session_2026-12-01_00-00-00_000000_1";
 
@@ -60,14 +68,29 @@ struct Shipping {
     requests: u64,
     /// Requests an idle pass of every node sent (after the files stopped growing).
     idle_pass_requests: u64,
-    /// Storage requests, all nodes together.
-    storage: RequestCounts,
+    /// Seconds of requests a batch of the log queue gathers (0: no queue).
+    batch_window_s: u64,
+    /// Batches the log store function stored.
+    batches: u64,
+    /// Requests queued (the others were stored at once).
+    queued_messages: u64,
+    /// Mean size of a queued message (bytes).
+    mean_message_bytes: f64,
+    /// Busy nodes a window's batch holds before Lambda's 6 MB payload closes it early (and
+    /// each node's requests are spread over more batches).
+    nodes_before_batches_close_early: Option<u64>,
+    /// Storage requests of the log ingest function, all nodes together.
+    ingest_storage: RequestCounts,
+    /// Storage requests of the log store function.
+    log_store_storage: RequestCounts,
     /// Per node-hour.
     per_node_hour: LogRates,
     /// Bytes stored per byte shipped.
     stored_per_shipped: f64,
-    /// Time the store took per request (local disk).
-    store_per_request: Stats,
+    /// Time ingest took per request (local disk).
+    ingest_per_request: Stats,
+    /// Time the log store took per batch (local disk).
+    store_per_batch: Stats,
 }
 
 /// The reads of one file shipped as `pieces` one-line requests.
@@ -130,15 +153,45 @@ pub(super) async fn run(args: &BenchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Ingest as the log ingest function does it: each batch through the store, timed.
-struct StoreSink {
+/// The log queue as the bench plays it: the messages ingest sent, until the next batch takes
+/// them.
+#[derive(Debug, Default)]
+struct MemoryQueue {
+    messages: Mutex<Vec<String>>,
+}
+
+#[async_trait]
+impl LogQueue for MemoryQueue {
+    async fn send(&self, message: String) -> Result<(), QueueError> {
+        if let Ok(mut messages) = self.messages.lock() {
+            messages.push(message);
+        }
+        Ok(())
+    }
+}
+
+impl MemoryQueue {
+    fn take(&self) -> Vec<String> {
+        self.messages
+            .lock()
+            .map(|mut messages| std::mem::take(&mut *messages))
+            .unwrap_or_default()
+    }
+}
+
+/// Ingest as the log ingest function does it: each batch through the queue (or, with no
+/// queue, the store), timed.
+struct IngestSink {
     storage: Arc<dyn Storage>,
+    queue: Option<Arc<MemoryQueue>>,
     cluster: ClusterName,
+    /// The simulated time, for the messages' order.
+    now_ms: AtomicU64,
     times: Mutex<Vec<Duration>>,
 }
 
 #[async_trait]
-impl LogSink for StoreSink {
+impl LogSink for IngestSink {
     async fn send(&self, batch: LogBatch<'_>) -> Result<BodyAnswer, SendError> {
         let started = Instant::now();
         let pieces = read_body(batch.body).map_err(|err| SendError::Retry(err.to_string()))?;
@@ -147,9 +200,14 @@ impl LogSink for StoreSink {
             session: batch.session.clone(),
             node_id: batch.node_id.clone(),
         };
-        let outcomes = put_pieces(&*self.storage, &node, &pieces)
-            .await
-            .map_err(|err| SendError::Retry(err.to_string()))?;
+        let outcomes = match &self.queue {
+            Some(queue) => {
+                let sent_ms = self.now_ms.load(Ordering::Relaxed);
+                queue_or_store(&*self.storage, &**queue, &node, &pieces, sent_ms).await
+            }
+            None => put_pieces(&*self.storage, &node, &pieces).await,
+        }
+        .map_err(|err| SendError::Retry(err.to_string()))?;
         if let Ok(mut times) = self.times.lock() {
             times.push(started.elapsed());
         }
@@ -164,6 +222,61 @@ impl LogSink for StoreSink {
                 })
                 .collect(),
         })
+    }
+}
+
+/// What the log store function did with the queue's batches.
+#[derive(Debug, Default)]
+struct Draining {
+    batches: u64,
+    messages: u64,
+    message_bytes: u64,
+    /// SQS requests: each message sent, and the receives and deletes of ten at a time.
+    sqs_requests: u64,
+    times: Vec<Duration>,
+}
+
+impl Draining {
+    /// Stores everything queued, in batches as Lambda's SQS source closes them: at
+    /// [`BATCH_MESSAGES`] messages or [`BATCH_BYTES`] bytes.
+    async fn drain(&mut self, queue: &MemoryQueue, storage: &dyn Storage) -> anyhow::Result<()> {
+        let messages = queue.take();
+        let mut batch: Vec<&str> = Vec::new();
+        let mut bytes = 0;
+        for message in &messages {
+            if batch.len() == BATCH_MESSAGES || bytes + message.len() > BATCH_BYTES {
+                self.store(&batch, storage).await?;
+                (batch, bytes) = (Vec::new(), 0);
+            }
+            bytes += message.len();
+            batch.push(message);
+        }
+        if !batch.is_empty() {
+            self.store(&batch, storage).await?;
+        }
+        Ok(())
+    }
+
+    async fn store(&mut self, batch: &[&str], storage: &dyn Storage) -> anyhow::Result<()> {
+        let ids: Vec<String> = (0..batch.len()).map(|at| at.to_string()).collect();
+        let received: Vec<Received<'_>> = ids
+            .iter()
+            .zip(batch)
+            .map(|(id, body)| Received { id, body })
+            .collect();
+        let started = Instant::now();
+        let drained = store_batch(storage, &received).await;
+        self.times.push(started.elapsed());
+        anyhow::ensure!(
+            drained.redeliver.is_empty() && drained.refused == 0,
+            "the log store did not store a batch: {drained:?}"
+        );
+        let count = batch.len() as u64;
+        self.batches += 1;
+        self.messages += count;
+        self.message_bytes += batch.iter().map(|body| body.len() as u64).sum::<u64>();
+        self.sqs_requests += count + 2 * count.div_ceil(10);
+        Ok(())
     }
 }
 
@@ -183,15 +296,24 @@ async fn shipping_phase(
     work: &Path,
     args: &BenchArgs,
 ) -> anyhow::Result<Shipping> {
-    let counters = Arc::new(Counters::default());
-    let sink = StoreSink {
-        storage: Arc::new(CountingStorage {
+    let counted = |counters: &Arc<Counters>| -> Arc<dyn Storage> {
+        Arc::new(CountingStorage {
             inner: Arc::clone(store) as Arc<dyn Storage>,
-            counters: Arc::clone(&counters),
-        }),
+            counters: Arc::clone(counters),
+        })
+    };
+    let (ingest_counters, store_counters) =
+        (Arc::new(Counters::default()), Arc::new(Counters::default()));
+    let queue = (args.log_batch_window > 0).then(|| Arc::new(MemoryQueue::default()));
+    let sink = IngestSink {
+        storage: counted(&ingest_counters),
+        queue: queue.clone(),
         cluster: ClusterName::new("bench-logs")?,
+        now_ms: AtomicU64::new(0),
         times: Mutex::new(Vec::new()),
     };
+    let log_store = counted(&store_counters);
+    let mut draining = Draining::default();
     let mut nodes = Vec::new();
     for node in 0..args.log_nodes {
         let ray_dir = work.join(format!("node-{node}"));
@@ -213,17 +335,21 @@ async fn shipping_phase(
     let mut shipped = 0_u64;
     let started = Instant::now();
     for pass in 0..passes {
+        let seconds = pass * interval;
+        sink.now_ms.store(seconds * 1000, Ordering::Relaxed);
         for (logs, shipper) in &mut nodes {
             for file in 0..args.log_files {
                 let text: String = (0..interval)
-                    .map(|second| line(file, pass * interval + second))
+                    .map(|second| line(file, seconds + second))
                     .collect();
-                append(
-                    &logs.join(format!("worker-{file:04}-01000000-{file}.out")),
-                    &text,
-                )?;
+                append(&logs.join(file_name(file)), &text)?;
             }
             shipped += shipper.pass(&sink).await?.bytes;
+        }
+        if let Some(queue) = &queue
+            && (seconds + interval) % args.log_batch_window < interval
+        {
+            draining.drain(queue, &*log_store).await?;
         }
         if (pass + 1) % (passes / 10).max(1) == 0 {
             eprintln!(
@@ -238,7 +364,12 @@ async fn shipping_phase(
     for (_, shipper) in &mut nodes {
         idle_pass_requests += shipper.pass(&sink).await?.requests as u64;
     }
-    let storage = counters.counts();
+    if let Some(queue) = &queue {
+        draining.drain(queue, &*log_store).await?;
+    }
+    check_stored(store, &nodes[..nodes.len().min(1)], args.log_files).await?;
+    let ingest = ingest_counters.counts();
+    let stored_by_batches = store_counters.counts();
     let stored = dir_bytes(&work.join("store/logs"));
     let node_hours =
         (args.log_nodes as f64 * args.log_minutes as f64 / 60.0).max(f64::MIN_POSITIVE);
@@ -247,23 +378,84 @@ async fn shipping_phase(
         .lock()
         .map(|times| times.clone())
         .unwrap_or_default();
-    let store_per_request = Stats::of(&mut times);
+    let ingest_per_request = Stats::of(&mut times);
+    let store_per_batch = Stats::of(&mut draining.times);
+    let per_hour = |count: u64| count as f64 / node_hours;
+    let mean_message_bytes = draining.message_bytes as f64 / (draining.messages as f64).max(1.0);
+    let per_node_hour = LogRates {
+        requests: per_hour(requests),
+        ingest_puts: per_hour(ingest.puts),
+        ingest_gets: per_hour(ingest.gets),
+        queue_sends: per_hour(draining.messages),
+        store_batches: per_hour(draining.batches),
+        store_puts: per_hour(stored_by_batches.puts),
+        store_gets: per_hour(stored_by_batches.gets),
+        sqs_requests: per_hour(draining.sqs_requests),
+        bytes_shipped: per_hour(shipped),
+        bytes_stored: per_hour(stored),
+        ingest_ms_per_request: ingest_per_request.p50_ms,
+        store_ms_per_batch: store_per_batch.p50_ms,
+    };
     Ok(Shipping {
         passes,
         requests,
         idle_pass_requests,
-        per_node_hour: LogRates {
-            requests: requests as f64 / node_hours,
-            puts: storage.puts as f64 / node_hours,
-            gets: storage.gets as f64 / node_hours,
-            bytes_shipped: shipped as f64 / node_hours,
-            bytes_stored: stored as f64 / node_hours,
-            store_ms_per_request: store_per_request.p50_ms,
-        },
+        batch_window_s: args.log_batch_window,
+        batches: draining.batches,
+        queued_messages: draining.messages,
+        mean_message_bytes,
+        nodes_before_batches_close_early: (args.log_batch_window > 0).then(|| {
+            let per_node_window =
+                mean_message_bytes * args.log_batch_window as f64 / interval as f64;
+            (BATCH_BYTES as f64 / per_node_window.max(1.0)).floor() as u64
+        }),
+        ingest_storage: ingest,
+        log_store_storage: stored_by_batches,
+        per_node_hour,
         stored_per_shipped: stored as f64 / (shipped as f64).max(1.0),
-        storage,
-        store_per_request,
+        ingest_per_request,
+        store_per_batch,
     })
+}
+
+/// The name of file `file` on every simulated node.
+fn file_name(file: usize) -> String {
+    format!("worker-{file:04}-01000000-{file}.out")
+}
+
+/// Every file of the first simulated node reads back as it was written, so the numbers are
+/// those of a store that works.
+async fn check_stored(
+    store: &Arc<LocalDirStorage>,
+    nodes: &[(std::path::PathBuf, Shipper)],
+    files: usize,
+) -> anyhow::Result<()> {
+    for (node, (logs, _)) in nodes.iter().enumerate() {
+        let node = NodeLogs {
+            cluster: ClusterName::new("bench-logs")?,
+            session: SessionName::new(SESSION)?,
+            node_id: NodeId::new(&format!("{node:056x}"))?,
+        };
+        for file in 0..files {
+            let name = file_name(file);
+            let written = std::fs::read(logs.join(&name))?;
+            let stored = read_range(
+                &**store,
+                &node.file(LogFileName::new(&name)?),
+                0,
+                None,
+                written.len() + 1,
+            )
+            .await?;
+            anyhow::ensure!(
+                stored.complete && stored.bytes == written,
+                "{name} was not stored as written ({} of {} bytes)",
+                stored.bytes.len(),
+                written.len()
+            );
+        }
+    }
+    Ok(())
 }
 
 fn append(path: &Path, text: &str) -> anyhow::Result<()> {
@@ -370,14 +562,21 @@ fn print_summary(report: &LogReport) {
     let shipping = &report.shipping;
     let rates = &shipping.per_node_hour;
     eprintln!(
-        "\nper node-hour: {:.0} requests, {:.0} PUTs, {:.0} GETs; {:.2} bytes stored per byte \
-         shipped; an idle pass sent {} requests",
+        "\nper node-hour: {:.0} requests, {:.0} queued; {:.0} PUTs, {:.0} GETs (ingest and the log \
+         store); {:.2} bytes stored per byte shipped; an idle pass sent {} requests",
         rates.requests,
-        rates.puts,
-        rates.gets,
+        rates.queue_sends,
+        rates.ingest_puts + rates.store_puts,
+        rates.ingest_gets + rates.store_gets,
         shipping.stored_per_shipped,
         shipping.idle_pass_requests
     );
+    if let Some(nodes) = shipping.nodes_before_batches_close_early {
+        eprintln!(
+            "{} batches of a {} s window; past {nodes} busy nodes a batch closes before its window",
+            shipping.batches, shipping.batch_window_s
+        );
+    }
     for (what, read) in [
         ("one task's output", &report.reads.task_output),
         ("a 1 000-line tail", &report.reads.tail),

@@ -104,6 +104,10 @@ pub struct BenchArgs {
     /// With --logs: simulated minutes of shipping.
     #[arg(long, value_name = "T", default_value_t = 60)]
     pub log_minutes: u64,
+    /// With --logs: seconds of requests the log queue gathers into one batch for the log store
+    /// function (the template's window); 0 stores each request at once, as `serve` does.
+    #[arg(long, value_name = "S", default_value_t = 60)]
+    pub log_batch_window: u64,
     /// With --logs: one-line requests the file read back is shipped in.
     #[arg(long, value_name = "P", default_value_t = 100_000)]
     pub log_pieces: usize,
