@@ -13,7 +13,7 @@ use shared::compact::schedule::check_queue::CheckQueue;
 use shared::compact::schedule::quiet::QuietCheck;
 
 use super::sqs::{
-    check_record, compact_queue, function, invoke, queued, queued_check, queueing_to, receive,
+    check_record, compact_queue, function, invoke, queued, queued_check, queueing_to,
     uncompacted_batch,
 };
 
@@ -48,7 +48,7 @@ async fn quiet_checks_on_the_queue_fold_a_session_no_run_changed() -> anyhow::Re
         "one delayed check after one commit"
     );
     ensure!(
-        receive(&moto, &queue_url, 0, Duration::ZERO)
+        moto.receive(&queue_url, 0, Duration::ZERO)
             .await?
             .is_empty(),
         "a check was delivered before its delay"
@@ -57,7 +57,7 @@ async fn quiet_checks_on_the_queue_fold_a_session_no_run_changed() -> anyhow::Re
         invoke(&function, second).await?.is_empty(),
         "second half failed"
     );
-    let checks = receive(&moto, &queue_url, 2, Duration::from_secs(30)).await?;
+    let checks = moto.receive(&queue_url, 2, Duration::from_secs(30)).await?;
     let mut sequences: Vec<(u64, String)> = checks
         .iter()
         .map(|body| {
@@ -281,13 +281,13 @@ async fn a_batch_past_its_byte_cap_sends_the_rest_back_to_its_queue() -> anyhow:
         .await?
         .len();
     // The run's quiet checks (one per session, not delayed here) share the queue.
-    let queued = receive(
-        &moto,
-        &queue_url,
-        past_cap.len() + sessions,
-        Duration::from_secs(30),
-    )
-    .await?;
+    let queued = moto
+        .receive(
+            &queue_url,
+            past_cap.len() + sessions,
+            Duration::from_secs(30),
+        )
+        .await?;
     let mut sent_back = Vec::new();
     for body in queued {
         if QuietCheck::from_message(&body)?.is_none() {

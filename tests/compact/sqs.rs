@@ -205,51 +205,13 @@ pub(super) async fn queued(moto: &Moto, queue_url: &str, attribute: &str) -> any
     Ok(value.parse()?)
 }
 
-/// Receives (and deletes) messages until `count` have arrived or `within` has passed; the
-/// bodies.
-pub(super) async fn receive(
-    moto: &Moto,
-    queue_url: &str,
-    count: usize,
-    within: Duration,
-) -> anyhow::Result<Vec<String>> {
-    let deadline = tokio::time::Instant::now() + within;
-    let mut bodies = Vec::new();
-    loop {
-        let answer = moto
-            .sqs()
-            .receive_message()
-            .queue_url(queue_url)
-            .max_number_of_messages(10)
-            .send()
-            .await
-            .context("ReceiveMessage")?;
-        for message in answer.messages() {
-            bodies.extend(message.body().map(str::to_owned));
-            if let Some(handle) = message.receipt_handle() {
-                moto.sqs()
-                    .delete_message()
-                    .queue_url(queue_url)
-                    .receipt_handle(handle)
-                    .send()
-                    .await
-                    .context("DeleteMessage")?;
-            }
-        }
-        if bodies.len() >= count || tokio::time::Instant::now() >= deadline {
-            return Ok(bodies);
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
 /// The sequence of the first quiet check queued to `queue_url` (waiting up to 30 s), and
 /// every body received, for the message when it is not the one expected.
 pub(super) async fn queued_check(
     moto: &Moto,
     queue_url: &str,
 ) -> anyhow::Result<(Option<u64>, Vec<String>)> {
-    let bodies = receive(moto, queue_url, 1, Duration::from_secs(30)).await?;
+    let bodies = moto.receive(queue_url, 1, Duration::from_secs(30)).await?;
     let sequence = bodies
         .first()
         .map(|body| QuietCheck::from_message(body))

@@ -354,19 +354,63 @@ def sqs_message(body, receive_count):
     }
 
 
-class NotificationRelay(threading.Thread):
+class SqsSource(threading.Thread):
+    """Lambda's SQS event source for one function: `queue` holds the (body, receive count) of
+    each message to deliver, and `deliver_batch` invokes the function with a batch of them and
+    keeps what it reports failed for another receive, dead-lettering a message once it was
+    received MAX_RECEIVES times."""
+
+    def __init__(self, name, invoke_url, log):
+        super().__init__(daemon=True)
+        self.name, self.invoke_url, self.log = name, invoke_url, log
+        self.queue = []  # (body, receive count)
+        self.stopping = threading.Event()
+        self.counts = {"invocations": 0, "redelivered": 0, "dead_lettered": 0}
+
+    def invoke(self, batch):
+        """Invokes the function with one SQS batch; returns the message ids it reports failed
+        (all of them when the invocation itself fails, as Lambda then retries the batch)."""
+        event = {"Records": [sqs_message(body, count) for body, count in batch]}
+        request = urllib.request.Request(self.invoke_url, data=json.dumps(event).encode(),
+                                         method="POST",
+                                         headers={"content-type": "application/json"})
+        self.counts["invocations"] += 1
+        try:
+            with urllib.request.urlopen(request, timeout=300) as response:
+                answer = json.load(response)
+        except (urllib.error.URLError, ConnectionError, OSError, ValueError) as err:
+            self.log(f"{self.name} invocation failed ({err}); the batch will be redelivered")
+            return {record["messageId"] for record in event["Records"]}, event
+        if not isinstance(answer, dict) or "batchItemFailures" not in answer:
+            self.log(f"{self.name} answered {str(answer)[:200]}; the batch will be redelivered")
+            return {record["messageId"] for record in event["Records"]}, event
+        return {item["itemIdentifier"] for item in answer["batchItemFailures"]}, event
+
+    def deliver_batch(self, batch):
+        """Delivers `batch`; whether the function reported any of it failed."""
+        failed, event = self.invoke(batch)
+        for record, (body, count) in zip(event["Records"], batch):
+            if record["messageId"] not in failed:
+                continue
+            if count >= MAX_RECEIVES:
+                self.counts["dead_lettered"] += 1
+                self.log(f"{self.name}: dead-lettered after {count} receives: {body[:200]}")
+            else:
+                self.counts["redelivered"] += 1
+                self.queue.append((body, count + 1))
+        return bool(failed)
+
+
+class NotificationRelay(SqsSource):
     """S3 → SQS → Lambda for the compact function (see the module doc)."""
 
     def __init__(self, storage, prefix, invoke_url, checks, log):
-        super().__init__(daemon=True)
-        self.storage, self.prefix, self.invoke_url, self.log = storage, prefix, invoke_url, log
+        super().__init__("compact", invoke_url, log)
+        self.storage, self.prefix = storage, prefix
         self.s3 = storage.client()
         self.sqs, self.queue_url = checks
         self.seen = set()
-        self.queue = []  # (body, receive count)
-        self.stopping = threading.Event()
-        self.counts = {"objects": 0, "invocations": 0, "redelivered": 0, "dead_lettered": 0,
-                       "quiet_checks": 0, "sent_back": 0}
+        self.counts.update({"objects": 0, "quiet_checks": 0, "sent_back": 0})
         # ((cluster, session, sequence), sent at in ms) of every quiet check taken off the queue
         self._checks = []
         self._checks_lock = threading.Lock()
@@ -401,39 +445,10 @@ class NotificationRelay(threading.Thread):
                     self.seen.add(item["Key"])
                     yield item
 
-    def invoke(self, batch):
-        """Invokes the function with one SQS batch; returns the message ids it reports failed
-        (all of them when the invocation itself fails, as Lambda then retries the batch)."""
-        event = {"Records": [sqs_message(body, count) for body, count in batch]}
-        request = urllib.request.Request(self.invoke_url, data=json.dumps(event).encode(),
-                                         method="POST",
-                                         headers={"content-type": "application/json"})
-        self.counts["invocations"] += 1
-        try:
-            with urllib.request.urlopen(request, timeout=300) as response:
-                answer = json.load(response)
-        except (urllib.error.URLError, ConnectionError, OSError, ValueError) as err:
-            self.log(f"compact invocation failed ({err}); the batch will be redelivered")
-            return {record["messageId"] for record in event["Records"]}, event
-        if not isinstance(answer, dict) or "batchItemFailures" not in answer:
-            self.log(f"compact answered {str(answer)[:200]}; the batch will be redelivered")
-            return {record["messageId"] for record in event["Records"]}, event
-        return {item["itemIdentifier"] for item in answer["batchItemFailures"]}, event
-
     def deliver(self):
         while self.queue:
             batch, self.queue = self.queue[:BATCH_SIZE], self.queue[BATCH_SIZE:]
-            failed, event = self.invoke(batch)
-            for record, (body, count) in zip(event["Records"], batch):
-                if record["messageId"] not in failed:
-                    continue
-                if count >= MAX_RECEIVES:
-                    self.counts["dead_lettered"] += 1
-                    self.log(f"dead-lettered after {count} receives: {body[:200]}")
-                else:
-                    self.counts["redelivered"] += 1
-                    self.queue.append((body, count + 1))
-            if failed:
+            if self.deliver_batch(batch):
                 time.sleep(2)  # the visibility timeout, shortened
 
     def run(self):
@@ -459,17 +474,15 @@ class NotificationRelay(threading.Thread):
             self.stopping.wait(1.0)  # MaximumBatchingWindowInSeconds, shortened
 
 
-class LogRelay(threading.Thread):
+class LogRelay(SqsSource):
     """The log queue → the log store function, as Lambda's event source mapping (see the module
     doc): every second, what the queue holds is one batch."""
 
     def __init__(self, sqs, queue_url, invoke_url, log):
-        super().__init__(daemon=True)
-        self.sqs, self.queue_url, self.invoke_url, self.log = sqs, queue_url, invoke_url, log
-        self.queue = []  # (body, receive count)
+        super().__init__("log store", invoke_url, log)
+        self.sqs, self.queue_url = sqs, queue_url
         self.busy = threading.Event()
-        self.stopping = threading.Event()
-        self.counts = {"messages": 0, "invocations": 0, "redelivered": 0, "dead_lettered": 0}
+        self.counts["messages"] = 0
 
     def received(self):
         while True:
@@ -482,31 +495,6 @@ class LogRelay(threading.Thread):
                                         ReceiptHandle=message["ReceiptHandle"])
                 yield message["Body"]
 
-    def deliver(self):
-        batch, self.queue = self.queue, []
-        event = {"Records": [sqs_message(body, count) for body, count in batch]}
-        request = urllib.request.Request(self.invoke_url, data=json.dumps(event).encode(),
-                                         method="POST",
-                                         headers={"content-type": "application/json"})
-        self.counts["invocations"] += 1
-        try:
-            with urllib.request.urlopen(request, timeout=120) as response:
-                answer = json.load(response)
-            failed = {item["itemIdentifier"] for item in answer["batchItemFailures"]}
-        except (urllib.error.URLError, ConnectionError, OSError, ValueError, KeyError,
-                TypeError) as err:
-            self.log(f"log store invocation failed ({err}); the batch will be redelivered")
-            failed = {record["messageId"] for record in event["Records"]}
-        for record, (body, count) in zip(event["Records"], batch):
-            if record["messageId"] not in failed:
-                continue
-            if count >= MAX_RECEIVES:
-                self.counts["dead_lettered"] += 1
-                self.log(f"log message dead-lettered after {count} receives: {body[:200]}")
-            else:
-                self.counts["redelivered"] += 1
-                self.queue.append((body, count + 1))
-
     def run(self):
         while not self.stopping.is_set():
             self.busy.set()
@@ -515,7 +503,8 @@ class LogRelay(threading.Thread):
                     self.queue.append((body, 1))
                     self.counts["messages"] += 1
                 if self.queue:
-                    self.deliver()
+                    batch, self.queue = self.queue, []
+                    self.deliver_batch(batch)
             except Exception as err:  # keep relaying: a receive error is retried
                 self.log(f"log relay: {err!r}")
             self.busy.clear()

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use afterglow_tests::moto::Moto;
-use anyhow::{Context as _, ensure};
+use anyhow::ensure;
 use shared::ingest::{IngestAccess, IngestLimits, Ingestor};
 use shared::keys::{LogFileName, NodeLogs};
 use shared::logs::queue::sqs::SqsLogQueue;
@@ -16,30 +16,21 @@ use shared::storage::Storage;
 
 use super::{ALL, log_file};
 
-/// Every message on the queue: its id and body, received once (the receive hides them from
-/// other receivers for the queue's visibility timeout).
-async fn receive_all(moto: &Moto, queue_url: &str) -> anyhow::Result<Vec<(String, String)>> {
-    let mut received = Vec::new();
-    loop {
-        let answer = moto
-            .sqs()
-            .receive_message()
-            .queue_url(queue_url)
-            .max_number_of_messages(10)
-            .send()
-            .await
-            .context("ReceiveMessage")?;
-        let messages = answer.messages();
-        if messages.is_empty() {
-            return Ok(received);
-        }
-        for message in messages {
-            received.push((
-                message.message_id().context("no message id")?.to_owned(),
-                message.body().context("no body")?.to_owned(),
-            ));
-        }
-    }
+/// Every message on the queue (at least `count`, waiting up to 10 s for them), each with an id
+/// of its own.
+async fn receive_all(
+    moto: &Moto,
+    queue_url: &str,
+    count: usize,
+) -> anyhow::Result<Vec<(String, String)>> {
+    let bodies = moto
+        .receive(queue_url, count, Duration::from_secs(10))
+        .await?;
+    Ok(bodies
+        .into_iter()
+        .enumerate()
+        .map(|(at, body)| (format!("m{at}"), body))
+        .collect())
 }
 
 /// Runs the log store function on `messages` as Lambda delivers them; returns the ids it asks
@@ -148,7 +139,7 @@ async fn requests_are_queued_and_stored_a_batch_at_a_time(
     );
 
     // The log store function stores the batch: one segment for the three requests.
-    let messages = receive_all(&moto, &queue_url).await?;
+    let messages = receive_all(&moto, &queue_url, 3).await?;
     ensure!(messages.len() == 3, "{messages:?}");
     let again = log_store(&storage, &messages).await?;
     ensure!(again.is_empty(), "asked to redeliver {again:?}");
@@ -164,7 +155,7 @@ async fn requests_are_queued_and_stored_a_batch_at_a_time(
         "{resent:?}"
     );
     ensure!(
-        receive_all(&moto, &queue_url).await?.is_empty(),
+        receive_all(&moto, &queue_url, 0).await?.is_empty(),
         "a re-send was queued"
     );
 
@@ -179,7 +170,7 @@ async fn requests_are_queued_and_stored_a_batch_at_a_time(
         .message_body("not a log message")
         .send()
         .await?;
-    let messages = receive_all(&moto, &queue_url).await?;
+    let messages = receive_all(&moto, &queue_url, 3).await?;
     ensure!(messages.len() == 3, "{messages:?}");
     let garbage: Vec<String> = messages
         .iter()
@@ -203,7 +194,7 @@ async fn requests_are_queued_and_stored_a_batch_at_a_time(
     let other = send(&ingestor, &node, &[(&err, 14, b"warn c\n")]).await?;
     ensure!(other == [PieceOutcome::Queued { end: 21 }], "{other:?}");
     ensure!(
-        receive_all(&moto, &queue_url).await?.len() == 1,
+        receive_all(&moto, &queue_url, 1).await?.len() == 1,
         "not one request queued"
     );
 
@@ -214,7 +205,7 @@ async fn requests_are_queued_and_stored_a_batch_at_a_time(
         "{rewritten:?}"
     );
     ensure!(
-        receive_all(&moto, &queue_url).await?.is_empty(),
+        receive_all(&moto, &queue_url, 0).await?.is_empty(),
         "a rewrite was queued"
     );
     Ok(())

@@ -144,6 +144,44 @@ impl Moto {
             .context("no queue URL")
     }
 
+    /// Receives (and deletes) messages of `queue_url` until `count` have arrived or `within`
+    /// has passed; the bodies.
+    pub async fn receive(
+        &self,
+        queue_url: &str,
+        count: usize,
+        within: Duration,
+    ) -> anyhow::Result<Vec<String>> {
+        let deadline = tokio::time::Instant::now() + within;
+        let mut bodies = Vec::new();
+        loop {
+            let answer = self
+                .sqs()
+                .receive_message()
+                .queue_url(queue_url)
+                .max_number_of_messages(10)
+                .send()
+                .await
+                .context("ReceiveMessage")?;
+            for message in answer.messages() {
+                bodies.extend(message.body().map(str::to_owned));
+                if let Some(handle) = message.receipt_handle() {
+                    self.sqs()
+                        .delete_message()
+                        .queue_url(queue_url)
+                        .receipt_handle(handle)
+                        .send()
+                        .await
+                        .context("DeleteMessage")?;
+                }
+            }
+            if bodies.len() >= count || tokio::time::Instant::now() >= deadline {
+                return Ok(bodies);
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
     /// Creates a secret holding `value`; returns its ARN.
     pub async fn create_secret(&self, name: &str, value: &str) -> anyhow::Result<String> {
         let created = self

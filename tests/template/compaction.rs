@@ -32,13 +32,7 @@ fn compaction_is_never_dead_lettered_by_throttling_or_expiry() -> anyhow::Result
     );
     let mut longest_queue = 0;
     for queue in ["RawObjectQueue", "RawObjectDeadLetterQueue"] {
-        let retention = number(
-            &template,
-            at(
-                &template,
-                &["Resources", queue, "Properties", "MessageRetentionPeriod"],
-            )?,
-        )?;
+        let retention = message_retention(&template, queue)?;
         ensure!(
             retention == 14 * DAY_S,
             "{queue} keeps messages {retention} s, not 14 days"

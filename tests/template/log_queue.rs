@@ -80,13 +80,7 @@ fn log_requests_are_queued_and_stored_a_batch_at_a_time() -> anyhow::Result<()> 
         "the log queue dead-letters elsewhere"
     );
     for queue in ["LogQueue", "LogDeadLetterQueue"] {
-        let retention = number(
-            &template,
-            at(
-                &template,
-                &["Resources", queue, "Properties", "MessageRetentionPeriod"],
-            )?,
-        )?;
+        let retention = message_retention(&template, queue)?;
         ensure!(
             retention == 14 * DAY_S,
             "{queue} keeps messages {retention} s, not 14 days: they are the only copy"

@@ -85,6 +85,17 @@ fn resources<'a>(template: &'a Value, kind: &str) -> anyhow::Result<Vec<(&'a str
 
 const DAY_S: i64 = 86_400;
 
+/// How long the queue `queue` keeps a message (seconds).
+fn message_retention(template: &Value, queue: &str) -> anyhow::Result<i64> {
+    number(
+        template,
+        at(
+            template,
+            &["Resources", queue, "Properties", "MessageRetentionPeriod"],
+        )?,
+    )
+}
+
 /// The value of an alarm's dimension `name`.
 fn dimension<'a>(alarm: &'a Value, name: &str) -> Option<&'a Value> {
     alarm
