@@ -5,7 +5,9 @@
 //! A request becomes one segment object and one new version of the node's index
 //! ([`super::index`]). A piece's bytes that overlap stored ones must equal them, wherever the
 //! overlap falls; only the bytes no extent covers are stored, so extents never overlap, and a
-//! re-send costs one ranged read per segment it meets (never more than its own bytes).
+//! re-send costs one ranged read per segment it meets (never more than its own bytes). A file
+//! whose bytes differ is marked rewritten in the index from the first difference, and nothing of
+//! it from there on is stored later.
 //!
 //! Small extents are merged as they accumulate: when a file has [`MERGE_RUN`] adjacent small
 //! extents of one level, they become extents of the next level, written into the same

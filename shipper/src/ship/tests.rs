@@ -22,6 +22,8 @@ struct Recorder {
     script: Mutex<std::collections::VecDeque<bool>>,
     /// Files whose pieces are refused.
     refuse: Mutex<BTreeSet<String>>,
+    /// Answers pieces `queued` (an endpoint with a log queue), not `stored`.
+    queues: std::sync::atomic::AtomicBool,
 }
 
 impl Recorder {
@@ -87,9 +89,13 @@ impl Recorder {
         }
         let new = piece.bytes.get(overlap..).unwrap_or_default();
         stored.extend_from_slice(new);
+        let end = piece.offset + piece.bytes.len() as u64;
+        if self.queues.load(std::sync::atomic::Ordering::Relaxed) {
+            return PieceOutcome::Queued { end };
+        }
         PieceOutcome::Stored {
             stored: new.len(),
-            end: piece.offset + piece.bytes.len() as u64,
+            end,
         }
     }
 }
@@ -319,6 +325,29 @@ fn a_file_replaced_between_scan_and_read_is_not_read_as_the_scanned_one() -> Tes
         read_at(&path, scanned, 0, 64).is_err(),
         "the new file's bytes were read as the scanned file's"
     );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_queued_piece_is_acknowledged_like_a_stored_one() -> TestResult {
+    let node = Node::new()?;
+    let sink = Recorder {
+        queues: true.into(),
+        ..Recorder::default()
+    };
+    node.append("worker-a-01000000-1.out", "one\n")?;
+    let first = Shipper::new(node.settings(SMALL))?.pass(&sink).await?;
+    assert_eq!((first.pieces, first.bytes), (1, 4));
+    node.append("worker-a-01000000-1.out", "two\n")?;
+    let mut restarted = Shipper::new(node.settings(SMALL))?;
+    let second = restarted.pass(&sink).await?;
+    assert_eq!(second.bytes, 4, "only the new line, after a restart too");
+    assert_eq!(
+        restarted.pass(&sink).await?.requests,
+        0,
+        "nothing sent again"
+    );
+    assert_eq!(sink.file("worker-a-01000000-1.out"), b"one\ntwo\n");
     Ok(())
 }
 
