@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use lambda_runtime::{Error, LambdaEvent};
-use shared::logs::queue::drain::{Received, store_batch};
+use shared::logs::queue::drain::{DrainLimits, Received, store_batch};
 use shared::storage::Storage;
 use tracing::Instrument as _;
 
@@ -34,7 +34,7 @@ pub async fn handle(
                 }
             }
         }
-        let drained = store_batch(&**storage, &received).await;
+        let drained = store_batch(&**storage, &received, DrainLimits::default()).await;
         tracing::info!(
             messages = received.len(),
             nodes = drained.nodes,

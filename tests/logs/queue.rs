@@ -9,6 +9,8 @@ use afterglow_tests::moto::Moto;
 use anyhow::ensure;
 use shared::ingest::{IngestAccess, IngestLimits, Ingestor};
 use shared::keys::{LogFileName, NodeLogs};
+use shared::logs::queue::drain::{DrainLimits, Received, store_batch};
+use shared::logs::queue::message::QueuedPieces;
 use shared::logs::queue::sqs::SqsLogQueue;
 use shared::logs::read::{list_files, read_range};
 use shared::logs::store::{PieceOutcome, ReadPiece};
@@ -211,4 +213,54 @@ async fn requests_are_queued_and_stored_a_batch_at_a_time(
     Ok(())
 }
 
-afterglow_tests::for_each_backend!(requests_are_queued_and_stored_a_batch_at_a_time);
+/// A node's batch past the part size is unpacked and stored in parts, in the order sent, so a
+/// batch of compressible output is never held unpacked whole; a message that does not unpack is
+/// asked for again alone.
+async fn a_nodes_batch_is_stored_in_parts_in_the_order_sent(
+    storage: Arc<dyn Storage>,
+) -> anyhow::Result<()> {
+    let node = log_file("worker-p-01000000-2.out")?.node();
+    let out = LogFileName::new("worker-p-01000000-2.out")?;
+    let lines = ["one\n", "two\n", "three\n", "four\n", "five\n"];
+    let mut offset = 0;
+    let mut bodies = Vec::new();
+    for (sent, line) in lines.iter().enumerate() {
+        let piece = ReadPiece {
+            file: out.clone(),
+            offset,
+            bytes: line.as_bytes(),
+        };
+        offset += line.len() as u64;
+        bodies.push(QueuedPieces::new(node.clone(), 1_000 + sent as u64, &[piece]).encode()?);
+    }
+    // Not gzip where the pieces should be: unreadable only once unpacked.
+    let mut broken: serde_json::Value = serde_json::from_str(&bodies[0])?;
+    broken["pieces"] = "bm90IGd6aXA=".into();
+    let broken = broken.to_string();
+    let ids = ["a", "b", "c", "d", "e", "broken"];
+    // Received out of order, as a standard queue may deliver them.
+    let order = [4, 1, 5, 0, 3, 2];
+    let received: Vec<Received<'_>> = order
+        .iter()
+        .map(|&at| Received {
+            id: ids[at],
+            body: bodies.get(at).map_or(broken.as_str(), String::as_str),
+        })
+        .collect();
+    let limits = DrainLimits {
+        nodes_at_once: 1,
+        node_part_bytes: 8,
+    };
+    let drained = store_batch(&*storage, &received, limits).await;
+    ensure!(drained.redeliver == ["broken"], "{drained:?}");
+    ensure!(drained.stores == 3, "parts of 8 bytes or more: {drained:?}");
+    let segments = storage.list(&format!("{}segments/", node.prefix())).await?;
+    ensure!(segments.len() == 3, "{segments:?}");
+    ensure!(read(&*storage, &node, &out).await? == lines.concat().as_bytes());
+    Ok(())
+}
+
+afterglow_tests::for_each_backend!(
+    requests_are_queued_and_stored_a_batch_at_a_time,
+    a_nodes_batch_is_stored_in_parts_in_the_order_sent,
+);

@@ -17,7 +17,7 @@ use async_trait::async_trait;
 use serde::Serialize;
 use shared::keys::{ClusterName, LogFileName, NodeId, NodeLogs, SessionName};
 use shared::logs::frames::{BodyAnswer, PieceAnswer, read_body};
-use shared::logs::queue::drain::{Received, store_batch};
+use shared::logs::queue::drain::{DrainLimits, Received, store_batch};
 use shared::logs::queue::route::queue_or_store;
 use shared::logs::queue::{LogQueue, QueueError};
 use shared::logs::read::{read_range, read_tail};
@@ -265,7 +265,7 @@ impl Draining {
             .map(|(id, body)| Received { id, body })
             .collect();
         let started = Instant::now();
-        let drained = store_batch(storage, &received).await;
+        let drained = store_batch(storage, &received, DrainLimits::default()).await;
         self.times.push(started.elapsed());
         anyhow::ensure!(
             drained.redeliver.is_empty() && drained.refused == 0,

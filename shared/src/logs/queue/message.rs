@@ -89,6 +89,25 @@ impl QueuedPieces {
 
     /// Reads a message body back, unpacking at most [`MAX_BODY_BYTES`] of pieces.
     pub fn decode(text: &str) -> Result<Self, MessageError> {
+        Packed::read(text)?.unpack()
+    }
+}
+
+/// A message read but not unpacked: a batch's messages are grouped by node and unpacked a few
+/// nodes at a time, so a batch of compressible output is never held unpacked whole.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Packed {
+    /// Whose logs.
+    pub node: NodeLogs,
+    /// When ingest queued them (milliseconds since the epoch).
+    pub sent_ms: u64,
+    /// The framed pieces, gzip-compressed.
+    compressed: Vec<u8>,
+}
+
+impl Packed {
+    /// Reads a message body's node and time, and its pieces still compressed.
+    pub fn read(text: &str) -> Result<Self, MessageError> {
         let wire: Wire<'_> = serde_json::from_str(text).map_err(MessageError::NotAMessage)?;
         let node = NodeLogs {
             cluster: ClusterName::new(wire.cluster)
@@ -98,11 +117,20 @@ impl QueuedPieces {
             node_id: NodeId::new(wire.node_id)
                 .map_err(|err| MessageError::Node(err.to_string()))?,
         };
-        let packed = STANDARD
+        let compressed = STANDARD
             .decode(wire.pieces)
             .map_err(|err| MessageError::Pieces(err.to_string()))?;
+        Ok(Self {
+            node,
+            sent_ms: wire.sent_ms,
+            compressed,
+        })
+    }
+
+    /// The pieces, unpacked: at most [`MAX_BODY_BYTES`].
+    pub fn unpack(self) -> Result<QueuedPieces, MessageError> {
         let mut body = Vec::new();
-        GzDecoder::new(packed.as_slice())
+        GzDecoder::new(self.compressed.as_slice())
             .take(MAX_BODY_BYTES as u64 + 1)
             .read_to_end(&mut body)
             .map_err(|err| MessageError::Pieces(err.to_string()))?;
@@ -111,9 +139,9 @@ impl QueuedPieces {
                 "they unpack past {MAX_BODY_BYTES} bytes"
             )));
         }
-        Ok(Self {
-            node,
-            sent_ms: wire.sent_ms,
+        Ok(QueuedPieces {
+            node: self.node,
+            sent_ms: self.sent_ms,
             body,
         })
     }
