@@ -9,6 +9,7 @@ use crate::bench::BenchArgs;
 use crate::export_url::ExportUrlArgs;
 use crate::generate::GenerateArgs;
 use crate::maintenance::{CompactArgs, RebuildArgs};
+use crate::migrate_logs::MigrateLogsArgs;
 use crate::proxy::ProxyArgs;
 use crate::publish::PublishArgs;
 use crate::serve::ServeArgs;
@@ -39,6 +40,7 @@ impl Cli {
                 | Command::Compact(_)
                 | Command::Rebuild(_)
                 | Command::Publish(_)
+                | Command::MigrateLogs(_)
         )
     }
 }
@@ -118,6 +120,13 @@ pub enum Command {
     /// table's current metadata file. With --glue-database, also points each table of that
     /// Glue database at it, as the deployed catalog function does after every commit.
     Publish(PublishArgs),
+    /// Move task logs stored in the older layout (an object per shipped piece, under
+    /// logs/{cluster}/{session}/{node}/{file}/) into the segments and index that reads use, so
+    /// that they can be read again.
+    ///
+    /// Works on the store (--data-dir, AFTERGLOW_DATA_DIR, or AFTERGLOW_BUCKET) beside running
+    /// functions; a piece is deleted once the node's index names its bytes. Safe to repeat.
+    MigrateLogs(MigrateLogsArgs),
 }
 
 /// Runs one parsed command line.
@@ -133,5 +142,6 @@ pub async fn run(cli: Cli, config: Config) -> anyhow::Result<()> {
         Command::ExportUrl(args) => crate::export_url::run(args, config).await,
         Command::Sql(args) => crate::sql::run(args, config).await,
         Command::Publish(args) => crate::publish::run(args, config).await,
+        Command::MigrateLogs(args) => crate::migrate_logs::run(args, config).await,
     }
 }

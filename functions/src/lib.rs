@@ -18,6 +18,7 @@
 //! - [`proxy`]: `afterglow proxy`, a loopback front that signs requests to a deployed query API.
 //! - [`ship_logs`]: `afterglow ship-logs`, the per-node log shipper.
 //! - [`maintenance`]: `compact` and `rebuild` from the command line.
+//! - [`migrate_logs`]: `afterglow migrate-logs`, logs of the older layout moved into the index.
 //! - [`sql`]: `afterglow sql`, DuckDB over the history's published tables.
 //! - [`publish`]: `afterglow publish`, the published tables as Iceberg metadata.
 //! - [`generate`]: `afterglow generate`, synthetic Ray traffic.
@@ -35,6 +36,7 @@ pub mod ingest;
 pub mod lambda;
 pub mod log_store;
 pub mod maintenance;
+pub mod migrate_logs;
 pub mod page;
 pub mod progress;
 pub mod proxy;

@@ -7,11 +7,13 @@
 //!   session folder through `serve`;
 //! - `reads`: a task's output, a node's files and their tails, in our routes and Ray's;
 //! - `inferred`: attempts Ray exported no offsets for get only their own lines;
+//! - `migrate`: logs of the older layout, an object per piece, moved into the index;
 //! - `dashboard`: the cluster events and cluster metadata shipped beside the logs, answered as
 //!   Ray's dashboard answered them.
 
 mod dashboard;
 mod inferred;
+mod migrate;
 mod queue;
 mod reads;
 mod route;
