@@ -272,46 +272,53 @@ async fn a_whole_files_tail_fetches_no_more_than_the_response_holds() -> anyhow:
     let (_dir, storage) = local_storage()?;
     let storage: Arc<dyn Storage> = Arc::new(storage);
     let file = log_file("raylet.out")?;
-    // 100 pieces of 1 000 bytes, ten 100-byte lines each, each shipped as a request.
+    // Two extents' worth of output that compresses poorly, shipped at once (stored in a
+    // segment), then 100 pieces of 1 000 bytes, ten 100-byte lines each, each shipped as a
+    // request (carried inline in the node's index).
+    let early = afterglow_tests::noisy_lines(2 * 1024 * 1024, 5);
+    put(&*storage, &file, 0, &early).await?;
     let piece = format!("{}\n", "y".repeat(99)).repeat(10);
-    for at in 0..100_u64 {
-        put(&*storage, &file, at * 1_000, piece.as_bytes()).await?;
+    let mut whole = early.clone();
+    for _ in 0..100 {
+        put(&*storage, &file, whole.len() as u64, piece.as_bytes()).await?;
+        whole.extend_from_slice(piece.as_bytes());
     }
-    let recorder = Arc::new(RecordsRequests::new(Arc::clone(&storage)));
-    let cache = tempfile::tempdir()?;
-    let mut settings = QuerySettings::under(cache.path());
-    settings.response_bytes = 2_500;
-    let engine = QueryEngine::open(Arc::clone(&recorder) as Arc<dyn Storage>, settings)?;
-    let params: Vec<(String, String)> = [
-        ("cluster", "logs".to_owned()),
-        ("session", SESSION.to_owned()),
-        ("node_id", node_id()),
-        ("file", "raylet.out".to_owned()),
-        ("lines", "-1".to_owned()),
-    ]
-    .into_iter()
-    .map(|(name, value)| (name.to_owned(), value))
-    .collect();
-    let tail = engine.answer_log_file(&params).await?;
-    let whole = piece.repeat(100);
-    ensure!(
-        tail.bytes == whole.as_bytes()[whole.len() - 2_500..] && !tail.complete,
-        "{} bytes, complete: {}",
-        tail.bytes.len(),
-        tail.complete
-    );
-    // The index, and the last three pieces, which hold the response: nothing before them is
-    // fetched, and nothing is listed.
-    let (gets, ranges) = (recorder.gets(), recorder.ranges());
-    ensure!(
-        gets.len() == 1 && gets[0].ends_with("index.json"),
-        "{gets:?}"
-    );
-    ensure!(
-        ranges.len() == 3,
-        "{} extents fetched: {ranges:?}",
-        ranges.len()
-    );
-    ensure!(recorder.lists() == 0, "the tail listed");
+    // A response inside the inline pieces reads the index alone; one reaching into the early
+    // output fetches only the last of its two extents.
+    for (response_bytes, extents_fetched) in [(2_500, 0), (150_000, 1)] {
+        let recorder = Arc::new(RecordsRequests::new(Arc::clone(&storage)));
+        let cache = tempfile::tempdir()?;
+        let mut settings = QuerySettings::under(cache.path());
+        settings.response_bytes = response_bytes;
+        let engine = QueryEngine::open(Arc::clone(&recorder) as Arc<dyn Storage>, settings)?;
+        let params: Vec<(String, String)> = [
+            ("cluster", "logs".to_owned()),
+            ("session", SESSION.to_owned()),
+            ("node_id", node_id()),
+            ("file", "raylet.out".to_owned()),
+            ("lines", "-1".to_owned()),
+        ]
+        .into_iter()
+        .map(|(name, value)| (name.to_owned(), value))
+        .collect();
+        let tail = engine.answer_log_file(&params).await?;
+        ensure!(
+            tail.bytes == whole[whole.len() - response_bytes..] && !tail.complete,
+            "{} bytes, complete: {}",
+            tail.bytes.len(),
+            tail.complete
+        );
+        let (gets, ranges) = (recorder.gets(), recorder.ranges());
+        ensure!(
+            gets.len() == 1 && gets[0].ends_with("index.json"),
+            "{gets:?}"
+        );
+        ensure!(
+            ranges.len() == extents_fetched,
+            "{} extents fetched for {response_bytes} bytes: {ranges:?}",
+            ranges.len()
+        );
+        ensure!(recorder.lists() == 0, "the tail listed");
+    }
     Ok(())
 }

@@ -8,6 +8,7 @@ use afterglow_tests::faults::{LosesConditionalResponses, RecordsRequests};
 use afterglow_tests::for_each_backend;
 use anyhow::ensure;
 use shared::keys::LogFileName;
+use shared::logs::inline::INLINE_BYTES;
 use shared::logs::read::{LogRange, list_files, read_range, read_tail};
 use shared::logs::store::{MAX_BODY_BYTES, MERGE_RUN, PieceOutcome, ReadPiece, put_pieces};
 use shared::storage::Storage;
@@ -147,8 +148,17 @@ async fn one_request_holds_many_files_and_they_list_by_name(
     ];
     let outcomes = put_pieces(&*storage, &node, &pieces).await?;
     ensure!(outcomes.len() == 3, "{outcomes:?}");
-    let segments = storage.list(&format!("{}segments/", node.prefix())).await?;
-    ensure!(segments.len() == 1, "one object per request: {segments:?}");
+    // A few lines are carried inline: the request wrote one object, the node's index.
+    let objects: Vec<String> = storage
+        .list(&node.prefix())
+        .await?
+        .into_iter()
+        .map(|meta| meta.key.as_str().to_owned())
+        .collect();
+    ensure!(
+        objects == [node.index_key()?.as_str()],
+        "one object per request: {objects:?}"
+    );
     let file = node.file(raylet);
     let whole = read_range(&*storage, &file, 0, None, ALL).await?;
     ensure!(
@@ -182,10 +192,10 @@ async fn a_large_resend_over_many_stored_pieces_costs_its_own_size(
     let node = log_file("raylet.out")?.node();
     let name = LogFileName::new("worker-e-01000000-5.out")?;
     let file = node.file(name.clone());
-    // 10 000 one-line pieces, shipped 1 000 to a request: a slow printer over hours.
-    let lines: Vec<String> = (0..10_000)
-        .map(|line| format!("line {line:05}\n"))
-        .collect();
+    // 10 000 one-line pieces, shipped 1 000 to a request: a slow printer over hours, whose
+    // lines compress too poorly to be carried inline for long.
+    let text = afterglow_tests::noisy_lines(1_000_000, 3);
+    let lines: Vec<&[u8]> = text.chunks(100).collect();
     let mut offset = 0_u64;
     for batch in lines.chunks(1_000) {
         let mut pieces = Vec::new();
@@ -193,15 +203,22 @@ async fn a_large_resend_over_many_stored_pieces_costs_its_own_size(
             pieces.push(ReadPiece {
                 file: name.clone(),
                 offset,
-                bytes: line.as_bytes(),
+                bytes: line,
             });
             offset += line.len() as u64;
         }
         put_pieces(&*storage, &node, &pieces).await?;
     }
-    let stored_text: String = lines.concat();
+    let stored_text = lines.concat();
+    ensure!(
+        !storage
+            .list(&format!("{}segments/", node.prefix()))
+            .await?
+            .is_empty(),
+        "every piece is inline: the re-send would read no segment"
+    );
     // A shipper that lost its state sends the file again from 0, as much as a body holds.
-    let mut resend = stored_text.clone().into_bytes();
+    let mut resend = stored_text.clone();
     resend.resize(MAX_BODY_BYTES - 1_024, b'+');
     let recorder = Arc::new(RecordsRequests::new(Arc::clone(&storage)));
     let outcome = put(&*recorder, &file, 0, &resend).await?;
@@ -230,8 +247,13 @@ async fn a_segment_an_age_rule_removed_is_a_gap_a_resend_fills(
     storage: Arc<dyn Storage>,
 ) -> anyhow::Result<()> {
     let file = log_file("worker-f-01000000-6.out")?;
-    put(&*storage, &file, 0, b"first\n").await?;
-    put(&*storage, &file, 6, b"second\n").await?;
+    // Each request too large to be carried inline in the index: a segment each.
+    let first = afterglow_tests::noisy_lines(3 * INLINE_BYTES, 1);
+    let second = afterglow_tests::noisy_lines(3 * INLINE_BYTES, 2);
+    let third = b"third\n";
+    let all = [first.as_slice(), &second, third].concat();
+    put(&*storage, &file, 0, &first).await?;
+    put(&*storage, &file, first.len() as u64, &second).await?;
     // The age rule removes the first request's segment (ids sort by time).
     let segments = storage
         .list(&format!("{}segments/", file.node().prefix()))
@@ -243,12 +265,14 @@ async fn a_segment_an_age_rule_removed_is_a_gap_a_resend_fills(
         "a read of a removed segment answered"
     );
     // The shipper, its state lost, sends the file from 0: the gap is filled, the rest checked.
-    let outcome = put(&*storage, &file, 0, b"first\nsecond\nthird\n").await?;
-    ensure!(stored(&outcome)? == (12, 19), "{outcome:?}");
+    let outcome = put(&*storage, &file, 0, &all).await?;
+    let expected = (first.len() + third.len(), all.len() as u64);
+    ensure!(stored(&outcome)? == expected, "{outcome:?}");
     let whole = read_range(&*storage, &file, 0, None, ALL).await?;
     ensure!(
-        whole.bytes == b"first\nsecond\nthird\n" && whole.complete,
-        "{whole:?}"
+        whole.bytes == all && whole.complete,
+        "{} bytes",
+        whole.bytes.len()
     );
     Ok(())
 }

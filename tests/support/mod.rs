@@ -390,6 +390,24 @@ pub fn now_ms() -> anyhow::Result<u64> {
     )?)
 }
 
+/// `bytes` bytes of text that compress poorly: lines of 99 characters drawn from 64 by a
+/// xorshift from `seed` (so that a failure reproduces), each ending in a newline.
+pub fn noisy_lines(bytes: usize, seed: u64) -> Vec<u8> {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut state = seed | 1;
+    (0..bytes)
+        .map(|at| {
+            if at % 100 == 99 {
+                return b'\n';
+            }
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            ALPHABET[usize::try_from(state % 64).unwrap_or(0)]
+        })
+        .collect()
+}
+
 /// A deterministic shuffle (xorshift), so that a failure reproduces.
 pub fn shuffled<T: Clone>(items: &[T], seed: u64) -> Vec<T> {
     let mut items = items.to_vec();

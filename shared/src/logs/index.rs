@@ -1,5 +1,6 @@
 //! A node's log index (docs/architecture.md, "Logs"): for each of the node's files, the byte
-//! ranges stored (extents) and where each one's bytes are, one gzip member inside a segment.
+//! ranges stored (extents) and where each one's bytes are, one gzip member inside a segment or
+//! [`Inline`] in the index itself.
 //! Reads find their bytes here and fetch exactly those members with ranged reads: nothing on
 //! the read path lists. Ingest replaces the index conditionally on the version it read, as
 //! compaction does the tables' manifests.
@@ -14,6 +15,7 @@ use futures_util::{StreamExt as _, TryStreamExt as _, stream};
 use serde::{Deserialize, Serialize};
 use ulid::Ulid;
 
+use super::inline::Inline;
 use super::store::LogError;
 use crate::keys::NodeLogs;
 use crate::storage::{ETag, ObjectKey, PutMode, Storage, StorageError};
@@ -101,6 +103,9 @@ pub struct LogIndex {
     /// never goes on with the bytes of the file that replaced it.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub rewritten: BTreeMap<String, u64>,
+    /// The node's newest small members, carried here rather than in a segment ([`Inline`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inline: Option<Inline>,
 }
 
 /// An index as read, with the version a replacement must find.
@@ -160,14 +165,15 @@ pub const PARALLEL_READS: usize = 8;
 
 /// The bytes of each of `extents`, in their order: one ranged read per segment, spanning the
 /// members wanted from it (a request's segment holds every file's extents of that request, so
-/// one read serves them all), at most [`PARALLEL_READS`] at a time. A segment that is gone (an
-/// S3 age rule removed it) is an error.
+/// one read serves them all), at most [`PARALLEL_READS`] at a time, and none for the `inline`
+/// members. A segment that is gone (an S3 age rule removed it) is an error.
 pub async fn extents_bytes(
     storage: &dyn Storage,
     node: &NodeLogs,
+    inline: Option<&Inline>,
     extents: &[&Extent],
 ) -> Result<Vec<Vec<u8>>, LogError> {
-    extents_bytes_found(storage, node, extents)
+    extents_bytes_found(storage, node, inline, extents)
         .await?
         .into_iter()
         .zip(extents)
@@ -183,14 +189,17 @@ pub async fn extents_bytes(
         .collect()
 }
 
-/// [`extents_bytes`], with `None` for an extent whose segment is gone.
+/// [`extents_bytes`], with `None` for an extent whose segment is gone. The `inline` members
+/// are read from the index in hand, with no request.
 pub async fn extents_bytes_found(
     storage: &dyn Storage,
     node: &NodeLogs,
+    inline: Option<&Inline>,
     extents: &[&Extent],
 ) -> Result<Vec<Option<Vec<u8>>>, LogError> {
+    let is_inline = |extent: &Extent| inline.is_some_and(|inline| inline.id == extent.segment);
     let mut spans: BTreeMap<Ulid, Range<u64>> = BTreeMap::new();
-    for extent in extents {
+    for extent in extents.iter().filter(|extent| !is_inline(extent)) {
         let member = extent.at..extent.at.saturating_add(extent.size);
         spans
             .entry(extent.segment)
@@ -216,8 +225,12 @@ pub async fn extents_bytes_found(
         .iter()
         .map(|extent| {
             let key = node.segment_key(extent.segment)?;
-            let Some(Some((start, bytes))) = read.get(&extent.segment) else {
-                return Ok(None);
+            let (start, bytes): (u64, &[u8]) = match inline {
+                Some(inline) if is_inline(extent) => (0, &inline.members),
+                _ => match read.get(&extent.segment) {
+                    Some(Some((start, bytes))) => (*start, bytes),
+                    _ => return Ok(None),
+                },
             };
             let from = usize::try_from(extent.at - start).unwrap_or(usize::MAX);
             let to =
@@ -234,9 +247,10 @@ pub async fn extents_bytes_found(
 pub async fn extent_bytes(
     storage: &dyn Storage,
     node: &NodeLogs,
+    inline: Option<&Inline>,
     extent: &Extent,
 ) -> Result<Vec<u8>, LogError> {
-    let mut bytes = extents_bytes(storage, node, &[extent]).await?;
+    let mut bytes = extents_bytes(storage, node, inline, &[extent]).await?;
     Ok(bytes.pop().unwrap_or_default())
 }
 

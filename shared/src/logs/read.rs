@@ -4,6 +4,7 @@
 //! nothing loads more than it returns plus one extent.
 
 use super::index::{self, Extent};
+use super::inline::Inline;
 use super::metadata::CLUSTER_METADATA_FILE;
 use super::store::LogError;
 use crate::keys::{LogFile, LogFileName, NodeLogs};
@@ -19,14 +20,15 @@ pub struct LogRange {
     pub complete: bool,
 }
 
-/// The extents stored of `file`, by offset.
-async fn extents_of(storage: &dyn Storage, file: &LogFile) -> Result<Vec<Extent>, LogError> {
-    let mut loaded = index::load(storage, &file.node()).await?;
-    Ok(loaded
-        .index
-        .files
-        .remove(file.file.as_str())
-        .unwrap_or_default())
+/// The extents stored of `file`, by offset, and the index's inline members, which may hold
+/// some of them.
+async fn extents_of(
+    storage: &dyn Storage,
+    file: &LogFile,
+) -> Result<(Vec<Extent>, Option<Inline>), LogError> {
+    let mut index = index::load(storage, &file.node()).await?.index;
+    let extents = index.files.remove(file.file.as_str()).unwrap_or_default();
+    Ok((extents, index.inline))
 }
 
 /// Reads bytes `start..end` of `file` (`end: None` for everything from `start`), at most
@@ -43,7 +45,7 @@ pub async fn read_range(
 ) -> Result<LogRange, LogError> {
     let cut = start.saturating_add(u64::try_from(limit).unwrap_or(u64::MAX));
     let stop = end.map_or(cut, |end| end.min(cut));
-    let extents = extents_of(storage, file).await?;
+    let (extents, inline) = extents_of(storage, file).await?;
     // The extents the range needs: up to its stop, or the first bytes never stored.
     let mut needed = Vec::new();
     let mut reach = start;
@@ -61,7 +63,7 @@ pub async fn read_range(
         needed.push(extent);
         reach = extent.end;
     }
-    let fetched = index::extents_bytes(storage, &file.node(), &needed).await?;
+    let fetched = index::extents_bytes(storage, &file.node(), inline.as_ref(), &needed).await?;
     let mut bytes = Vec::new();
     let mut position = start;
     for (extent, stored) in needed.iter().zip(&fetched) {
@@ -87,8 +89,12 @@ pub async fn read_tail(
     lines: usize,
     limit: usize,
 ) -> Result<LogRange, LogError> {
-    let extents = extents_of(storage, file).await?;
-    tail_of(storage, &file.node(), &extents, lines, limit).await
+    let (extents, inline) = extents_of(storage, file).await?;
+    let stored = Stored {
+        node: &file.node(),
+        inline: inline.as_ref(),
+    };
+    tail_of(storage, stored, &extents, lines, limit).await
 }
 
 /// The last `lines` lines of each of `node`'s files that `wanted` picks, as [`read_tail`] reads
@@ -115,17 +121,28 @@ pub async fn read_tails(
         if !wanted(name) {
             continue;
         }
-        let tail = tail_of(storage, node, extents, lines, left).await?;
+        let stored = Stored {
+            node,
+            inline: index.inline.as_ref(),
+        };
+        let tail = tail_of(storage, stored, extents, lines, left).await?;
         left = left.saturating_sub(tail.bytes.len());
         tails.push((file, tail));
     }
     Ok(tails)
 }
 
+/// Where a node's extents are read from: its segments, and its index's inline members.
+#[derive(Clone, Copy)]
+struct Stored<'a> {
+    node: &'a NodeLogs,
+    inline: Option<&'a Inline>,
+}
+
 /// [`read_tail`] of a file whose extents are known.
 async fn tail_of(
     storage: &dyn Storage,
-    node: &NodeLogs,
+    stored: Stored<'_>,
     extents: &[Extent],
     lines: usize,
     limit: usize,
@@ -157,7 +174,7 @@ async fn tail_of(
         }
         for (extent, stored) in batch
             .iter()
-            .zip(index::extents_bytes(storage, node, &batch).await?)
+            .zip(index::extents_bytes(storage, stored.node, stored.inline, &batch).await?)
         {
             newlines += stored.iter().filter(|byte| **byte == b'\n').count();
             read += stored.len();
@@ -226,5 +243,5 @@ pub async fn list_files(
 
 /// Whether any byte of `file` was shipped.
 pub async fn is_shipped(storage: &dyn Storage, file: &LogFile) -> Result<bool, LogError> {
-    Ok(!extents_of(storage, file).await?.is_empty())
+    Ok(!extents_of(storage, file).await?.0.is_empty())
 }

@@ -2,8 +2,8 @@
 //! idempotent, a rewritten file is refused, and the node's index says where every stored byte
 //! is.
 //!
-//! A request becomes one segment object and one new version of the node's index
-//! ([`super::index`]). A piece's bytes that overlap stored ones must equal them, wherever the
+//! A request becomes one new version of the node's index ([`super::index`]), and one segment
+//! object when its bytes do not fit [`super::inline`] in the index. A piece's bytes that overlap stored ones must equal them, wherever the
 //! overlap falls; only the bytes no extent covers are stored, so extents never overlap, and a
 //! re-send costs one ranged read per segment it meets (never more than its own bytes). A file
 //! whose bytes differ is marked rewritten in the index from the first difference, and nothing of
@@ -22,6 +22,7 @@ use bytes::Bytes;
 use ulid::Ulid;
 
 use super::index::{self, EXTENT_BYTES, Extent, LogIndex};
+use super::inline;
 use crate::keys::NodeLogs;
 use crate::storage::{InvalidKey, ObjectKey, PutMode, Storage, StorageError};
 
@@ -138,27 +139,27 @@ pub async fn put_pieces(
             return Ok(outcomes); // every byte was stored already
         };
         // A fresh id per request: nothing else writes this key.
-        let key = node.segment_key(written.segment)?;
-        let has_segment = !written.body.is_empty();
-        if has_segment {
+        let key = node.segment_key(written.id)?;
+        let has_segment = written.segment.is_some();
+        if let Some(body) = written.segment {
             storage
-                .put(&key, Bytes::from(written.body), PutMode::Overwrite)
+                .put(&key, Bytes::from(body), PutMode::Overwrite)
                 .await?;
         }
         let landed = index::commit(storage, node, &written.index, loaded.version.as_ref()).await?
             // Refused because this very write landed and its response was lost (the SDK's
-            // retry then finds the new version): the index names the segment, or (when only
-            // a rewrite was found) holds its mark.
+            // retry then finds the new version): the index names the request's id, or (when
+            // only a rewrite was found) holds its mark.
             || {
                 let now = index::load(storage, node).await?.index;
-                if has_segment {
-                    names_segment(&now, written.segment)
+                if written.stores_bytes {
+                    names_segment(&now, written.id)
                 } else {
                     marks_all(&now, &written.index)
                 }
             };
         if landed {
-            tracing::info!(segment = %key, new_bytes = written.new_bytes, "stored log pieces");
+            tracing::info!(id = %written.id, has_segment, new_bytes = written.new_bytes, "stored log pieces");
             return Ok(outcomes);
         }
         // Another request replaced the index first: this segment is named by none.
@@ -198,10 +199,14 @@ impl Planned {
     }
 }
 
-/// What one request writes: its segment and the index naming it.
+/// What one request writes: the index, and a segment when its bytes did not fit inline.
 struct Written {
-    segment: Ulid,
-    body: Vec<u8>,
+    /// The id the request's new extents name: their segment's, or the inline members'.
+    id: Ulid,
+    /// Whether the request stores bytes (else it only marks a file rewritten).
+    stores_bytes: bool,
+    /// The segment `id`, written before the index.
+    segment: Option<Vec<u8>>,
     index: LogIndex,
     new_bytes: usize,
 }
@@ -280,7 +285,8 @@ impl<'a> Plan<'a> {
         if wanted.is_empty() {
             return Ok(false);
         }
-        let fetched = index::extents_bytes_found(self.storage, self.node, &wanted).await?;
+        let inline = self.index.inline.as_ref();
+        let fetched = index::extents_bytes_found(self.storage, self.node, inline, &wanted).await?;
         let mut left = false;
         for (extent, bytes) in wanted.iter().zip(fetched) {
             let member = (extent.segment, extent.at);
@@ -337,7 +343,8 @@ impl<'a> Plan<'a> {
                 if let Some(bytes) = self.read.get(&member) {
                     return Ok(bytes.clone());
                 }
-                let bytes = index::extent_bytes(self.storage, self.node, extent).await?;
+                let inline = self.index.inline.as_ref();
+                let bytes = index::extent_bytes(self.storage, self.node, inline, extent).await?;
                 self.read.insert(member, bytes.clone());
                 Ok(bytes)
             }
@@ -516,8 +523,8 @@ impl<'a> Plan<'a> {
         Ok(())
     }
 
-    /// The segment holding every planned new extent and the index naming it; `None` when there
-    /// is nothing new.
+    /// The index naming every planned new extent, placed inline in it or in a segment of the
+    /// request's own ([`inline::place`]); `None` when there is nothing new.
     fn finish(self) -> Result<Option<Written>, LogError> {
         let id = Ulid::new();
         let mut body = Vec::new();
@@ -545,9 +552,19 @@ impl<'a> Plan<'a> {
             }
             index.files.insert(name, extents);
         }
-        Ok((!body.is_empty() || self.marked).then_some(Written {
-            segment: id,
-            body,
+        let stores_bytes = !body.is_empty();
+        if !stores_bytes && !self.marked {
+            return Ok(None);
+        }
+        let segment = if stores_bytes {
+            inline::place(&mut index, id, body)
+        } else {
+            None
+        };
+        Ok(Some(Written {
+            id,
+            stores_bytes,
+            segment,
             index,
             new_bytes: self.new_bytes,
         }))

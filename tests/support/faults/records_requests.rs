@@ -8,12 +8,13 @@ use shared::storage::{
     ETag, MAX_KEYS_PER_DELETE, ObjectKey, ObjectMeta, PutMode, Storage, StorageError, StoredObject,
 };
 
-/// Storage that records the reads, listings and deletes it is asked for and, unlike a local
+/// Storage that records the writes, reads, listings and deletes it is asked for and, unlike a local
 /// directory, never lets readers use its files in place: the query cache downloads them, as
 /// from S3.
 #[derive(Debug)]
 pub struct RecordsRequests {
     inner: Arc<dyn Storage>,
+    puts: std::sync::Mutex<Vec<String>>,
     gets: std::sync::Mutex<Vec<String>>,
     ranges: std::sync::Mutex<Vec<(String, Range<u64>)>>,
     lists: AtomicUsize,
@@ -26,12 +27,21 @@ impl RecordsRequests {
     pub fn new(inner: Arc<dyn Storage>) -> Self {
         Self {
             inner,
+            puts: std::sync::Mutex::new(Vec::new()),
             gets: std::sync::Mutex::new(Vec::new()),
             ranges: std::sync::Mutex::new(Vec::new()),
             lists: AtomicUsize::new(0),
             deletes: AtomicUsize::new(0),
             batch_deletes: AtomicUsize::new(0),
         }
+    }
+
+    /// Every key written so far, in the order written.
+    pub fn puts(&self) -> Vec<String> {
+        self.puts
+            .lock()
+            .map(|puts| puts.clone())
+            .unwrap_or_default()
     }
 
     /// Every key asked for whole so far, in the order asked.
@@ -70,6 +80,9 @@ impl RecordsRequests {
 #[async_trait]
 impl Storage for RecordsRequests {
     async fn put(&self, key: &ObjectKey, body: Bytes, mode: PutMode) -> Result<ETag, StorageError> {
+        if let Ok(mut puts) = self.puts.lock() {
+            puts.push(key.to_string());
+        }
         self.inner.put(key, body, mode).await
     }
 

@@ -1,6 +1,6 @@
 //! The log store function's work: a batch of queued requests stored at once, one
-//! [`put_pieces`] per node, so a node's requests of a whole batch window become one segment and
-//! one index write.
+//! [`put_pieces`] per node, so a node's requests of a whole batch window become one index write
+//! (their bytes inline in it, or in a segment once the inline members fill).
 //!
 //! A batch is at most 6 MB of compressed messages, which log output can unpack to a hundred
 //! times that. So messages are grouped by node still compressed, a few nodes are stored at a

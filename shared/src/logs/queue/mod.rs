@@ -1,8 +1,9 @@
 //! Log requests through a queue (docs/architecture.md, "Logs"). On AWS the log ingest function
 //! answers a request by queueing its pieces ([`route`]), and the log store function stores each
-//! batch of queued requests at once ([`drain`]): one segment and one index write per node per
-//! batch, where storing each request would make two. S3 PUTs are most of what a node shipping
-//! every 5 s costs; batching them is what keeps it within docs/performance.md's targets.
+//! batch of queued requests at once ([`drain`]): one index write per node per batch, and a
+//! segment when the index's inline members fill, where storing each request would make up to
+//! two. S3 PUTs are most of what a node shipping every 5 s costs; batching them is what keeps
+//! it within docs/performance.md's targets.
 //! Without a queue (`afterglow serve`, a local folder) ingest stores each request itself.
 
 use async_trait::async_trait;

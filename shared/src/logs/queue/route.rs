@@ -5,8 +5,8 @@
 //! stored bytes (a shipper re-sending after it lost its state), or reaches where its file was
 //! found rewritten, is stored at once, so that a rewritten file is answered
 //! [`PieceOutcome::Refused`] and the shipper stops sending it; and so is one too large for a
-//! message. Reading the node's index to choose costs one GET, a twelfth
-//! of the price of one of the two PUTs storing the request would make.
+//! message. Reading the node's index to choose costs one GET, a twelfth of the price of a PUT
+//! storing the request would make.
 
 use super::LogQueue;
 use super::message::{MAX_MESSAGE_BYTES, QueuedPieces};
