@@ -401,6 +401,20 @@ class SqsSource(threading.Thread):
         return bool(failed)
 
 
+def take_all(sqs, queue_url, attributes=()):
+    """Every message the queue holds now, taken off it ten at a time (received, then deleted),
+    with the attributes named."""
+    while True:
+        answer = sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10,
+                                     AttributeNames=list(attributes))
+        messages = answer.get("Messages", [])
+        if not messages:
+            return
+        for message in messages:
+            sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"])
+            yield message
+
+
 class NotificationRelay(SqsSource):
     """S3 → SQS → Lambda for the compact function (see the module doc)."""
 
@@ -419,16 +433,8 @@ class NotificationRelay(SqsSource):
         """What was queued for the function and is due, taken off the queue: quiet checks whose
         delay is over, and notifications a batch past its byte cap sent back; each body with
         when it was sent (ms since the epoch)."""
-        while True:
-            answer = self.sqs.receive_message(QueueUrl=self.queue_url, MaxNumberOfMessages=10,
-                                              AttributeNames=["SentTimestamp"])
-            messages = answer.get("Messages", [])
-            if not messages:
-                return
-            for message in messages:
-                self.sqs.delete_message(QueueUrl=self.queue_url,
-                                        ReceiptHandle=message["ReceiptHandle"])
-                yield message["Body"], int(message["Attributes"]["SentTimestamp"])
+        for message in take_all(self.sqs, self.queue_url, ["SentTimestamp"]):
+            yield message["Body"], int(message["Attributes"]["SentTimestamp"])
 
     def delivered_checks(self, sent_from_ms, sent_to_ms):
         """(cluster, session, sequence) of the quiet checks taken off the queue for the function
@@ -484,23 +490,12 @@ class LogRelay(SqsSource):
         self.busy = threading.Event()
         self.counts["messages"] = 0
 
-    def received(self):
-        while True:
-            answer = self.sqs.receive_message(QueueUrl=self.queue_url, MaxNumberOfMessages=10)
-            messages = answer.get("Messages", [])
-            if not messages:
-                return
-            for message in messages:
-                self.sqs.delete_message(QueueUrl=self.queue_url,
-                                        ReceiptHandle=message["ReceiptHandle"])
-                yield message["Body"]
-
     def run(self):
         while not self.stopping.is_set():
             self.busy.set()
             try:
-                for body in self.received():
-                    self.queue.append((body, 1))
+                for message in take_all(self.sqs, self.queue_url):
+                    self.queue.append((message["Body"], 1))
                     self.counts["messages"] += 1
                 if self.queue:
                     batch, self.queue = self.queue, []

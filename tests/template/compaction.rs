@@ -13,17 +13,7 @@ use super::*;
 #[test]
 fn compaction_is_never_dead_lettered_by_throttling_or_expiry() -> anyhow::Result<()> {
     let template = template()?;
-    let compact = at(&template, &["Resources", "CompactFunction", "Properties"])?;
-    let reserved = number(&template, at(compact, &["ReservedConcurrentExecutions"])?)?;
-    let source = at(compact, &["Events", "RawObjects", "Properties"])?;
-    let maximum = number(
-        &template,
-        at(source, &["ScalingConfig", "MaximumConcurrency"])?,
-    )?;
-    ensure!(
-        (2..=reserved).contains(&maximum),
-        "the SQS source may run {maximum} batches at once against a reserved concurrency of {reserved}"
-    );
+    sqs_source_within_reserved(&template, "CompactFunction", "RawObjects")?;
     let queue = at(&template, &["Resources", "RawObjectQueue", "Properties"])?;
     let receives = number(&template, at(queue, &["RedrivePolicy", "maxReceiveCount"])?)?;
     ensure!(

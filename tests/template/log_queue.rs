@@ -32,19 +32,10 @@ fn log_requests_are_queued_and_stored_a_batch_at_a_time() -> anyhow::Result<()> 
         LambdaFunction::ALL.contains(&handler),
         "the binary serves no handler {handler:?}"
     );
-    let reserved = number(&template, at(store, &["ReservedConcurrentExecutions"])?)?;
-    let source = at(store, &["Events", "LogRequests", "Properties"])?;
+    let source = sqs_source_within_reserved(&template, "LogStoreFunction", "LogRequests")?;
     ensure!(
         ref_or_getatt(at(source, &["Queue"])?) == Some("LogQueue"),
         "the log store reads another queue"
-    );
-    let maximum = number(
-        &template,
-        at(source, &["ScalingConfig", "MaximumConcurrency"])?,
-    )?;
-    ensure!(
-        (2..=reserved).contains(&maximum),
-        "the log queue's source may run {maximum} batches against a reserved concurrency of {reserved}"
     );
     let window = number(&template, at(source, &["MaximumBatchingWindowInSeconds"])?)?;
     ensure!(

@@ -57,6 +57,30 @@ fn if_branches(value: &Value) -> Option<(&str, &Value, &Value)> {
     }
 }
 
+/// The properties of `function`'s SQS event `event`, once its maximum concurrency is checked:
+/// Lambda's poller hands a function more batches than its reserved concurrency runs unless the
+/// source caps them, and each throttled batch counts as a receive (good messages would reach the
+/// dead-letter queue without ever running); two at least, so one slow batch stalls nothing.
+fn sqs_source_within_reserved<'a>(
+    template: &'a Value,
+    function: &str,
+    event: &str,
+) -> anyhow::Result<&'a Value> {
+    let properties = at(template, &["Resources", function, "Properties"])?;
+    let reserved = number(template, at(properties, &["ReservedConcurrentExecutions"])?)?;
+    let source = at(properties, &["Events", event, "Properties"])?;
+    let maximum = number(
+        template,
+        at(source, &["ScalingConfig", "MaximumConcurrency"])?,
+    )?;
+    anyhow::ensure!(
+        (2..=reserved).contains(&maximum),
+        "{function}'s SQS source may run {maximum} batches at once against a reserved \
+         concurrency of {reserved}"
+    );
+    Ok(source)
+}
+
 /// A number, or the default of the parameter a `!Ref` names.
 fn number(template: &Value, value: &Value) -> anyhow::Result<i64> {
     if let Some(name) = ref_name(value) {
