@@ -3,9 +3,11 @@
 //! go through [`gzip`]; an answer that must stop before a compressed size is compressed as it is
 //! built ([`Deflating`]) and framed around what is only known at its end ([`gzip_around`]). Raw
 //! ingest objects stream their lines into their own encoder (see [`crate::raw::write`]).
+//! What another party wrote is unpacked within a limit ([`gunzip_within`]).
 
-use std::io::Write as _;
+use std::io::{Read as _, Write as _};
 
+use flate2::read::GzDecoder;
 use flate2::write::{DeflateEncoder, GzEncoder};
 use flate2::{Compression, Crc};
 
@@ -15,6 +17,33 @@ pub fn gzip(bytes: &[u8]) -> std::io::Result<Vec<u8>> {
     let mut encoder = GzEncoder::new(Vec::with_capacity(bytes.len() / 6), Compression::fast());
     encoder.write_all(bytes)?;
     encoder.finish()
+}
+
+/// Why [`gunzip_within`] gave no bytes.
+#[derive(Debug, thiserror::Error)]
+pub enum GunzipError {
+    /// Not gzip, or cut short.
+    #[error("{0}")]
+    Invalid(#[from] std::io::Error),
+    /// More bytes than the limit.
+    #[error("it unpacks past {limit} bytes")]
+    TooLarge {
+        /// The limit.
+        limit: u64,
+    },
+}
+
+/// `member` unpacked, if it unpacks to at most `limit` bytes. Never more than one byte past
+/// the limit is inflated, so a few bytes that would unpack to gigabytes cost the limit.
+pub fn gunzip_within(member: &[u8], limit: u64) -> Result<Vec<u8>, GunzipError> {
+    let mut bytes = Vec::new();
+    GzDecoder::new(member)
+        .take(limit.saturating_add(1))
+        .read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > limit {
+        return Err(GunzipError::TooLarge { limit });
+    }
+    Ok(bytes)
 }
 
 /// The most bytes deflate writes for `n` bytes of input, the sync flush that ends them

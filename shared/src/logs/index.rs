@@ -6,17 +6,16 @@
 //! compaction does the tables' manifests.
 
 use std::collections::{BTreeMap, HashMap};
-use std::io::Read as _;
 use std::ops::Range;
 
 use bytes::Bytes;
-use flate2::read::GzDecoder;
 use futures_util::{StreamExt as _, TryStreamExt as _, stream};
 use serde::{Deserialize, Serialize};
 use ulid::Ulid;
 
 use super::inline::Inline;
 use super::store::LogError;
+use crate::gzip::gunzip_within;
 use crate::keys::NodeLogs;
 use crate::storage::{ETag, ObjectKey, PutMode, Storage, StorageError};
 
@@ -256,15 +255,8 @@ pub async fn extent_bytes(
 
 /// A member's `len` bytes, decompressed no further than one byte past them.
 fn decode(key: &ObjectKey, member: &[u8], len: u64) -> Result<Vec<u8>, LogError> {
-    let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
-    // One byte past the length tells a member longer than its extent from one that fits.
-    GzDecoder::new(member)
-        .take(len.saturating_add(1))
-        .read_to_end(&mut bytes)
-        .map_err(|source| LogError::Unreadable {
-            key: key.clone(),
-            source,
-        })?;
+    let bytes = gunzip_within(member, len)
+        .map_err(|err| unreadable(key, &format!("{err}, the index says {len}")))?;
     if bytes.len() as u64 != len {
         return Err(unreadable(
             key,

@@ -11,13 +11,11 @@
 //! ones (the file was shipped again, rewritten, in the current layout), is kept and reported.
 
 use std::collections::BTreeMap;
-use std::io::Read as _;
 
-use flate2::read::GzDecoder;
 use futures_util::{StreamExt as _, stream};
 
 use super::store::{LogError, PieceOutcome, ReadPiece, put_pieces};
-use crate::gzip::deflated_at_most;
+use crate::gzip::{deflated_at_most, gunzip_within};
 use crate::keys::{ClusterName, LOGS_PREFIX, LogFileName, NodeId, NodeLogs, SessionName};
 use crate::storage::{ObjectKey, Storage, StorageError};
 
@@ -200,21 +198,10 @@ async fn read_piece(storage: &dyn Storage, key: &ObjectKey) -> Result<Vec<u8>, L
     // A piece's gzip stream: its deflated bytes and the member's 18 bytes of frame.
     let limit = deflated_at_most(OLDER_PIECE_BYTES) + 18;
     let object = storage.get_within(key, limit as u64).await?;
-    let mut bytes = Vec::new();
-    let unreadable = |source| LogError::Unreadable {
+    gunzip_within(&object.body, OLDER_PIECE_BYTES as u64).map_err(|err| LogError::Unreadable {
         key: key.clone(),
-        source,
-    };
-    GzDecoder::new(&object.body[..])
-        .take(OLDER_PIECE_BYTES as u64 + 1)
-        .read_to_end(&mut bytes)
-        .map_err(unreadable)?;
-    if bytes.len() > OLDER_PIECE_BYTES {
-        return Err(unreadable(std::io::Error::other(format!(
-            "it unpacks past the older layout's {OLDER_PIECE_BYTES} bytes a piece"
-        ))));
-    }
-    Ok(bytes)
+        source: std::io::Error::other(err),
+    })
 }
 
 /// Moves every node of `nodes` ([`find_older_pieces`]), `at_once` at a time, telling `each` of

@@ -1,13 +1,11 @@
 //! One log request as a queue message: whose pieces they are, when they were sent, and the
 //! framed pieces themselves, gzip-compressed and base64-encoded (a message body is text).
 
-use std::io::Read as _;
-
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use flate2::read::GzDecoder;
 use serde::{Deserialize, Serialize};
 
+use crate::gzip::gunzip_within;
 use crate::keys::{ClusterName, NodeId, NodeLogs, SessionName};
 use crate::logs::frames::{Body, MAX_BODY_BYTES, Piece, ReadPiece, read_body};
 
@@ -129,16 +127,8 @@ impl Packed {
 
     /// The pieces, unpacked: at most [`MAX_BODY_BYTES`].
     pub fn unpack(self) -> Result<QueuedPieces, MessageError> {
-        let mut body = Vec::new();
-        GzDecoder::new(self.compressed.as_slice())
-            .take(MAX_BODY_BYTES as u64 + 1)
-            .read_to_end(&mut body)
+        let body = gunzip_within(&self.compressed, MAX_BODY_BYTES as u64)
             .map_err(|err| MessageError::Pieces(err.to_string()))?;
-        if body.len() > MAX_BODY_BYTES {
-            return Err(MessageError::Pieces(format!(
-                "they unpack past {MAX_BODY_BYTES} bytes"
-            )));
-        }
         Ok(QueuedPieces {
             node: self.node,
             sent_ms: self.sent_ms,
@@ -221,7 +211,7 @@ mod tests {
         let Err(MessageError::Pieces(reason)) = QueuedPieces::decode(&wire.to_string()) else {
             return Err("a body past the limit was read".into());
         };
-        assert!(reason.contains("unpack past"), "{reason}");
+        assert!(reason.contains("unpacks past"), "{reason}");
         Ok(())
     }
 }
