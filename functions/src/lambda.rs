@@ -43,8 +43,8 @@ pub async fn run(function: LambdaFunction, config: Config) -> anyhow::Result<()>
                 IngestAccess::Keys(Arc::new(keys)),
                 config.ingest_limits,
             );
-            if let Some(url) = config.log_queue_url.clone() {
-                ingestor = ingestor.with_log_queue(Arc::new(SqsLogQueue::connect(url).await));
+            if let Some(shards) = config.log_queues.clone() {
+                ingestor = ingestor.with_log_queue(Arc::new(SqsLogQueue::connect(shards).await));
             }
             let state = Arc::new(AppState {
                 ingestor: Some(ingestor),

@@ -18,6 +18,7 @@
 //! | `AFTERGLOW_TABLES_RETENTION_DAYS` | compaction removes sessions whose newest event is older (whole: manifest, files, catalog entry) | `0`: keep forever |
 //! | `AFTERGLOW_FOLD_QUIET_SECONDS` | a session no compaction has changed for this long is tidied: its deltas folded into one base, its replaced files deleted (1–900) | `300` |
 //! | `AFTERGLOW_COMPACT_QUEUE_URL` | the compact function's own SQS queue, where it queues each session's quiet check (delayed by the quiet period); required by the compact function, and where `rebuild` and `compact` over the bucket queue the checks still to come of the sessions they committed | unset |
+//! | `AFTERGLOW_LOG_QUEUE_URLS` | the log queue's SQS queues, one per shard, separated by commas (the template sets it for the log ingest function): a request overlapping no stored byte is queued on its node's shard for the log store function instead of stored at once | unset: each request is stored at once |
 //! | `AFTERGLOW_GRAFANA_URL` | a Grafana dashboard (e.g. `https://grafana.example.com/d/rayDefaultDashboard`, Ray's default): the page links node and worker ids to it, with `var-SessionName`, `var-NodeId` or `var-WorkerId` and the attempt's time range; Ray's dashboard over the history frames its server on the Metrics and Serve pages, over the session's time range | unset: no links, and Ray's Metrics page says to set up Prometheus and Grafana |
 //! | `AFTERGLOW_LOG` | log filter (`info`, `afterglow=debug`, …) | `info` (`warn` for `compact`, `rebuild`, `generate`, `bench`) |
 //! | `AFTERGLOW_LOG_SPANS` | `true`: also log each span the filter lets through as it closes, with its busy and idle time (where a request or a run spends its time) | `false` |
@@ -32,6 +33,7 @@ use std::time::Duration;
 use crate::auth::AccessToken;
 use crate::auth::ingest::{IngestSecret, SecretSource};
 use crate::ingest::IngestLimits;
+use crate::logs::queue::shard::QueueShards;
 use crate::storage::S3Settings;
 
 /// A variable that is set to something unusable, or missing where it is required.
@@ -132,9 +134,9 @@ pub struct Config {
     /// The compact function's queue, for quiet checks (the compact function requires it;
     /// `rebuild` and `compact` over the bucket queue theirs there too).
     pub compact_queue_url: Option<String>,
-    /// The log queue: the log ingest function queues log requests there for the log store
-    /// function (see `logs::queue`); unset, ingest stores each request itself.
-    pub log_queue_url: Option<String>,
+    /// The log queue's shards: the log ingest function queues log requests there for the log
+    /// store function (see `logs::queue`); unset, ingest stores each request itself.
+    pub log_queues: Option<QueueShards>,
     /// The catalog-sync function's FIFO queue: the compact function asks it to publish the
     /// tables after each commit; unset, it asks nothing (the Iceberg catalog is off).
     pub catalog_queue_url: Option<String>,
@@ -313,7 +315,15 @@ impl Config {
             grafana_url,
             fold_quiet,
             compact_queue_url: get("AFTERGLOW_COMPACT_QUEUE_URL"),
-            log_queue_url: get("AFTERGLOW_LOG_QUEUE_URL"),
+            log_queues: get("AFTERGLOW_LOG_QUEUE_URLS")
+                .map(|urls| {
+                    QueueShards::parse(&urls).map_err(|err| ConfigError::Invalid {
+                        variable: "AFTERGLOW_LOG_QUEUE_URLS",
+                        shown: urls.clone(),
+                        reason: err.to_string(),
+                    })
+                })
+                .transpose()?,
             catalog_queue_url: get("AFTERGLOW_CATALOG_QUEUE_URL"),
             glue_database: get("AFTERGLOW_GLUE_DATABASE"),
             ingest_secret,

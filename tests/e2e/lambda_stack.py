@@ -20,9 +20,10 @@ What each part stands in for:
   batch past its byte cap sends back; the relay receives them from there and delivers them in
   its batches like the notifications. So do the checks `afterglow rebuild` queues when it is
   run over the bucket as an operator runs it (`run_cli`, with the stack's outputs).
-* `LogRelay` is the log queue's event source mapping: the ingest function queues log requests
-  on a real queue (moto's SQS), and the relay receives them and invokes the log store function
-  with SQS batches, redelivering what it reports failed, as Lambda's poller would.
+* `LogRelay` is the event source mapping of one of the log queue's shards: the ingest function
+  queues log requests on real queues (moto's SQS), each node's on its shard's, and a relay per
+  shard receives them and invokes the log store function with SQS batches, redelivering what it
+  reports failed, as Lambda's poller would.
 * moto's server is Secrets Manager (the ingest secret) and SQS (the compact and log queues).
 """
 import hashlib
@@ -130,6 +131,9 @@ FUNCTION = "_"
 LITERAL_ENV = SETTINGS["literal_env"]
 # The REST API's stage, as the template names it (the firewalled ingest endpoint's path).
 INGEST_STAGE = "ingest"
+# The log queue's shards (the template's LogQueueShards): more than one, so that the run
+# stores logs through the shards' choice.
+LOG_QUEUE_SHARDS = 2
 
 
 def wait_until(ready, what, timeout, process=None, log_path=None):
@@ -536,7 +540,7 @@ class LambdaStack:
         self.query_token = uuid.uuid4().hex
         self.functions = {}
         self.relay = None
-        self.log_relay = None
+        self.log_relays = []
 
     def start(self):
         self.storage.start()
@@ -544,7 +548,10 @@ class LambdaStack:
         secret_arn = self.moto.create(f"afterglow-e2e/{uuid.uuid4().hex[:8]}",
                                       self.ingest_secret)
         queue_url = self.moto.create_queue(f"afterglow-e2e-{uuid.uuid4().hex[:8]}")
-        log_queue_url = self.moto.create_queue(f"afterglow-e2e-logs-{uuid.uuid4().hex[:8]}")
+        # Two shards, as the template makes with LogQueueShards=2: each node's requests go to
+        # one of them, and each has its own relay.
+        log_queue_urls = [self.moto.create_queue(f"afterglow-e2e-logs-{uuid.uuid4().hex[:8]}")
+                          for _ in range(LOG_QUEUE_SHARDS)]
         tmp = os.path.join(self.work, "lambda-tmp")
         common = dict(self.storage.credentials, AFTERGLOW_BUCKET=self.storage.bucket,
                       AFTERGLOW_PREFIX=self.prefix, AWS_ENDPOINT_URL_S3=self.storage.endpoint,
@@ -559,7 +566,7 @@ class LambdaStack:
         per_function = {
             "ingest": {"AFTERGLOW_INGEST_SECRET_ARN": secret_arn,
                        "AWS_ENDPOINT_URL_SECRETS_MANAGER": self.moto.endpoint,
-                       "AFTERGLOW_LOG_QUEUE_URL": log_queue_url,
+                       "AFTERGLOW_LOG_QUEUE_URLS": ",".join(log_queue_urls),
                        "AWS_ENDPOINT_URL_SQS": self.moto.endpoint},
             "log-store": {},
             "compact": self.compact_env,
@@ -581,9 +588,11 @@ class LambdaStack:
                                        self.functions["compact"].invoke_url,
                                        (self.moto.sqs(), queue_url), self.log)
         self.relay.start()
-        self.log_relay = LogRelay(self.moto.sqs(), log_queue_url,
-                                  self.functions["log-store"].invoke_url, self.log)
-        self.log_relay.start()
+        for url in log_queue_urls:
+            relay = LogRelay(self.moto.sqs(), url, self.functions["log-store"].invoke_url,
+                             self.log)
+            relay.start()
+            self.log_relays.append(relay)
 
     def check_firewalled_ingest(self):
         """The ingest function answers the REST API's events as the HTTP API's: the template's
@@ -687,9 +696,9 @@ class LambdaStack:
         if self.relay:
             self.relay.stopping.set()
             self.relay.join(timeout=60)
-        if self.log_relay:
-            self.log_relay.stopping.set()
-            self.log_relay.join(timeout=60)
+        for relay in self.log_relays:
+            relay.stopping.set()
+            relay.join(timeout=60)
         for function in self.functions.values():
             function.stop()
         self.storage.stop()

@@ -1431,11 +1431,14 @@ def main():
                   f"sessions still holding deltas: {unfolded or 'none'}")
             problems += len(unfolded)
             # The shipper's last requests are queued: the log store function stores them.
-            stored = deployment.log_relay.wait_stored(timeout=60)
-            counts = deployment.log_relay.counts
+            stored = all([relay.wait_stored(timeout=60) for relay in deployment.log_relays])
+            counts = {name: sum(relay.counts[name] for relay in deployment.log_relays)
+                      for name in ("messages", "invocations", "redelivered", "dead_lettered")}
+            shards = [relay.counts["messages"] for relay in deployment.log_relays]
             print(f"log queue: {counts['messages']} requests in {counts['invocations']} log "
-                  f"store batches, {counts['redelivered']} redelivered, "
-                  f"{counts['dead_lettered']} dead-lettered; all stored: {stored}")
+                  f"store batches over {len(shards)} shards ({shards} each), "
+                  f"{counts['redelivered']} redelivered, {counts['dead_lettered']} "
+                  f"dead-lettered; all stored: {stored}")
             problems += (not stored) + counts["dead_lettered"] + (counts["messages"] == 0)
         problems += compare(ray, api) + dashboard_problems + (shipped != 0)
         problems += compare_logs(api, printed_path, ray_logs)

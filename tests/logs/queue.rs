@@ -9,9 +9,10 @@ use afterglow_tests::faults::RecordsRequests;
 use afterglow_tests::moto::Moto;
 use anyhow::ensure;
 use shared::ingest::{IngestAccess, IngestLimits, Ingestor};
-use shared::keys::{LogFileName, NodeLogs};
+use shared::keys::{ClusterName, LogFileName, NodeId, NodeLogs, SessionName};
 use shared::logs::queue::drain::{DrainLimits, Received, store_batch};
 use shared::logs::queue::message::QueuedPieces;
+use shared::logs::queue::shard::{QueueShards, shard_of};
 use shared::logs::queue::sqs::SqsLogQueue;
 use shared::logs::read::{list_files, read_range};
 use shared::logs::store::{PieceOutcome, ReadPiece};
@@ -106,7 +107,10 @@ async fn requests_are_queued_and_stored_a_batch_at_a_time(
         IngestAccess::Open,
         IngestLimits::default(),
     )
-    .with_log_queue(Arc::new(SqsLogQueue::new(moto.sqs(), queue_url.clone())));
+    .with_log_queue(Arc::new(SqsLogQueue::new(
+        moto.sqs(),
+        QueueShards::one(queue_url.clone()),
+    )));
     let node = log_file("worker-q-01000000-1.out")?.node();
     let out = LogFileName::new("worker-q-01000000-1.out")?;
     let err = LogFileName::new("worker-q-01000000-1.err")?;
@@ -264,7 +268,83 @@ async fn a_nodes_batch_is_stored_in_parts_in_the_order_sent(
     Ok(())
 }
 
+/// With the log queue in shards, each node's requests all go to one shard's queue, the nodes
+/// spread over every shard, and each shard's batches, stored on their own, store every node's
+/// bytes exactly.
+async fn each_nodes_requests_go_to_one_shard(storage: Arc<dyn Storage>) -> anyhow::Result<()> {
+    let Some(moto) = Moto::start("each_nodes_requests_go_to_one_shard").await? else {
+        return Ok(());
+    };
+    let mut urls = Vec::new();
+    for shard in 0..3 {
+        urls.push(
+            moto.create_queue(&format!("afterglow-logs-{shard}"))
+                .await?,
+        );
+    }
+    let shards = QueueShards::parse(&urls.join(","))?;
+    let ingestor = Ingestor::new(
+        Arc::clone(&storage),
+        IngestAccess::Open,
+        IngestLimits::default(),
+    )
+    .with_log_queue(Arc::new(SqsLogQueue::new(moto.sqs(), shards)));
+    let out = LogFileName::new("worker-s-01000000-1.out")?;
+    let nodes: Vec<NodeLogs> = (0..12_u8)
+        .map(|node| {
+            Ok(NodeLogs {
+                cluster: ClusterName::new("logs")?,
+                session: SessionName::new(super::SESSION)?,
+                node_id: NodeId::new(&format!("{node:02x}").repeat(28))?,
+            })
+        })
+        .collect::<anyhow::Result<_>>()?;
+    for node in &nodes {
+        let line = format!("node {}\n", node.node_id);
+        send(&ingestor, node, &[(&out, 0, line.as_bytes())]).await?;
+        send(&ingestor, node, &[(&out, line.len() as u64, b"done\n")]).await?;
+    }
+
+    let mut shard_of_node = std::collections::BTreeMap::new();
+    for (shard, url) in urls.iter().enumerate() {
+        // How many to wait for: each node of the shard sent two.
+        let expected = 2 * nodes
+            .iter()
+            .filter(|node| shard_of(&node.prefix(), urls.len()) == shard)
+            .count();
+        ensure!(expected > 0, "no node on shard {shard}");
+        let messages = receive_all(&moto, url, expected).await?;
+        ensure!(
+            messages.len() == expected,
+            "shard {shard} holds {} requests, not {expected}",
+            messages.len()
+        );
+        for (_, body) in &messages {
+            let node = QueuedPieces::decode(body)?.node.node_id.to_string();
+            let first = *shard_of_node.entry(node.clone()).or_insert(shard);
+            ensure!(
+                first == shard,
+                "node {node} queued on shards {first} and {shard}"
+            );
+        }
+        let again = log_store(&storage, &messages).await?;
+        ensure!(again.is_empty(), "asked to redeliver {again:?}");
+    }
+    ensure!(shard_of_node.len() == nodes.len(), "{shard_of_node:?}");
+    for node in &nodes {
+        let stored = read(&*storage, node, &out).await?;
+        ensure!(
+            stored == format!("node {}\ndone\n", node.node_id).as_bytes(),
+            "{}: {:?}",
+            node.node_id,
+            String::from_utf8_lossy(&stored)
+        );
+    }
+    Ok(())
+}
+
 afterglow_tests::for_each_backend!(
+    each_nodes_requests_go_to_one_shard,
     requests_are_queued_and_stored_a_batch_at_a_time,
     a_nodes_batch_is_stored_in_parts_in_the_order_sent,
 );

@@ -16,8 +16,8 @@ fn every_function_and_route_is_bounded() -> anyhow::Result<()> {
         let reserved = at(function, &["Properties", "ReservedConcurrentExecutions"])
             .with_context(|| format!("{id} has no reserved concurrency"))?;
         ensure!(
-            ref_name(reserved).is_some(),
-            "{id}'s reserved concurrency is not a parameter"
+            ref_name(reserved).is_some() || find_in_map(reserved).is_some(),
+            "{id}'s reserved concurrency is set by no parameter"
         );
         number(&template, reserved)?;
     }

@@ -81,13 +81,39 @@ fn sqs_source_within_reserved<'a>(
     Ok(source)
 }
 
-/// A number, or the default of the parameter a `!Ref` names.
+/// The map, the parameter keying it and the attribute of a `!FindInMap [MAP, !Ref PARAMETER,
+/// ATTRIBUTE]`, if `value` is one.
+fn find_in_map(value: &Value) -> Option<(&str, &str, &str)> {
+    let Value::Tagged(tagged) = value else {
+        return None;
+    };
+    if tagged.tag != "FindInMap" {
+        return None;
+    }
+    match tagged.value.as_sequence()?.as_slice() {
+        [map, key, attribute] => Some((map.as_str()?, ref_name(key)?, attribute.as_str()?)),
+        _ => None,
+    }
+}
+
+/// A number, the default of the parameter a `!Ref` names, or what a `!FindInMap` keyed by a
+/// parameter gives at the parameter's default.
 fn number(template: &Value, value: &Value) -> anyhow::Result<i64> {
     if let Some(name) = ref_name(value) {
         let default = at(template, &["Parameters", name, "Default"])?;
         return default
             .as_i64()
             .with_context(|| format!("parameter {name} has no numeric default"));
+    }
+    if let Some((map, parameter, attribute)) = find_in_map(value) {
+        let key = number(
+            template,
+            at(template, &["Parameters", parameter, "Default"])?,
+        )?;
+        return number(
+            template,
+            at(template, &["Mappings", map, &key.to_string(), attribute])?,
+        );
     }
     value
         .as_i64()

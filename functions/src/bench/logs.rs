@@ -1,11 +1,12 @@
 //! `afterglow bench --logs`: the log path, measured. `--log-nodes` nodes, each with
 //! `--log-files` files printing a 100-byte line a second, are shipped for `--log-minutes` by the
 //! shipper itself (a pass every `--log-interval`, 5 s as the shipper's default) into the store
-//! itself, over a local
-//! folder that counts its requests; then one file of `--log-pieces` one-line requests is read
-//! back: one task's output and a 1 000-line tail, timed warm. The report gives requests and
-//! storage requests per node-hour, bytes stored per byte shipped, the reads' times and storage
-//! requests, and what an always-busy node costs per month and per GB shipped.
+//! itself, over a local folder that counts its requests, through the log queue's
+//! `--log-queue-shards` shards as Lambda's SQS sources batch them; then one file of
+//! `--log-pieces` one-line requests is read back: one task's output and a 1 000-line tail,
+//! timed warm. The report gives requests and storage requests per node-hour, bytes stored per
+//! byte shipped, the reads' times and storage requests, and what an always-busy node costs per
+//! month and per GB shipped.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -19,6 +20,7 @@ use shared::keys::{ClusterName, LogFileName, NodeId, NodeLogs, SessionName};
 use shared::logs::frames::{BodyAnswer, PieceAnswer, read_body};
 use shared::logs::queue::drain::{DrainLimits, Received, store_batch};
 use shared::logs::queue::route::queue_or_store;
+use shared::logs::queue::shard::shard_of;
 use shared::logs::queue::{LogQueue, QueueError};
 use shared::logs::read::{read_range, read_tail};
 use shared::logs::ship::{LogBatch, LogSink, SendError, ShipSettings, Shipper};
@@ -43,6 +45,9 @@ const READ_LIMIT: usize = 6 * 1024 * 1024;
 const BATCH_MESSAGES: usize = 10_000;
 /// Most bytes of one batch: Lambda's payload limit.
 const BATCH_BYTES: usize = 6 * 1024 * 1024;
+/// Bytes Lambda's SQS event adds to each message in a batch, about: its id, receipt handle
+/// (a few hundred bytes), attributes, checksum, and the queue's ARN and region.
+const RECORD_BYTES: usize = 900;
 /// The session every simulated node runs.
 const SESSION: &str = "session_2026-12-01_00-00-00_000000_1";
 
@@ -53,6 +58,7 @@ struct LogReport {
     files_per_node: usize,
     simulated_minutes: u64,
     interval_s: u64,
+    queue_shards: u64,
     machine: Machine,
     shipping: Shipping,
     reads: Reads,
@@ -76,8 +82,8 @@ struct Shipping {
     queued_messages: u64,
     /// Mean size of a queued message (bytes).
     mean_message_bytes: f64,
-    /// Busy nodes a window's batch holds before Lambda's 6 MB payload closes it early (and
-    /// each node's requests are spread over more batches).
+    /// Busy nodes all shards' batches of a window hold before Lambda's 6 MB payload closes
+    /// them early (and each node's requests are spread over more batches).
     nodes_before_batches_close_early: Option<u64>,
     /// Storage requests of the log ingest function, all nodes together.
     ingest_storage: RequestCounts,
@@ -127,11 +133,12 @@ pub(super) async fn run(args: &BenchArgs) -> anyhow::Result<()> {
     );
     eprintln!(
         "afterglow bench --logs: {} nodes × {} files for {} simulated minutes, a pass every {} s, \
-         then {} pieces read back, in {}",
+         {} log queue shards, then {} pieces read back, in {}",
         args.log_nodes,
         args.log_files,
         args.log_minutes,
         args.log_interval,
+        args.log_queue_shards,
         args.log_pieces,
         work.path().display()
     );
@@ -143,6 +150,7 @@ pub(super) async fn run(args: &BenchArgs) -> anyhow::Result<()> {
         files_per_node: args.log_files,
         simulated_minutes: args.log_minutes,
         interval_s: args.log_interval,
+        queue_shards: args.log_queue_shards,
         machine: Machine::this(),
         shipping,
         reads,
@@ -153,17 +161,18 @@ pub(super) async fn run(args: &BenchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The log queue as the bench plays it: the messages ingest sent, until the next batch takes
-/// them.
-#[derive(Debug, Default)]
+/// The log queue as the bench plays it: the messages ingest sent to each shard, until the
+/// shard's next batch takes them.
+#[derive(Debug)]
 struct MemoryQueue {
-    messages: Mutex<Vec<String>>,
+    shards: Vec<Mutex<Vec<String>>>,
 }
 
 #[async_trait]
 impl LogQueue for MemoryQueue {
-    async fn send(&self, message: String) -> Result<(), QueueError> {
-        if let Ok(mut messages) = self.messages.lock() {
+    async fn send(&self, node: &NodeLogs, message: String) -> Result<(), QueueError> {
+        let shard = shard_of(&node.prefix(), self.shards.len());
+        if let Ok(mut messages) = self.shards[shard].lock() {
             messages.push(message);
         }
         Ok(())
@@ -171,11 +180,23 @@ impl LogQueue for MemoryQueue {
 }
 
 impl MemoryQueue {
-    fn take(&self) -> Vec<String> {
-        self.messages
-            .lock()
-            .map(|mut messages| std::mem::take(&mut *messages))
-            .unwrap_or_default()
+    fn new(shards: u64) -> Self {
+        Self {
+            shards: (0..shards.max(1)).map(|_| Mutex::default()).collect(),
+        }
+    }
+
+    /// What each shard holds, taken off it.
+    fn take(&self) -> Vec<Vec<String>> {
+        self.shards
+            .iter()
+            .map(|shard| {
+                shard
+                    .lock()
+                    .map(|mut messages| std::mem::take(&mut *messages))
+                    .unwrap_or_default()
+            })
+            .collect()
     }
 }
 
@@ -237,22 +258,24 @@ struct Draining {
 }
 
 impl Draining {
-    /// Stores everything queued, in batches as Lambda's SQS source closes them: at
-    /// [`BATCH_MESSAGES`] messages or [`BATCH_BYTES`] bytes.
+    /// Stores everything queued, each shard in batches as its Lambda SQS source closes them:
+    /// at [`BATCH_MESSAGES`] messages or [`BATCH_BYTES`] bytes.
     async fn drain(&mut self, queue: &MemoryQueue, storage: &dyn Storage) -> anyhow::Result<()> {
-        let messages = queue.take();
-        let mut batch: Vec<&str> = Vec::new();
-        let mut bytes = 0;
-        for message in &messages {
-            if batch.len() == BATCH_MESSAGES || bytes + message.len() > BATCH_BYTES {
-                self.store(&batch, storage).await?;
-                (batch, bytes) = (Vec::new(), 0);
+        for messages in queue.take() {
+            let mut batch: Vec<&str> = Vec::new();
+            let mut bytes = 0;
+            for message in &messages {
+                let size = message.len() + RECORD_BYTES;
+                if batch.len() == BATCH_MESSAGES || bytes + size > BATCH_BYTES {
+                    self.store(&batch, storage).await?;
+                    (batch, bytes) = (Vec::new(), 0);
+                }
+                bytes += size;
+                batch.push(message);
             }
-            bytes += message.len();
-            batch.push(message);
-        }
-        if !batch.is_empty() {
-            self.store(&batch, storage).await?;
+            if !batch.is_empty() {
+                self.store(&batch, storage).await?;
+            }
         }
         Ok(())
     }
@@ -304,7 +327,8 @@ async fn shipping_phase(
     };
     let (ingest_counters, store_counters) =
         (Arc::new(Counters::default()), Arc::new(Counters::default()));
-    let queue = (args.log_batch_window > 0).then(|| Arc::new(MemoryQueue::default()));
+    let queue =
+        (args.log_batch_window > 0).then(|| Arc::new(MemoryQueue::new(args.log_queue_shards)));
     let sink = IngestSink {
         storage: counted(&ingest_counters),
         queue: queue.clone(),
@@ -405,9 +429,10 @@ async fn shipping_phase(
         queued_messages: draining.messages,
         mean_message_bytes,
         nodes_before_batches_close_early: (args.log_batch_window > 0).then(|| {
-            let per_node_window =
-                mean_message_bytes * args.log_batch_window as f64 / interval as f64;
-            (BATCH_BYTES as f64 / per_node_window.max(1.0)).floor() as u64
+            let per_node_window = (mean_message_bytes + RECORD_BYTES as f64)
+                * args.log_batch_window as f64
+                / interval as f64;
+            (BATCH_BYTES as f64 / per_node_window.max(1.0)).floor() as u64 * args.log_queue_shards
         }),
         ingest_storage: ingest,
         log_store_storage: stored_by_batches,

@@ -108,6 +108,15 @@ pub struct BenchArgs {
     /// function (the template's window); 0 stores each request at once, as `serve` does.
     #[arg(long, value_name = "S", default_value_t = 60)]
     pub log_batch_window: u64,
+    /// With --logs: shards of the log queue (the template's LogQueueShards), each batched on
+    /// its own; each node's requests go to one.
+    #[arg(
+        long,
+        value_name = "K",
+        default_value_t = 1,
+        value_parser = clap::value_parser!(u64).range(1..=64)
+    )]
+    pub log_queue_shards: u64,
     /// With --logs: one-line requests the file read back is shipped in.
     #[arg(long, value_name = "P", default_value_t = 100_000)]
     pub log_pieces: usize,

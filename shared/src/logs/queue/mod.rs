@@ -8,9 +8,12 @@
 
 use async_trait::async_trait;
 
+use crate::keys::NodeLogs;
+
 pub mod drain;
 pub mod message;
 pub mod route;
+pub mod shard;
 pub mod sqs;
 
 /// Pieces that could not be queued; the request is answered 503 and the shipper retries it.
@@ -26,6 +29,6 @@ pub struct QueueError {
 /// Where ingest sends the messages of [`message::QueuedPieces`].
 #[async_trait]
 pub trait LogQueue: Send + Sync + std::fmt::Debug {
-    /// Sends one message body, returning once the queue holds it durably.
-    async fn send(&self, message: String) -> Result<(), QueueError>;
+    /// Sends one message body of `node`'s, returning once the queue holds it durably.
+    async fn send(&self, node: &NodeLogs, message: String) -> Result<(), QueueError>;
 }

@@ -40,7 +40,7 @@ pub async fn queue_or_store(
     if message.len() > MAX_MESSAGE_BYTES {
         return put_pieces(storage, node, pieces).await;
     }
-    queue.send(message).await?;
+    queue.send(node, message).await?;
     tracing::info!("queued log pieces");
     Ok(ends
         .into_iter()
