@@ -39,13 +39,9 @@ pub async fn run(args: MigrateLogsArgs, config: Config) -> anyhow::Result<()> {
     let mut failed = 0;
     for (node, outcome) in outcomes {
         match outcome {
-            Ok(moved) => {
-                total.pieces += moved.pieces;
-                total.bytes += moved.bytes;
-                total.kept.extend(moved.kept);
-            }
+            Ok(moved) => total.add(moved),
             Err(err) => {
-                println!("{}: not moved: {err}", node.prefix());
+                eprintln!("{}: not moved: {err}", node.prefix());
                 failed += 1;
             }
         }
@@ -55,7 +51,7 @@ pub async fn run(args: MigrateLogsArgs, config: Config) -> anyhow::Result<()> {
         total.pieces, total.bytes
     );
     for (key, reason) in &total.kept {
-        println!("{key}: kept: {reason}");
+        eprintln!("{key}: kept: {reason}");
     }
     if failed > 0 || !total.kept.is_empty() {
         anyhow::bail!(

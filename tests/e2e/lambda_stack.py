@@ -488,8 +488,8 @@ class LogRelay(SqsSource):
     """The log queue → the log store function, as Lambda's event source mapping (see the module
     doc): every second, what the queue holds is one batch."""
 
-    def __init__(self, sqs, queue_url, invoke_url, log):
-        super().__init__("log store", invoke_url, log)
+    def __init__(self, sqs, queue_url, invoke_url, log, shard):
+        super().__init__(f"log store, shard {shard}", invoke_url, log)
         self.sqs, self.queue_url = sqs, queue_url
         self.busy = threading.Event()
         self.counts["messages"] = 0
@@ -588,9 +588,9 @@ class LambdaStack:
                                        self.functions["compact"].invoke_url,
                                        (self.moto.sqs(), queue_url), self.log)
         self.relay.start()
-        for url in log_queue_urls:
+        for shard, url in enumerate(log_queue_urls):
             relay = LogRelay(self.moto.sqs(), url, self.functions["log-store"].invoke_url,
-                             self.log)
+                             self.log, shard)
             relay.start()
             self.log_relays.append(relay)
 

@@ -3,15 +3,14 @@
 //! on both backends: readable afterwards, the pieces gone, nothing stored twice, and a piece
 //! that cannot be moved kept.
 
-use std::io::Write as _;
 use std::sync::Arc;
 
 use anyhow::{Context as _, ensure};
-use flate2::Compression;
-use flate2::write::GzEncoder;
+use shared::gzip::gzip;
 use shared::keys::LogFile;
 use shared::logs::migrate::{Moved, find_older_pieces, move_all};
 use shared::logs::read::{list_files, read_range, read_tail};
+use shared::logs::store::PieceOutcome;
 use shared::storage::{ObjectKey, PutMode, Storage};
 
 use super::{ALL, log_file, put};
@@ -32,32 +31,24 @@ async fn put_older(
     Ok(key)
 }
 
-fn gzipped(bytes: &[u8]) -> anyhow::Result<Vec<u8>> {
-    let mut encoder = GzEncoder::new(Vec::new(), Compression::default());
-    encoder.write_all(bytes)?;
-    Ok(encoder.finish()?)
-}
-
 /// Moves every older piece in `storage`; what was moved, or the first node's error.
 async fn migrate(storage: &dyn Storage) -> anyhow::Result<Moved> {
     let nodes = find_older_pieces(storage).await?;
     let mut total = Moved::default();
     for (node, moved) in move_all(storage, nodes, 4, |_, _| {}).await {
-        let moved = moved.with_context(|| node.prefix())?;
-        total.pieces += moved.pieces;
-        total.bytes += moved.bytes;
-        total.kept.extend(moved.kept);
+        total.add(moved.with_context(|| node.prefix())?);
     }
     Ok(total)
 }
 
-/// The keys under `logs/` of the older layout still stored.
+/// The keys under `logs/` of the older layout still stored: every gzip object but segments.
 async fn older_keys(storage: &dyn Storage) -> anyhow::Result<Vec<String>> {
-    let nodes = find_older_pieces(storage).await?;
-    Ok(nodes
-        .into_values()
-        .flatten()
-        .map(|piece| piece.key.as_str().to_owned())
+    Ok(storage
+        .list("logs/")
+        .await?
+        .into_iter()
+        .map(|object| object.key.as_str().to_owned())
+        .filter(|key| key.ends_with(".gz") && !key.contains("/segments/"))
         .collect())
 }
 
@@ -68,9 +59,9 @@ async fn older_pieces_are_moved_and_read_back_by_the_index(
     let err = log_file("worker-aa-01000000-11.err")?;
     let text = b"alpha\nbeta\ngamma\ndelta\n";
     for (offset, piece) in [(0, &text[..6]), (6, &text[6..11]), (11, &text[11..17])] {
-        put_older(&*storage, &out, offset, gzipped(piece)?).await?;
+        put_older(&*storage, &out, offset, gzip(piece)?).await?;
     }
-    put_older(&*storage, &err, 0, gzipped(b"oops\n")?).await?;
+    put_older(&*storage, &err, 0, gzip(b"oops\n")?).await?;
     // Shipped again in the current layout: the first two pieces (a move cut short after its
     // store, or a shipper that lost its state), and what the file went on with after the
     // upgrade.
@@ -98,6 +89,14 @@ async fn older_pieces_are_moved_and_read_back_by_the_index(
 
     // Again: nothing left to move, and what was moved reads the same.
     ensure!(migrate(&*storage).await? == Moved::default());
+    // A piece another run moved after this one listed it is not this run's to keep.
+    let late = put_older(&*storage, &err, 5, gzip(b"late\n")?).await?;
+    let listed = find_older_pieces(&*storage).await?;
+    storage.delete(&late).await?;
+    for (node, moved) in move_all(&*storage, listed, 4, |_, _| {}).await {
+        let moved = moved.with_context(|| node.prefix())?;
+        ensure!(moved == Moved::default(), "{moved:?}");
+    }
     let again = read_range(&*storage, &out, 0, None, ALL).await?;
     ensure!(again.bytes == text, "{again:?}");
     Ok(())
@@ -110,9 +109,9 @@ async fn a_piece_that_differs_or_cannot_be_read_is_kept(
     let damaged = log_file("worker-bb-01000000-13.out")?;
     let fine = log_file("worker-bb-01000000-14.out")?;
     put(&*storage, &rewritten, 0, b"HELLO").await?;
-    let differs = put_older(&*storage, &rewritten, 0, gzipped(b"hello world\n")?).await?;
+    let differs = put_older(&*storage, &rewritten, 0, gzip(b"hello world\n")?).await?;
     let unreadable = put_older(&*storage, &damaged, 0, b"not gzip".to_vec()).await?;
-    put_older(&*storage, &fine, 0, gzipped(b"fine\n")?).await?;
+    put_older(&*storage, &fine, 0, gzip(b"fine\n")?).await?;
 
     let moved = migrate(&*storage).await?;
     ensure!(moved.pieces == 1 && moved.bytes == 5, "{moved:?}");
@@ -127,6 +126,14 @@ async fn a_piece_that_differs_or_cannot_be_read_is_kept(
     ensure!(left == expected, "{left:?}");
     let first = read_range(&*storage, &rewritten, 0, None, ALL).await?;
     ensure!(first.bytes == b"HELLO", "{first:?}");
+    // The stale piece marks nothing: the file as shipped goes on being stored.
+    let next = put(&*storage, &rewritten, 5, b" again\n").await?;
+    ensure!(
+        matches!(next, PieceOutcome::Stored { stored: 7, .. }),
+        "{next:?}"
+    );
+    let grown = read_range(&*storage, &rewritten, 0, None, ALL).await?;
+    ensure!(grown.bytes == b"HELLO again\n", "{grown:?}");
     let other = read_range(&*storage, &fine, 0, None, ALL).await?;
     ensure!(other.bytes == b"fine\n" && other.complete, "{other:?}");
     Ok(())

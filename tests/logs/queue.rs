@@ -261,9 +261,18 @@ async fn a_nodes_batch_is_stored_in_parts_in_the_order_sent(
         nodes_at_once: 1,
         node_part_bytes: 8,
     };
-    let drained = store_batch(&*storage, &received, limits).await;
+    let recorder = RecordsRequests::new(Arc::clone(&storage));
+    let drained = store_batch(&recorder, &received, limits).await;
     ensure!(drained.redeliver == ["broken"], "{drained:?}");
-    ensure!(drained.stores == 3, "parts of 8 bytes or more: {drained:?}");
+    // Parts of 8 bytes or more: three stores, each one write of the node's index (its bytes
+    // inline in it).
+    let index = node.index_key()?;
+    let puts = recorder.puts();
+    ensure!(
+        puts.len() == 3 && puts.iter().all(|key| *key == index.as_str()),
+        "{puts:?}"
+    );
+    ensure!(drained.stores == 3, "{drained:?}");
     ensure!(read(&*storage, &node, &out).await? == lines.concat().as_bytes());
     Ok(())
 }

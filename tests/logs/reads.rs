@@ -283,6 +283,13 @@ async fn a_whole_files_tail_fetches_no_more_than_the_response_holds() -> anyhow:
         put(&*storage, &file, whole.len() as u64, piece.as_bytes()).await?;
         whole.extend_from_slice(piece.as_bytes());
     }
+    let segment_bytes: u64 = storage
+        .list("logs/")
+        .await?
+        .iter()
+        .filter(|object| object.key.as_str().contains("/segments/"))
+        .map(|object| object.size)
+        .sum();
     // A response inside the inline pieces reads the index alone; one reaching into the early
     // output fetches only the last of its two extents.
     for (response_bytes, extents_fetched) in [(2_500, 0), (150_000, 1)] {
@@ -319,6 +326,15 @@ async fn a_whole_files_tail_fetches_no_more_than_the_response_holds() -> anyhow:
             ranges.len()
         );
         ensure!(recorder.lists() == 0, "the tail listed");
+        // One extent of the segment's two: well under two thirds of it, not the whole.
+        let fetched: u64 = ranges
+            .iter()
+            .map(|(_, range)| range.end - range.start)
+            .sum();
+        ensure!(
+            fetched * 3 < segment_bytes * 2,
+            "{fetched} bytes fetched of a {segment_bytes}-byte segment"
+        );
     }
     Ok(())
 }

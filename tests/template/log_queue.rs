@@ -95,42 +95,46 @@ fn shards_are_queued_and_stored(
         "log ingest may send only to {sends:?}"
     );
 
-    let reserved = number(
-        template,
-        &deployed.resolve(at(store, &["ReservedConcurrentExecutions"])?)?,
-    )?;
+    let reserved = deployed.number(at(store, &["ReservedConcurrentExecutions"])?)?;
     let event = at(store, &["Events", "LogRequests"])?;
     ensure!(
         at(event, &["Type"])?.as_str() == Some("SQS"),
         "LogRequests is not an SQS event"
     );
-    let mut sources = vec![("LogQueue".to_owned(), at(event, &["Properties"])?)];
+    // (queue, the source's properties, whether SAM's event grants its polling)
+    let mut sources = Vec::new();
+    let properties = at(event, &["Properties"])?;
+    for queue in deployed.names(at(properties, &["Queue"])?)? {
+        sources.push((queue, properties, true));
+    }
     for (id, mapping) in resources(template, "AWS::Lambda::EventSourceMapping")? {
         let properties = at(mapping, &["Properties"])?;
         if deployed.present(mapping)?
             && ref_name(at(properties, &["FunctionName"])?) == Some("LogStoreFunction")
         {
-            let queue = ref_or_getatt(at(properties, &["EventSourceArn"])?)
-                .with_context(|| format!("{id} reads no queue of the template"))?;
-            sources.push((queue.to_owned(), properties));
+            let queues = deployed.names(at(properties, &["EventSourceArn"])?);
+            let queues = queues.with_context(|| format!("{id} reads no queue of the template"))?;
+            for queue in queues {
+                sources.push((queue, properties, false));
+            }
         }
     }
-    let read: Vec<String> = sources.iter().map(|(queue, _)| queue.clone()).collect();
+    let read: Vec<String> = sources.iter().map(|(queue, ..)| queue.clone()).collect();
     ensure!(
         same_set(&read, &shards),
         "the log store reads {read:?}, not each of {shards:?} once"
     );
     let polls = deployed.all_names(allowed(store, "sqs:ReceiveMessage")?)?;
     let mut at_once = 0;
-    for (queue, source) in &sources {
-        let window = number(template, at(source, &["MaximumBatchingWindowInSeconds"])?)?;
+    for (queue, source, granted) in &sources {
+        let window = deployed.number(at(source, &["MaximumBatchingWindowInSeconds"])?)?;
         ensure!(
             (30..=300).contains(&window),
             "{queue}: a {window} s window batches few requests of a node (or is more than \
              Lambda allows)"
         );
         ensure!(
-            number(template, at(source, &["BatchSize"])?)? == 10_000,
+            deployed.number(at(source, &["BatchSize"])?)? == 10_000,
             "{queue}: a batch holds fewer than Lambda's 10 000 messages"
         );
         let failures = serde_yaml_ng::to_string(at(source, &["FunctionResponseTypes"])?)?;
@@ -138,14 +142,11 @@ fn shards_are_queued_and_stored(
             failures.contains("ReportBatchItemFailures"),
             "{queue}: one node's failure would redeliver every node's requests"
         );
-        let maximum = number(
-            template,
-            at(source, &["ScalingConfig", "MaximumConcurrency"])?,
-        )?;
+        let maximum = deployed.number(at(source, &["ScalingConfig", "MaximumConcurrency"])?)?;
         ensure!(maximum >= 2, "{queue}: a source runs two batches at least");
         at_once += maximum;
         ensure!(
-            queue == "LogQueue" || polls.contains(queue),
+            *granted || polls.contains(queue),
             "the log store may not receive from {queue}"
         );
         queue_keeps_its_messages(deployed, store, queue)?;
@@ -178,16 +179,13 @@ fn queue_keeps_its_messages(
         }
     }
     let properties = at(resource, &["Properties"])?;
-    let timeout = number(template, at(store, &["Timeout"])?)?;
-    let visibility = number(template, at(properties, &["VisibilityTimeout"])?)?;
+    let timeout = deployed.number(at(store, &["Timeout"])?)?;
+    let visibility = deployed.number(at(properties, &["VisibilityTimeout"])?)?;
     ensure!(
         visibility >= 6 * timeout,
         "{queue}: visibility {visibility} s under six times the log store's {timeout} s timeout"
     );
-    let receives = number(
-        template,
-        at(properties, &["RedrivePolicy", "maxReceiveCount"])?,
-    )?;
+    let receives = deployed.number(at(properties, &["RedrivePolicy", "maxReceiveCount"])?)?;
     ensure!(
         receives >= 10,
         "{queue}: maxReceiveCount {receives}: an outage dead-letters logs"
@@ -292,15 +290,16 @@ impl Deployed<'_> {
             };
             return self.resolve(chosen);
         }
-        if let Value::Tagged(tagged) = value
-            && tagged.tag == "FindInMap"
-            && let Some([map, key, attribute]) = tagged.value.as_sequence().map(Vec::as_slice)
-        {
-            let (map, attribute) = (scalar_text(map)?, scalar_text(attribute)?);
-            let key = self.scalar(key)?;
-            return Ok(at(self.template, &["Mappings", &map, &key, &attribute])?.clone());
+        if let Some((map, parameter, attribute)) = find_in_map(value) {
+            let key = self.parameter(parameter)?;
+            return Ok(at(self.template, &["Mappings", map, &key, attribute])?.clone());
         }
         Ok(value.clone())
+    }
+
+    /// A number once evaluated ([`number`]).
+    fn number(&self, value: &Value) -> anyhow::Result<i64> {
+        number(self.template, &self.resolve(value)?)
     }
 
     /// The logical ids `value` names: one `!Ref` or `!GetAtt`, a list of them, or a `!Join` of

@@ -128,6 +128,11 @@ mod tests {
         }
     }
 
+    /// Appends `extent` to file `a`'s extents, as a store adds its request's.
+    fn append(index: &mut LogIndex, extent: Extent) {
+        index.files.entry("a".into()).or_default().push(extent);
+    }
+
     /// Each extent of file `a`: its start, the id it names and where its member is.
     fn places(index: &LogIndex) -> Vec<(u64, Ulid, u64)> {
         index.files["a"]
@@ -140,27 +145,17 @@ mod tests {
     fn members_stay_inline_until_they_would_pass_the_limit() {
         let ids: Vec<Ulid> = (1..=4).map(|n| Ulid::from_parts(n, 0)).collect();
         let mut index = LogIndex::default();
-        index
-            .files
-            .insert("a".into(), vec![extent(0, ids[0], 0, 10)]);
+        append(&mut index, extent(0, ids[0], 0, 10));
         assert_eq!(place(&mut index, ids[0], vec![1; 10]), None);
 
         // A second request's members follow; every extent now names the new id.
-        index
-            .files
-            .entry("a".into())
-            .or_default()
-            .push(extent(1, ids[1], 0, 20));
+        append(&mut index, extent(1, ids[1], 0, 20));
         assert_eq!(place(&mut index, ids[1], vec![2; 20]), None);
         assert_eq!(places(&index), [(0, ids[1], 0), (1, ids[1], 10)]);
 
         // The first extent merged away (its member no longer named) is left behind.
         index.files.entry("a".into()).or_default().remove(0);
-        index
-            .files
-            .entry("a".into())
-            .or_default()
-            .push(extent(2, ids[2], 0, 5));
+        append(&mut index, extent(2, ids[2], 0, 5));
         assert_eq!(place(&mut index, ids[2], vec![3; 5]), None);
         assert_eq!(places(&index), [(1, ids[2], 0), (2, ids[2], 20)]);
         let inline = index
@@ -170,11 +165,7 @@ mod tests {
         assert_eq!(inline, Some((ids[2], [vec![2; 20], vec![3; 5]].concat())));
 
         // Past the limit: the named members and the request's become its segment.
-        index
-            .files
-            .entry("a".into())
-            .or_default()
-            .push(extent(3, ids[3], 0, INLINE_BYTES as u64));
+        append(&mut index, extent(3, ids[3], 0, INLINE_BYTES as u64));
         let segment = place(&mut index, ids[3], vec![4; INLINE_BYTES]);
         let expected = [vec![2; 20], vec![3; 5], vec![4; INLINE_BYTES]].concat();
         assert_eq!(segment, Some(expected));

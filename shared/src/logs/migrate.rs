@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 
 use futures_util::{StreamExt as _, stream};
 
-use super::store::{LogError, PieceOutcome, ReadPiece, put_pieces};
+use super::store::{LogError, OnDifference, PieceOutcome, ReadPiece, put_pieces_with};
 use crate::gzip::{deflated_at_most, gunzip_within};
 use crate::keys::{ClusterName, LOGS_PREFIX, LogFileName, NodeId, NodeLogs, SessionName};
 use crate::storage::{ObjectKey, Storage, StorageError};
@@ -88,6 +88,15 @@ pub struct Moved {
     pub kept: Vec<(ObjectKey, String)>,
 }
 
+impl Moved {
+    /// Adds what moving another node did.
+    pub fn add(&mut self, other: Moved) {
+        self.pieces += other.pieces;
+        self.bytes += other.bytes;
+        self.kept.extend(other.kept);
+    }
+}
+
 /// Bytes of adjacent pieces of one file, joined, with the pieces they came from.
 struct Joined {
     file: LogFileName,
@@ -116,6 +125,8 @@ pub async fn move_node(
     while let Some((piece, bytes)) = read.next().await {
         let bytes = match bytes {
             Ok(bytes) => bytes,
+            // Moved since it was listed (another run of the command): nothing left to do.
+            Err(LogError::Storage(StorageError::NotFound { .. })) => continue,
             Err(err) => {
                 moved.kept.push((piece.key, err.to_string()));
                 continue;
@@ -168,7 +179,9 @@ async fn store_part(
             bytes: &joined.bytes,
         })
         .collect();
-    let outcomes = put_pieces(storage, node, &pieces).await?;
+    // A piece that differs from what the node's index holds is a stale copy: it is kept, and
+    // the file as shipped since goes on being stored.
+    let outcomes = put_pieces_with(storage, node, &pieces, OnDifference::RefuseOnly).await?;
     let mut stored = Vec::new();
     for (joined, outcome) in part.iter().zip(outcomes) {
         match outcome {

@@ -120,15 +120,39 @@ const COMMIT_ATTEMPTS: usize = 8;
 /// one ranged read per segment: the cost of a re-send is its own length, never the number of
 /// pieces stored before it. A stored extent whose segment is gone (an S3 age rule removed it)
 /// leaves the index, and its range is a gap the pieces may fill again.
-#[tracing::instrument(name = "log_pieces", skip_all, fields(node = %node.prefix(), pieces = pieces.len()))]
+///
+/// A difference also marks the file rewritten from there, so that later pieces of it are
+/// refused too: the stored history keeps the first version ([`OnDifference::MarkRewritten`]).
 pub async fn put_pieces(
     storage: &dyn Storage,
     node: &NodeLogs,
     pieces: &[ReadPiece<'_>],
 ) -> Result<Vec<PieceOutcome>, LogError> {
+    put_pieces_with(storage, node, pieces, OnDifference::MarkRewritten).await
+}
+
+/// What a piece whose bytes differ from stored ones does besides being refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnDifference {
+    /// Marks its file rewritten from the difference: a shipper is sending another version of
+    /// the file, and nothing more of it may be stored.
+    MarkRewritten,
+    /// Nothing more: the piece is a stale copy (an older layout's), and the file as shipped
+    /// goes on being stored.
+    RefuseOnly,
+}
+
+/// [`put_pieces`], with what a difference does besides refusing its piece.
+#[tracing::instrument(name = "log_pieces", skip_all, fields(node = %node.prefix(), pieces = pieces.len()))]
+pub async fn put_pieces_with(
+    storage: &dyn Storage,
+    node: &NodeLogs,
+    pieces: &[ReadPiece<'_>],
+    on_difference: OnDifference,
+) -> Result<Vec<PieceOutcome>, LogError> {
     for _ in 0..COMMIT_ATTEMPTS {
         let loaded = index::load(storage, node).await?;
-        let mut plan = Plan::new(storage, node, loaded.index);
+        let mut plan = Plan::new(storage, node, loaded.index, on_difference);
         plan.prefetch_overlaps(pieces).await?;
         let mut outcomes = Vec::with_capacity(pieces.len());
         for piece in pieces {
@@ -228,14 +252,21 @@ struct Plan<'a> {
     new_bytes: usize,
     /// Whether this request found a file rewritten that the index did not mark yet.
     marked: bool,
+    on_difference: OnDifference,
 }
 
 impl<'a> Plan<'a> {
-    fn new(storage: &'a dyn Storage, node: &'a NodeLogs, index: LogIndex) -> Self {
+    fn new(
+        storage: &'a dyn Storage,
+        node: &'a NodeLogs,
+        index: LogIndex,
+        on_difference: OnDifference,
+    ) -> Self {
         Self {
             storage,
             node,
             index,
+            on_difference,
             files: BTreeMap::new(),
             buffer: Vec::new(),
             read: HashMap::new(),
@@ -398,7 +429,9 @@ impl<'a> Plan<'a> {
             let ours = slice(bytes, low - start, high - start);
             if theirs != ours {
                 let differs_at = low + first_difference(theirs, ours);
-                self.mark_rewritten(name, differs_at);
+                if self.on_difference == OnDifference::MarkRewritten {
+                    self.mark_rewritten(name, differs_at);
+                }
                 conflict = Some(LogError::Conflict {
                     file: format!("{}{}", self.node.prefix(), name),
                     start: differs_at,
